@@ -1,0 +1,375 @@
+//! Building sheaf images.
+//!
+//! Owns the write side of the pipeline: scanning a directory or reading a
+//! tar stream ([`scan`], [`tar_input`]), deciding the packing order, cutting
+//! data into blocks, dedup and parallel compression ([`pack`]), and encoding
+//! metadata into paged streams ([`meta`]). It knows the format through
+//! `sheaf-format` and nothing about reading images back, caches or mounts.
+//!
+//! The output is written to a temporary file beside the target and renamed
+//! into place only when complete, so an interrupted or failed build never
+//! leaves anything under the target name.
+
+pub mod meta;
+pub mod options;
+pub mod pack;
+pub mod scan;
+pub mod tar_input;
+pub mod tree;
+
+pub use options::{BuildError, BuildOptions, Compression, Input};
+pub use pack::Progress;
+
+use pack::{Out, Packer};
+use sheaf_format::{
+    superblock::{MAX_BLOCK, MAX_PAGE, MIN_BLOCK, MIN_PAGE},
+    Header, SectionEntry, SectionKind, StreamDesc, StreamId, Superblock, Trailer, HEADER_LEN,
+    SECTION_FLAG_REQUIRED,
+};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tree::{Kind, NodeId, Tree};
+
+/// What a finished build reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuildReport {
+    /// Final image path.
+    pub image: PathBuf,
+    /// Image size in bytes.
+    pub image_bytes: u64,
+    /// Number of inodes.
+    pub inodes: u64,
+    /// Sum of regular-file sizes.
+    pub logical_bytes: u64,
+    /// Stored data bytes (after dedup and compression).
+    pub stored_data_bytes: u64,
+    /// Distinct data blocks.
+    pub blocks: u64,
+    /// Root digest, hex.
+    pub root_digest: String,
+    /// Entries left out under `--skip-errors`.
+    pub skipped: Vec<String>,
+}
+
+/// Temporary output that is removed unless [`TempOut::commit`] is reached.
+struct TempOut {
+    tmp: PathBuf,
+    dest: PathBuf,
+    done: bool,
+}
+
+impl Drop for TempOut {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+fn validate(opts: &BuildOptions) -> Result<(), BuildError> {
+    let ok = |v: u32, lo: u32, hi: u32| v.is_power_of_two() && (lo..=hi).contains(&v);
+    if !ok(opts.block_size, MIN_BLOCK, MAX_BLOCK) {
+        return Err(BuildError::Option(format!(
+            "block size must be a power of two from 4K to 64M, not {}",
+            opts.block_size
+        )));
+    }
+    if !ok(opts.page_size, MIN_PAGE, MAX_PAGE) {
+        return Err(BuildError::Option(format!(
+            "page size must be a power of two from 4K to 1M, not {}",
+            opts.page_size
+        )));
+    }
+    Ok(())
+}
+
+/// Order files so similar content sits together: by extension, then name,
+/// then directory. Returns the file nodes in packing order and the entry
+/// index that [`Tree::path`] needs (paths are rebuilt one at a time so that
+/// memory stays per-entry, not per-path).
+fn packing_order(tree: &Tree) -> (Vec<NodeId>, Vec<u32>) {
+    let index = tree.entry_index();
+    let mut files: Vec<(NodeId, NodeId, u32)> = Vec::new();
+    for (i, n) in tree.nodes.iter().enumerate() {
+        if matches!(n.kind, Kind::File { .. }) {
+            files.push((i as NodeId, n.parent, index[i]));
+        }
+    }
+    let name = |&(_, p, idx): &(NodeId, NodeId, u32)| -> &[u8] {
+        match &tree.nodes[p as usize].kind {
+            Kind::Dir(e) => &e[idx as usize].0,
+            _ => unreachable!("parent is a directory"),
+        }
+    };
+    let ext = |n: &[u8]| -> usize { n.iter().rposition(|&b| b == b'.').unwrap_or(n.len()) };
+    files.sort_by(|a, b| {
+        let (na, nb) = (name(a), name(b));
+        na[ext(na)..]
+            .cmp(&nb[ext(nb)..])
+            .then_with(|| na.cmp(nb))
+            .then_with(|| a.1.cmp(&b.1))
+    });
+    (files.into_iter().map(|(id, _, _)| id).collect(), index)
+}
+
+/// Build an image from `input` into `output`.
+pub fn build(
+    input: &Input,
+    output: &Path,
+    opts: &BuildOptions,
+    progress: Arc<Progress>,
+    cancel: &AtomicBool,
+) -> Result<BuildReport, BuildError> {
+    validate(opts)?;
+    let shown = output.display().to_string();
+    let out_err = |e: std::io::Error| BuildError::Output {
+        path: shown.clone(),
+        source: e,
+    };
+    if !opts.force && output.symlink_metadata().is_ok() {
+        return Err(BuildError::Exists(shown));
+    }
+    let dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let fname = output
+        .file_name()
+        .ok_or_else(|| BuildError::Option(format!("{shown}: not a file name")))?;
+    let tmp = dir.join(format!(
+        ".{}.sheaf-tmp.{}",
+        fname.to_string_lossy(),
+        std::process::id()
+    ));
+    let file = File::create(&tmp).map_err(out_err)?;
+    let mut guard = TempOut {
+        tmp: tmp.clone(),
+        dest: output.to_path_buf(),
+        done: false,
+    };
+    let threads = if opts.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        opts.threads
+    };
+    let mut out = Out::new(BufWriter::with_capacity(4 << 20, file), 0, shown.clone());
+    out.put(&Header::current().encode())?;
+    let mut problems = scan::Problems::new(opts.skip_errors);
+    let mut packer = Packer::new(
+        out,
+        opts.block_size,
+        opts.compression.clone(),
+        threads,
+        progress.clone(),
+    );
+
+    let mut tree = match input {
+        Input::Dir(src) => {
+            let mut tree = scan::scan_dir(src, opts, &mut problems)?;
+            let (order, index) = packing_order(&tree);
+            progress.total_files.store(order.len() as u64, Ordering::Relaxed);
+            let total: u64 = order
+                .iter()
+                .map(|id| match tree.nodes[*id as usize].kind {
+                    Kind::File { size, .. } => size,
+                    _ => 0,
+                })
+                .sum();
+            progress.total_bytes.store(total, Ordering::Relaxed);
+            let mut unreadable = Vec::new();
+            for id in order {
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(BuildError::Interrupted);
+                }
+                let path = src.join(tree.path(&index, id));
+                let mut f = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        problems.handle(&path, e)?;
+                        unreadable.push(id);
+                        continue;
+                    }
+                };
+                let probe = f.try_clone().ok();
+                match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string()) {
+                    Ok((size, first, count)) => {
+                        tree.nodes[id as usize].kind = Kind::File { size, first, count }
+                    }
+                    Err(BuildError::Input { path: p, source }) if opts.skip_errors => {
+                        problems.skipped.push(format!("{p}: {source}"));
+                        unreadable.push(id);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            drop_nodes(&mut tree, &unreadable);
+            tree
+        }
+        Input::TarFile(p) => {
+            let f = File::open(p).map_err(|e| BuildError::Input {
+                path: p.display().to_string(),
+                source: e,
+            })?;
+            let name = p.display().to_string();
+            tar_input::read_tar(f, &name, opts, &mut packer, &mut problems, cancel)?
+        }
+        Input::TarStdin => tar_input::read_tar(
+            std::io::stdin().lock(),
+            "<stdin>",
+            opts,
+            &mut packer,
+            &mut problems,
+            cancel,
+        )?,
+    };
+    let (mut out, block_refs, chunks) = packer.finish()?;
+    if cancel.load(Ordering::Relaxed) {
+        return Err(BuildError::Interrupted);
+    }
+    tree.chunks = chunks;
+    let stored_data_bytes = out.pos - HEADER_LEN as u64;
+    let logical_bytes = logical_bytes(&tree);
+
+    // Metadata streams, compressed in parallel on the build's thread count.
+    let streams = meta::encode_tree(&tree)?;
+    let mut chunk_bytes = Vec::with_capacity(tree.chunks.len() * sheaf_format::ChunkRecord::LEN);
+    for c in &tree.chunks {
+        c.encode(&mut chunk_bytes);
+    }
+    let block_bytes: Vec<u8> = block_refs.iter().flat_map(|r| r.encode()).collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| BuildError::Option(e.to_string()))?;
+    let mut descs: [StreamDesc; 5] = Default::default();
+    for (id, bytes) in [
+        (StreamId::Inodes, &streams.inodes),
+        (StreamId::Chunks, &chunk_bytes),
+        (StreamId::Dirents, &streams.dirents),
+        (StreamId::Heap, &streams.heap),
+        (StreamId::Blocks, &block_bytes),
+    ] {
+        descs[id as usize] =
+            pool.install(|| meta::write_stream(&mut out, bytes, opts.page_size, &opts.compression))?;
+    }
+    let sb = Superblock {
+        required_features: 0,
+        optional_features: 0,
+        block_size: opts.block_size,
+        page_size: opts.page_size,
+        inode_count: streams.inode_count,
+        block_count: block_refs.len() as u64,
+        chunk_count: tree.chunks.len() as u64,
+        dirent_count: streams.dirent_count,
+        logical_bytes,
+        stored_data_bytes,
+        root_inode: 0,
+        streams: descs,
+    };
+    let mut by_type = std::collections::BTreeMap::<&str, u64>::new();
+    let mut hardlinks = 0u64;
+    for n in tree.nodes.iter().filter(|n| n.links > 0) {
+        let t = sheaf_format::FileType::from_mode(n.meta.mode).map_or("other", |t| t.name());
+        *by_type.entry(t).or_default() += 1;
+        hardlinks += (n.links > 1 && !matches!(n.kind, Kind::Dir(_))) as u64;
+    }
+    let mut codecs = std::collections::BTreeMap::<&str, u64>::new();
+    for r in &block_refs {
+        *codecs.entry(r.codec.name()).or_default() += 1;
+    }
+    let info = serde_json::json!({
+        "stats": {
+            "entries_by_type": by_type,
+            "hardlinked_inodes": hardlinks,
+            "dedup_bytes": progress.dedup_bytes.load(Ordering::Relaxed),
+            "hole_bytes": progress.hole_bytes.load(Ordering::Relaxed),
+            "blocks_by_codec": codecs,
+            "xattr_sets": tree.xattr_sets.len(),
+        },
+        "builder": format!("sheaf {}", env!("CARGO_PKG_VERSION")),
+        "compression": opts.compression.describe(),
+        "block_size": opts.block_size,
+        "page_size": opts.page_size,
+        "owner": opts.owner.map(|(u, g)| format!("{u}:{g}")),
+        "mtime": opts.mtime,
+        "clamp_mtime": opts.clamp_mtime,
+        "exclude": opts.exclude,
+    });
+    let mut sections = Vec::new();
+    for (kind, flags, bytes) in [
+        (SectionKind::BuildInfo, 0, info.to_string().into_bytes()),
+        (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
+    ] {
+        let offset = out.put(&bytes)?;
+        sections.push(SectionEntry {
+            kind,
+            flags,
+            offset,
+            length: bytes.len() as u64,
+            hash: sheaf_format::digest(&bytes),
+        });
+    }
+    let table: Vec<u8> = sections.iter().flat_map(|s| s.encode()).collect();
+    let table_offset = out.put(&table)?;
+    let trailer = Trailer {
+        table_offset,
+        section_count: sections.len() as u32,
+        root_digest: sheaf_format::digest(&table),
+    };
+    out.put(&trailer.encode())?;
+    let image_bytes = out.pos;
+    let file = out
+        .into_inner()
+        .into_inner()
+        .map_err(|e| out_err(e.into_error()))?;
+    file.sync_all().map_err(out_err)?;
+    drop(file);
+    if cancel.load(Ordering::Relaxed) {
+        return Err(BuildError::Interrupted);
+    }
+    if !opts.force && output.symlink_metadata().is_ok() {
+        return Err(BuildError::Exists(shown));
+    }
+    std::fs::rename(&guard.tmp, &guard.dest).map_err(out_err)?;
+    guard.done = true;
+    Ok(BuildReport {
+        image: output.to_path_buf(),
+        image_bytes,
+        inodes: streams.inode_count,
+        logical_bytes,
+        stored_data_bytes,
+        blocks: block_refs.len() as u64,
+        root_digest: sheaf_format::hex(&trailer.root_digest),
+        skipped: problems.skipped,
+    })
+}
+
+/// Remove files that could not be read from their directories (`--skip-errors`).
+fn drop_nodes(tree: &mut Tree, ids: &[NodeId]) {
+    if ids.is_empty() {
+        return;
+    }
+    let gone: std::collections::HashSet<NodeId> = ids.iter().copied().collect();
+    for n in &mut tree.nodes {
+        if let Kind::Dir(e) = &mut n.kind {
+            e.retain(|(_, c)| !gone.contains(c));
+        }
+    }
+    for &id in ids {
+        tree.nodes[id as usize].links = 0;
+    }
+}
+
+fn logical_bytes(tree: &Tree) -> u64 {
+    tree.nodes
+        .iter()
+        .filter(|n| n.links > 0)
+        .map(|n| match n.kind {
+            Kind::File { size, .. } => size,
+            _ => 0,
+        })
+        .sum()
+}

@@ -1,0 +1,187 @@
+//! Build options and the errors a build can raise.
+
+use sheaf_format::Codec;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Default data block size: 1 MiB (chosen by measurement, see docs/design.md).
+pub const DEFAULT_BLOCK_SIZE: u32 = 1 << 20;
+/// Default metadata page size.
+pub const DEFAULT_PAGE_SIZE: u32 = 1 << 16;
+
+/// How blocks are compressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compression {
+    /// Candidate codecs with levels. One entry: that codec. Several (`auto`):
+    /// each block keeps the smallest. A block no codec shrinks is stored raw.
+    pub candidates: Vec<(Codec, i32)>,
+}
+
+impl Compression {
+    /// Parse `CODEC[:LEVEL]`, where CODEC is zstd, lz4, xz, none or auto.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (name, level) = match s.split_once(':') {
+            Some((n, l)) => (
+                n,
+                Some(
+                    l.parse::<i32>()
+                        .map_err(|_| format!("bad compression level '{l}'"))?,
+                ),
+            ),
+            None => (s, None),
+        };
+        if name == "auto" {
+            let z = level.unwrap_or(Codec::Zstd.default_level());
+            if !Codec::Zstd.level_range().contains(&z) {
+                return Err(format!("auto level must be a zstd level 1..=22, not {z}"));
+            }
+            // The xz level follows the zstd level's intent: fast → 6, max → 9.
+            let x = if z >= 19 { 9 } else { 6 };
+            return Ok(Compression {
+                candidates: vec![(Codec::Zstd, z), (Codec::Lz4, 0), (Codec::Xz, x)],
+            });
+        }
+        let codec = Codec::from_name(name).ok_or_else(|| {
+            format!("unknown codec '{name}' (choose zstd, lz4, xz, none or auto)")
+        })?;
+        let level = level.unwrap_or(codec.default_level());
+        if !codec.level_range().contains(&level) {
+            let r = codec.level_range();
+            return Err(format!(
+                "{name} level must be in {}..={}, not {level}",
+                r.start(),
+                r.end()
+            ));
+        }
+        Ok(Compression {
+            candidates: vec![(codec, level)],
+        })
+    }
+
+    /// Text form, as accepted by [`Compression::parse`].
+    pub fn describe(&self) -> String {
+        if self.candidates.len() > 1 {
+            return format!("auto:{}", self.candidates[0].1);
+        }
+        let (c, l) = self.candidates[0];
+        match c {
+            Codec::None | Codec::Lz4 => c.name().to_string(),
+            _ => format!("{}:{l}", c.name()),
+        }
+    }
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression {
+            candidates: vec![(Codec::Zstd, Codec::Zstd.default_level())],
+        }
+    }
+}
+
+/// Everything that shapes an image. Two builds with equal options and input
+/// produce identical bytes; `threads` does not change the output.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// Data compression.
+    pub compression: Compression,
+    /// Data block size (power of two, 4 KiB..=64 MiB).
+    pub block_size: u32,
+    /// Metadata page size (power of two, 4 KiB..=1 MiB).
+    pub page_size: u32,
+    /// Worker threads for compression (0 = all cores).
+    pub threads: usize,
+    /// Glob patterns of relative paths to leave out.
+    pub exclude: Vec<String>,
+    /// Force every owner to this uid:gid.
+    pub owner: Option<(u32, u32)>,
+    /// Force every mtime to this value.
+    pub mtime: Option<i64>,
+    /// Clamp mtimes later than this (SOURCE_DATE_EPOCH).
+    pub clamp_mtime: Option<i64>,
+    /// Continue past unreadable entries, reporting them at the end.
+    pub skip_errors: bool,
+    /// Replace an existing output file.
+    pub force: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            compression: Compression::default(),
+            block_size: DEFAULT_BLOCK_SIZE,
+            page_size: DEFAULT_PAGE_SIZE,
+            threads: 0,
+            exclude: Vec::new(),
+            owner: None,
+            mtime: None,
+            clamp_mtime: None,
+            skip_errors: false,
+            force: false,
+        }
+    }
+}
+
+/// Where the tree comes from.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A directory on a local filesystem.
+    Dir(PathBuf),
+    /// A tar archive file (compression detected from its first bytes).
+    TarFile(PathBuf),
+    /// A tar stream on standard input.
+    TarStdin,
+}
+
+/// Why a build failed.
+#[derive(Debug, Error)]
+pub enum BuildError {
+    /// An input entry could not be read.
+    #[error("{path}: {source}")]
+    Input {
+        /// The entry.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The input is not something sheaf can pack.
+    #[error("{path}: {detail}")]
+    BadInput {
+        /// The entry or archive.
+        path: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Writing the image failed.
+    #[error("{path}: {source}")]
+    Output {
+        /// The image being written.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The output exists and `force` was not given.
+    #[error("{0}: already exists (use --force to replace it)")]
+    Exists(String),
+    /// An option is invalid.
+    #[error("{0}")]
+    Option(String),
+    /// The build was interrupted by a signal.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_codecs() {
+        assert_eq!(Compression::parse("xz:9").unwrap().candidates, vec![(Codec::Xz, 9)]);
+        assert_eq!(Compression::parse("lz4").unwrap().describe(), "lz4");
+        assert_eq!(Compression::parse("auto").unwrap().candidates.len(), 3);
+        assert!(Compression::parse("zstd:30").is_err());
+        assert!(Compression::parse("gzip").is_err());
+        assert!(Compression::parse("zstd:x").is_err());
+    }
+}

@@ -1,0 +1,448 @@
+//! The data pipeline: pack → hash → compress → ordered write.
+//!
+//! One thread (the caller) reads files in packing order, cuts them into
+//! blocks, hashes each block and drops duplicates; worker threads compress
+//! unique blocks; a writer thread puts them in the image in block-id order.
+//! Block ids are assigned by the single packing thread, so the image does not
+//! depend on the number of workers. A fixed number of blocks may be in flight
+//! at once, so memory does not grow with data size.
+//!
+//! Files of at least one block get their full blocks to themselves (so equal
+//! blocks in different files dedup); everything shorter than a block (small
+//! files and tails) is appended to a shared *pack* block. Whole-file content
+//! hashes dedup identical files, which then share one chunk range. Aligned
+//! all-zero blocks of a file become holes and are not stored.
+
+use crate::options::{BuildError, Compression};
+use crate::tree::Chunk;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use sheaf_format::{records::HOLE, BlockRef, Codec, Digest};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Counters a progress display polls.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Files whose data has been read.
+    pub files: AtomicU64,
+    /// Logical bytes read.
+    pub bytes_in: AtomicU64,
+    /// Stored bytes written.
+    pub bytes_out: AtomicU64,
+    /// Files to read, when known in advance.
+    pub total_files: AtomicU64,
+    /// Bytes to read, when known in advance.
+    pub total_bytes: AtomicU64,
+    /// Logical bytes not stored because an identical block or file was.
+    pub dedup_bytes: AtomicU64,
+    /// Logical bytes not stored because they were all-zero blocks (holes).
+    pub hole_bytes: AtomicU64,
+}
+
+/// Compress `data` with every candidate and keep the smallest; raw if none shrinks it.
+pub fn compress_best(c: &Compression, data: &[u8]) -> (Codec, Vec<u8>) {
+    let mut best: Option<(Codec, Vec<u8>)> = None;
+    for &(codec, level) in &c.candidates {
+        if codec == Codec::None {
+            continue;
+        }
+        let z = codec.compress(level, data);
+        if z.len() < data.len() && best.as_ref().is_none_or(|b| z.len() < b.1.len()) {
+            best = Some((codec, z));
+        }
+    }
+    best.unwrap_or_else(|| (Codec::None, data.to_vec()))
+}
+
+/// Sequential writer of the image file that knows its position.
+pub struct Out<W: Write> {
+    w: W,
+    /// Bytes written so far (= offset of the next write).
+    pub pos: u64,
+    /// Path for messages.
+    pub path: String,
+}
+
+impl<W: Write> Out<W> {
+    /// Wrap a writer positioned at `pos`.
+    pub fn new(w: W, pos: u64, path: String) -> Self {
+        Out { w, pos, path }
+    }
+    /// Append bytes, returning their offset.
+    pub fn put(&mut self, b: &[u8]) -> Result<u64, BuildError> {
+        let at = self.pos;
+        self.w.write_all(b).map_err(|e| self.err(e))?;
+        self.pos += b.len() as u64;
+        Ok(at)
+    }
+    /// The inner writer.
+    pub fn into_inner(self) -> W {
+        self.w
+    }
+    /// Wrap an I/O error with the output path.
+    pub fn err(&self, e: std::io::Error) -> BuildError {
+        BuildError::Output {
+            path: self.path.clone(),
+            source: e,
+        }
+    }
+}
+
+struct Job {
+    id: u32,
+    hash: Digest,
+    data: Vec<u8>,
+}
+
+struct Done {
+    id: u32,
+    hash: Digest,
+    codec: Codec,
+    ulen: u32,
+    bytes: Vec<u8>,
+}
+
+/// Packs file data into blocks and streams them to the compressors and writer.
+pub struct Packer<W: Write + Send + 'static> {
+    block_size: usize,
+    /// All chunks; `block` holds a block *sequence number* until [`Packer::finish`].
+    pub chunks: Vec<Chunk>,
+    pack: Vec<u8>,
+    pack_seq: Option<u32>,
+    seq_to_id: Vec<u32>,
+    by_hash: HashMap<Digest, u32>,
+    by_content: HashMap<Digest, (u64, u32)>,
+    next_id: u32,
+    jobs: Option<Sender<Job>>,
+    tokens: Receiver<()>,
+    workers: Vec<JoinHandle<()>>,
+    writer: Option<JoinHandle<Result<(Out<W>, Vec<BlockRef>), BuildError>>>,
+    progress: Arc<Progress>,
+    buf: Vec<u8>,
+}
+
+impl<W: Write + Send + 'static> Packer<W> {
+    /// Start `threads` compressors and the writer thread on `out`.
+    pub fn new(
+        out: Out<W>,
+        block_size: u32,
+        compression: Compression,
+        threads: usize,
+        progress: Arc<Progress>,
+    ) -> Self {
+        let threads = threads.max(1);
+        let in_flight = threads * 3;
+        let (jobs_tx, jobs_rx) = bounded::<Job>(threads);
+        let (done_tx, done_rx) = bounded::<Done>(in_flight);
+        let (tok_tx, tok_rx) = bounded::<()>(in_flight);
+        for _ in 0..in_flight {
+            tok_tx.send(()).expect("capacity");
+        }
+        let workers = (0..threads)
+            .map(|_| {
+                let rx = jobs_rx.clone();
+                let tx = done_tx.clone();
+                let c = compression.clone();
+                std::thread::spawn(move || {
+                    for j in rx {
+                        let (codec, bytes) = compress_best(&c, &j.data);
+                        let d = Done {
+                            id: j.id,
+                            hash: j.hash,
+                            codec,
+                            ulen: j.data.len() as u32,
+                            bytes,
+                        };
+                        if tx.send(d).is_err() {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(done_tx);
+        let prog = progress.clone();
+        let writer = std::thread::spawn(move || write_in_order(out, done_rx, tok_tx, &prog));
+        Packer {
+            block_size: block_size as usize,
+            chunks: Vec::new(),
+            pack: Vec::with_capacity(block_size as usize),
+            pack_seq: None,
+            seq_to_id: Vec::new(),
+            by_hash: HashMap::new(),
+            by_content: HashMap::new(),
+            next_id: 0,
+            jobs: Some(jobs_tx),
+            tokens: tok_rx,
+            workers,
+            writer: Some(writer),
+            progress,
+            buf: vec![0; block_size as usize],
+        }
+    }
+
+    fn new_seq(&mut self) -> u32 {
+        self.seq_to_id.push(u32::MAX);
+        (self.seq_to_id.len() - 1) as u32
+    }
+
+    /// Hash a finished block, dedup it, and send it on if new.
+    fn emit(&mut self, seq: u32, data: Vec<u8>) -> Result<(), BuildError> {
+        let hash = sheaf_format::digest(&data);
+        if let Some(&id) = self.by_hash.get(&hash) {
+            self.progress.dedup_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.seq_to_id[seq as usize] = id;
+            return Ok(());
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_hash.insert(hash, id);
+        self.seq_to_id[seq as usize] = id;
+        // Wait for a free slot; a closed channel means the writer failed.
+        if self.tokens.recv().is_err() {
+            return self.writer_failed();
+        }
+        let sent = self.jobs.as_ref().expect("open until finish").send(Job { id, hash, data });
+        if sent.is_err() {
+            return self.writer_failed();
+        }
+        Ok(())
+    }
+
+    fn writer_failed(&mut self) -> Result<(), BuildError> {
+        self.jobs = None;
+        match self.writer.take().map(|h| h.join()) {
+            Some(Ok(Err(e))) => Err(e),
+            _ => Err(BuildError::Option("image writer stopped unexpectedly".into())),
+        }
+    }
+
+    /// Append bytes shorter than a block to the shared pack; returns chunks.
+    fn append_packed(&mut self, mut data: &[u8], mut file_offset: u64) -> Result<(), BuildError> {
+        while !data.is_empty() {
+            let seq = match self.pack_seq {
+                Some(s) => s,
+                None => {
+                    let s = self.new_seq();
+                    self.pack_seq = Some(s);
+                    s
+                }
+            };
+            let n = data.len().min(self.block_size - self.pack.len());
+            self.chunks.push(Chunk {
+                file_offset,
+                block: seq,
+                block_offset: self.pack.len() as u32,
+                len: n as u32,
+            });
+            self.pack.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            file_offset += n as u64;
+            if self.pack.len() == self.block_size {
+                self.flush_pack()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_pack(&mut self) -> Result<(), BuildError> {
+        if let Some(seq) = self.pack_seq.take() {
+            let data = std::mem::replace(&mut self.pack, Vec::with_capacity(self.block_size));
+            self.emit(seq, data)?;
+        }
+        Ok(())
+    }
+
+    /// Read a file to its end and store it; returns (size, first chunk, chunk count).
+    /// `name` is only used in messages. With `sparse`, the same file is
+    /// probed with `SEEK_DATA` so whole-block holes are skipped unread.
+    pub fn add_file(
+        &mut self,
+        r: &mut dyn Read,
+        sparse: Option<&std::fs::File>,
+        name: &str,
+    ) -> Result<(u64, u64, u32), BuildError> {
+        let io = |e: std::io::Error| BuildError::Input {
+            path: name.to_string(),
+            source: e,
+        };
+        let first = self.chunks.len();
+        let mut hasher = blake3::Hasher::new();
+        let mut size = 0u64;
+        let mut buf = std::mem::take(&mut self.buf);
+        let result = (|| {
+            loop {
+                if let Some(f) = sparse {
+                    let skip = hole_blocks(f, size, self.block_size as u64).map_err(io)?;
+                    if skip > 0 {
+                        self.add_hole(first, size, skip);
+                        size += skip;
+                    }
+                }
+                let n = read_full(r, &mut buf).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                hasher.update(&buf[..n]);
+                self.progress.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+                if n < self.block_size {
+                    // The tail, or a whole small file: check for an identical
+                    // earlier file before packing it.
+                    if size == 0 {
+                        let h = *hasher.finalize().as_bytes();
+                        if let Some(&(f, c)) = self.by_content.get(&h) {
+                            self.progress.dedup_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                            return Ok((n as u64, Some((f, c))));
+                        }
+                        self.append_packed(&buf[..n], 0)?;
+                        self.by_content.insert(h, (first as u64, (self.chunks.len() - first) as u32));
+                        return Ok((n as u64, None));
+                    }
+                    self.append_packed(&buf[..n], size)?;
+                    size += n as u64;
+                    break;
+                }
+                if buf.iter().all(|&b| b == 0) {
+                    self.add_hole(first, size, n as u64);
+                } else {
+                    let seq = self.new_seq();
+                    self.chunks.push(Chunk {
+                        file_offset: size,
+                        block: seq,
+                        block_offset: 0,
+                        len: n as u32,
+                    });
+                    self.emit(seq, buf[..n].to_vec())?;
+                }
+                size += n as u64;
+            }
+            Ok((size, None))
+        })();
+        self.buf = buf;
+        self.progress.files.fetch_add(1, Ordering::Relaxed);
+        let (size, shared) = result?;
+        if let Some((f, c)) = shared {
+            return Ok((size, f, c));
+        }
+        // A large file identical to an earlier one shares its chunk range.
+        let count = (self.chunks.len() - first) as u32;
+        if size >= self.block_size as u64 {
+            let h = *hasher.finalize().as_bytes();
+            if let Some(&(f, c)) = self.by_content.get(&h) {
+                // Its full blocks were already counted as deduplicated; add the rest.
+                let tail = size % self.block_size as u64;
+                self.progress.dedup_bytes.fetch_add(tail, Ordering::Relaxed);
+                self.chunks.truncate(first);
+                return Ok((size, f, c));
+            }
+            self.by_content.insert(h, (first as u64, count));
+        }
+        Ok((size, first as u64, count))
+    }
+
+    fn add_hole(&mut self, first: usize, at: u64, len: u64) {
+        self.progress.hole_bytes.fetch_add(len, Ordering::Relaxed);
+        let own = self.chunks.len() > first;
+        if let Some(last) = self.chunks.last_mut().filter(|_| own) {
+            if last.is_hole() && last.file_offset + last.len as u64 == at && last.len as u64 + len <= u32::MAX as u64 {
+                last.len += len as u32;
+                return;
+            }
+        }
+        self.chunks.push(Chunk {
+            file_offset: at,
+            block: HOLE,
+            block_offset: 0,
+            len: len as u32,
+        });
+    }
+
+    /// Flush the last pack block, wait for all writes, and return the output,
+    /// the block refs (by id), and the chunks with final block ids.
+    pub fn finish(mut self) -> Result<(Out<W>, Vec<BlockRef>, Vec<Chunk>), BuildError> {
+        self.flush_pack()?;
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        let (out, refs) = match self.writer.take().expect("present").join() {
+            Ok(r) => r?,
+            Err(_) => return Err(BuildError::Option("image writer panicked".into())),
+        };
+        let mut chunks = std::mem::take(&mut self.chunks);
+        for c in &mut chunks {
+            if !c.is_hole() {
+                c.block = self.seq_to_id[c.block as usize];
+            }
+        }
+        Ok((out, refs, chunks))
+    }
+}
+
+/// Length of the run of whole blocks at `at` (block-aligned) that lie in a
+/// hole of `f`, leaving the file position after them. Zero if none.
+fn hole_blocks(f: &std::fs::File, at: u64, bs: u64) -> std::io::Result<u64> {
+    use std::os::unix::io::AsRawFd;
+    let fd = f.as_raw_fd();
+    // SAFETY: lseek on an fd we own; no memory is touched.
+    let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+    let len = f.metadata()?.len();
+    let data = if data < 0 {
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENXIO) => len, // no data after `at`: the rest is a hole
+            // Filesystems without SEEK_DATA: just read everything.
+            _ => at,
+        }
+    } else {
+        data as u64
+    };
+    let skip = (data.min(len).saturating_sub(at) / bs) * bs;
+    // SAFETY: as above.
+    if unsafe { libc::lseek(fd, (at + skip) as libc::off_t, libc::SEEK_SET) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(skip)
+}
+
+/// Read until `buf` is full or EOF; returns bytes read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn write_in_order<W: Write>(
+    mut out: Out<W>,
+    done: Receiver<Done>,
+    tokens: Sender<()>,
+    progress: &Progress,
+) -> Result<(Out<W>, Vec<BlockRef>), BuildError> {
+    let mut pending: BTreeMap<u32, Done> = BTreeMap::new();
+    let mut refs = Vec::new();
+    for d in done {
+        pending.insert(d.id, d);
+        while let Some(d) = pending.remove(&(refs.len() as u32)) {
+            let offset = out.put(&d.bytes)?;
+            progress.bytes_out.fetch_add(d.bytes.len() as u64, Ordering::Relaxed);
+            refs.push(BlockRef {
+                hash: d.hash,
+                offset,
+                codec: d.codec,
+                clen: d.bytes.len() as u32,
+                ulen: d.ulen,
+            });
+            let _ = tokens.send(());
+        }
+    }
+    Ok((out, refs))
+}

@@ -1,0 +1,239 @@
+//! Scanning a directory into a [`Tree`] (attributes only; data is read later
+//! by [`crate::pack`] in packing order).
+
+use crate::options::{BuildError, BuildOptions};
+use crate::tree::{Kind, Meta, Node, NodeId, Tree};
+use sheaf_format::XattrSet;
+use std::collections::HashMap;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// Turns attributes into [`Meta`] under the normalisation options.
+pub struct Normalizer {
+    owner: Option<(u32, u32)>,
+    mtime: Option<i64>,
+    clamp: Option<i64>,
+}
+
+impl Normalizer {
+    /// From build options.
+    pub fn new(o: &BuildOptions) -> Self {
+        Normalizer {
+            owner: o.owner,
+            mtime: o.mtime,
+            clamp: o.clamp_mtime,
+        }
+    }
+    /// Apply owner and mtime rules.
+    pub fn meta(&self, mode: u32, uid: u32, gid: u32, sec: i64, nsec: u32) -> Meta {
+        let (uid, gid) = self.owner.unwrap_or((uid, gid));
+        let (mut sec, mut nsec) = (sec, nsec);
+        if let Some(t) = self.mtime {
+            (sec, nsec) = (t, 0);
+        } else if let Some(c) = self.clamp.filter(|&c| sec > c) {
+            (sec, nsec) = (c, 0);
+        }
+        Meta {
+            mode,
+            uid,
+            gid,
+            mtime_sec: sec,
+            mtime_nsec: nsec,
+        }
+    }
+}
+
+/// Compiled `--exclude` patterns.
+pub struct Excluder(globset::GlobSet);
+
+impl Excluder {
+    /// Compile patterns; a bad pattern is an option error.
+    pub fn new(patterns: &[String]) -> Result<Self, BuildError> {
+        let mut b = globset::GlobSetBuilder::new();
+        for p in patterns {
+            let g = globset::GlobBuilder::new(p)
+                .literal_separator(false)
+                .build()
+                .map_err(|e| BuildError::Option(format!("bad --exclude pattern '{p}': {e}")))?;
+            b.add(g);
+        }
+        Ok(Excluder(b.build().map_err(|e| BuildError::Option(e.to_string()))?))
+    }
+    /// Whether a relative path (or its last component) is excluded.
+    pub fn excluded(&self, rel: &Path) -> bool {
+        !self.0.is_empty()
+            && (self.0.is_match(rel) || rel.file_name().is_some_and(|n| self.0.is_match(n)))
+    }
+}
+
+/// Read the extended attributes of `path` without following symlinks.
+pub fn read_xattrs(path: &Path) -> std::io::Result<XattrSet> {
+    let mut set = Vec::new();
+    let names = match xattr::list(path) {
+        Ok(n) => n,
+        // Filesystems without xattr support simply have none.
+        Err(e) if e.raw_os_error() == Some(libc::ENOTSUP) => return Ok(XattrSet::default()),
+        Err(e) => return Err(e),
+    };
+    for name in names {
+        if let Some(v) = xattr::get(path, &name)? {
+            set.push((name.as_bytes().to_vec(), v));
+        }
+    }
+    Ok(XattrSet(set))
+}
+
+/// Collects problems when `--skip-errors` is on; otherwise fails fast.
+pub struct Problems {
+    skip: bool,
+    /// Entries left out and why.
+    pub skipped: Vec<String>,
+}
+
+impl Problems {
+    /// New collector.
+    pub fn new(skip: bool) -> Self {
+        Problems {
+            skip,
+            skipped: Vec::new(),
+        }
+    }
+    /// Record or raise an error about `path`.
+    pub fn handle(&mut self, path: &Path, e: std::io::Error) -> Result<(), BuildError> {
+        if self.skip {
+            self.skipped.push(format!("{}: {e}", path.display()));
+            Ok(())
+        } else {
+            Err(BuildError::Input {
+                path: path.display().to_string(),
+                source: e,
+            })
+        }
+    }
+}
+
+/// Scan `root` into a tree. Regular files get `Kind::File` with no chunks yet.
+pub fn scan_dir(
+    root: &Path,
+    opts: &BuildOptions,
+    problems: &mut Problems,
+) -> Result<Tree, BuildError> {
+    let norm = Normalizer::new(opts);
+    let excl = Excluder::new(&opts.exclude)?;
+    let md = fs::symlink_metadata(root).map_err(|e| BuildError::Input {
+        path: root.display().to_string(),
+        source: e,
+    })?;
+    if !md.is_dir() {
+        return Err(BuildError::BadInput {
+            path: root.display().to_string(),
+            detail: "not a directory or tar archive".into(),
+        });
+    }
+    let mut tree = Tree::new(meta_of(&norm, &md));
+    tree.nodes[0].xattrs = match read_xattrs(root) {
+        Ok(x) => tree.intern_xattrs(x),
+        Err(e) => {
+            problems.handle(root, e)?;
+            0
+        }
+    };
+    // (dev, ino) of files seen with nlink > 1, for hardlinks.
+    let mut seen: HashMap<(u64, u64), NodeId> = HashMap::new();
+    let mut stack: Vec<(NodeId, PathBuf)> = vec![(0, PathBuf::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let full = root.join(&rel);
+        let rd = match fs::read_dir(&full) {
+            Ok(rd) => rd,
+            Err(e) => {
+                problems.handle(&full, e)?;
+                continue;
+            }
+        };
+        let mut names = Vec::new();
+        for ent in rd {
+            match ent {
+                Ok(ent) => names.push(ent.file_name()),
+                Err(e) => problems.handle(&full, e)?,
+            }
+        }
+        // Sorted so node ids (and the image) never depend on readdir order.
+        names.sort();
+        for name in names {
+            let rel_child = rel.join(&name);
+            if excl.excluded(&rel_child) {
+                continue;
+            }
+            let path = root.join(&rel_child);
+            let md = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) => {
+                    problems.handle(&path, e)?;
+                    continue;
+                }
+            };
+            let bname: Box<[u8]> = name.as_bytes().into();
+            if md.nlink() > 1 && !md.is_dir() {
+                if let Some(&target) = seen.get(&(md.dev(), md.ino())) {
+                    tree.link(dir, bname, target);
+                    continue;
+                }
+            }
+            let kind = match md.mode() & libc::S_IFMT {
+                libc::S_IFDIR => Kind::Dir(Vec::new()),
+                libc::S_IFREG => Kind::File {
+                    size: md.size(),
+                    first: 0,
+                    count: 0,
+                },
+                libc::S_IFLNK => match fs::read_link(&path) {
+                    Ok(t) => Kind::Symlink(t.as_os_str().as_bytes().into()),
+                    Err(e) => {
+                        problems.handle(&path, e)?;
+                        continue;
+                    }
+                },
+                libc::S_IFCHR | libc::S_IFBLK => Kind::Device(md.rdev()),
+                _ => Kind::Special,
+            };
+            let xattrs = match read_xattrs(&path) {
+                Ok(x) => tree.intern_xattrs(x),
+                Err(e) => {
+                    problems.handle(&path, e)?;
+                    continue;
+                }
+            };
+            let is_dir = matches!(kind, Kind::Dir(_));
+            let id = tree.add(
+                dir,
+                bname,
+                Node {
+                    meta: meta_of(&norm, &md),
+                    kind,
+                    xattrs,
+                    parent: dir,
+                    links: 0,
+                },
+            );
+            if is_dir {
+                stack.push((id, rel_child));
+            } else if md.nlink() > 1 {
+                seen.insert((md.dev(), md.ino()), id);
+            }
+        }
+    }
+    tree.finish();
+    Ok(tree)
+}
+
+fn meta_of(norm: &Normalizer, md: &fs::Metadata) -> Meta {
+    norm.meta(
+        md.mode(),
+        md.uid(),
+        md.gid(),
+        md.mtime(),
+        md.mtime_nsec().clamp(0, 999_999_999) as u32,
+    )
+}

@@ -1,0 +1,260 @@
+//! Reading a tar archive (plain, gzip, zstd, xz, bzip2) straight into a
+//! [`Tree`], feeding file data to the packer in archive order so the archive
+//! is never extracted and is read exactly once.
+
+use crate::options::{BuildError, BuildOptions};
+use crate::pack::Packer;
+use crate::scan::{Excluder, Normalizer, Problems};
+use crate::tree::{Kind, Meta, Node, NodeId, Tree};
+use sheaf_format::XattrSet;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use tar::EntryType;
+
+/// Wrap `r` in the decompressor its first bytes announce.
+pub fn decompressor<'a>(r: impl Read + 'a) -> std::io::Result<Box<dyn Read + 'a>> {
+    let mut br = BufReader::with_capacity(1 << 20, r);
+    let head = br.fill_buf()?.to_vec();
+    Ok(if head.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::MultiGzDecoder::new(br))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Box::new(zstd::stream::read::Decoder::with_buffer(br)?)
+    } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        Box::new(xz2::read::XzDecoder::new_multi_decoder(br))
+    } else if head.starts_with(b"BZh") {
+        Box::new(bzip2::read::MultiBzDecoder::new(br))
+    } else {
+        Box::new(br)
+    })
+}
+
+/// Split an archive path into safe components; `None` if it climbs out (`..`).
+fn components(p: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut v = Vec::new();
+    for c in p.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => return None,
+            c => v.push(c),
+        }
+    }
+    Some(v)
+}
+
+struct TarTree {
+    tree: Tree,
+    dirs: HashMap<Vec<u8>, NodeId>,
+    implicit: Meta,
+}
+
+impl TarTree {
+    /// The directory for `comps`, creating missing ones with default attributes.
+    fn dir(&mut self, comps: &[&[u8]]) -> Result<NodeId, String> {
+        let mut cur = 0;
+        let mut path = Vec::new();
+        for c in comps {
+            path.push(b'/');
+            path.extend_from_slice(c);
+            cur = match self.dirs.get(&path) {
+                Some(&d) => d,
+                None => {
+                    if self.tree.child(cur, c).is_some() {
+                        return Err(format!(
+                            "{} is not a directory",
+                            String::from_utf8_lossy(&path[1..])
+                        ));
+                    }
+                    let d = self.tree.add(cur, (*c).into(), dir_node(self.implicit));
+                    self.dirs.insert(path.clone(), d);
+                    d
+                }
+            };
+        }
+        Ok(cur)
+    }
+}
+
+fn dir_node(meta: Meta) -> Node {
+    Node {
+        meta,
+        kind: Kind::Dir(Vec::new()),
+        xattrs: 0,
+        parent: 0,
+        links: 0,
+    }
+}
+
+/// Parse a PAX time value `SEC[.FRAC]`.
+fn pax_time(v: &[u8]) -> Option<(i64, u32)> {
+    let s = std::str::from_utf8(v).ok()?;
+    let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
+    let sec: i64 = sec.parse().ok()?;
+    let mut ns = 0u32;
+    for (i, ch) in frac.chars().take(9).enumerate() {
+        ns += ch.to_digit(10)? * 10u32.pow(8 - i as u32);
+    }
+    Some((sec, ns))
+}
+
+/// Read a tar stream into a tree, packing file data as it goes.
+pub fn read_tar<W: Write + Send + 'static>(
+    input: impl Read,
+    name: &str,
+    opts: &BuildOptions,
+    packer: &mut Packer<W>,
+    problems: &mut Problems,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Tree, BuildError> {
+    let norm = Normalizer::new(opts);
+    let excl = Excluder::new(&opts.exclude)?;
+    let bad = |d: String| BuildError::BadInput {
+        path: name.to_string(),
+        detail: d,
+    };
+    let io = |e: std::io::Error| BuildError::Input {
+        path: name.to_string(),
+        source: e,
+    };
+    let implicit = norm.meta(libc::S_IFDIR | 0o755, 0, 0, 0, 0);
+    let mut t = TarTree {
+        tree: Tree::new(implicit),
+        dirs: HashMap::new(),
+        implicit,
+    };
+    let mut ar = tar::Archive::new(decompressor(input).map_err(io)?);
+    let mut count = 0u64;
+    for entry in ar.entries().map_err(io)? {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(BuildError::Interrupted);
+        }
+        let mut e = entry.map_err(|e| bad(format!("bad tar archive: {e}")))?;
+        count += 1;
+        let path = e.path_bytes().into_owned();
+        let shown = String::from_utf8_lossy(&path).into_owned();
+        let Some(comps) = components(&path) else {
+            problems.handle(
+                Path::new(&shown),
+                std::io::Error::other("path climbs out of the archive with '..'"),
+            )?;
+            continue;
+        };
+        if excl.excluded(Path::new(std::ffi::OsStr::from_bytes(&path))) {
+            continue;
+        }
+        let h = e.header().clone();
+        let etype = h.entry_type();
+        let mut uid = h.uid().unwrap_or(0) as u32;
+        let mut gid = h.gid().unwrap_or(0) as u32;
+        let (mut sec, mut nsec) = (h.mtime().unwrap_or(0) as i64, 0u32);
+        let mut xattrs = Vec::new();
+        if let Ok(Some(pax)) = e.pax_extensions() {
+            for ext in pax.flatten() {
+                let k = ext.key_bytes();
+                let v = ext.value_bytes();
+                let num = || std::str::from_utf8(v).ok()?.parse::<u32>().ok();
+                match k {
+                    b"uid" => uid = num().unwrap_or(uid),
+                    b"gid" => gid = num().unwrap_or(gid),
+                    b"mtime" => (sec, nsec) = pax_time(v).unwrap_or((sec, nsec)),
+                    _ => {
+                        if let Some(x) = k.strip_prefix(b"SCHILY.xattr.") {
+                            xattrs.push((x.to_vec(), v.to_vec()));
+                        }
+                    }
+                }
+            }
+        }
+        let perm = h.mode().unwrap_or(0o644) & 0o7777;
+        let ifmt = match etype {
+            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse | EntryType::Link => {
+                libc::S_IFREG
+            }
+            EntryType::Directory => libc::S_IFDIR,
+            EntryType::Symlink => libc::S_IFLNK,
+            EntryType::Char => libc::S_IFCHR,
+            EntryType::Block => libc::S_IFBLK,
+            EntryType::Fifo => libc::S_IFIFO,
+            _ => continue, // PAX/GNU meta entries are consumed by the tar crate
+        };
+        let meta = norm.meta(ifmt | perm, uid, gid, sec, nsec);
+        let xattrs = t.tree.intern_xattrs(XattrSet(xattrs));
+        if comps.is_empty() {
+            if etype == EntryType::Directory {
+                t.tree.nodes[0].meta = meta;
+                t.tree.nodes[0].xattrs = xattrs;
+            }
+            continue;
+        }
+        let (leaf, parents) = comps.split_last().expect("non-empty");
+        let parent = t.dir(parents).map_err(bad)?;
+        let mut node = Node {
+            meta,
+            kind: Kind::Special,
+            xattrs,
+            parent,
+            links: 0,
+        };
+        match etype {
+            EntryType::Directory => {
+                let mut key = Vec::new();
+                for c in &comps {
+                    key.push(b'/');
+                    key.extend_from_slice(c);
+                }
+                if let Some(&d) = t.dirs.get(&key) {
+                    t.tree.nodes[d as usize].meta = meta;
+                    t.tree.nodes[d as usize].xattrs = xattrs;
+                } else {
+                    let d = t.tree.add(parent, (*leaf).into(), Node { ..dir_node(meta) });
+                    t.tree.nodes[d as usize].xattrs = xattrs;
+                    t.dirs.insert(key, d);
+                }
+                continue;
+            }
+            EntryType::Link => {
+                let target = e.link_name_bytes().map(|c| c.into_owned()).unwrap_or_default();
+                let found = components(&target).and_then(|tc| {
+                    let (tl, tp) = tc.split_last()?;
+                    let d = t.dir(tp).ok()?;
+                    t.tree.child(d, tl)
+                });
+                match found {
+                    Some(target) if !matches!(t.tree.nodes[target as usize].kind, Kind::Dir(_)) => {
+                        t.tree.link(parent, (*leaf).into(), target)
+                    }
+                    _ => problems.handle(
+                        Path::new(&shown),
+                        std::io::Error::other(format!(
+                            "hardlink target {} is not an earlier file in the archive",
+                            String::from_utf8_lossy(&target)
+                        )),
+                    )?,
+                }
+                continue;
+            }
+            EntryType::Symlink => {
+                let target = e.link_name_bytes().map(|c| c.into_owned()).unwrap_or_default();
+                node.kind = Kind::Symlink(target.into());
+            }
+            EntryType::Char | EntryType::Block => {
+                let major = h.device_major().ok().flatten().unwrap_or(0);
+                let minor = h.device_minor().ok().flatten().unwrap_or(0);
+                node.kind = Kind::Device(libc::makedev(major, minor));
+            }
+            EntryType::Fifo => {}
+            _ => {
+                let (size, first, count) = packer.add_file(&mut e, None, &shown)?;
+                node.kind = Kind::File { size, first, count };
+            }
+        }
+        t.tree.add(parent, (*leaf).into(), node);
+    }
+    if count == 0 {
+        return Err(bad("empty or not a tar archive".into()));
+    }
+    let mut tree = t.tree;
+    tree.finish();
+    Ok(tree)
+}

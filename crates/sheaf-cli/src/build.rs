@@ -1,0 +1,168 @@
+//! `sheaf build`.
+
+use crate::util::{cancel_flag, human, parse_size, stderr_is_tty};
+use anyhow::{bail, Context, Result};
+use sheaf_build::{BuildOptions, Compression, Input, Progress};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Arguments of `sheaf build`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  sheaf build ./dataset -o dataset.sheaf
+  sheaf build release.tar.zst -o release.sheaf -c xz:9 --block-size 4M
+  tar -cf - -C /opt/stack . | sheaf build - -o stack.sheaf
+  SOURCE_DATE_EPOCH=1700000000 sheaf build src -o src.sheaf --owner 0:0
+
+Input order: directories are packed with similar files together (by
+extension, then name); tar input is packed in archive order, read once.
+The image is written to a temporary file and renamed when complete.")]
+pub struct BuildArgs {
+    /// A directory, a tar archive (plain, .gz, .zst, .xz, .bz2), or '-' for a tar stream on stdin.
+    source: PathBuf,
+    /// The image to write.
+    #[arg(short, long, value_name = "IMAGE")]
+    output: PathBuf,
+    /// Compression: zstd[:1-22] (default zstd:12), lz4, xz[:0-9], none, or auto[:LEVEL]
+    /// (per block, the smallest of zstd, lz4 and xz; data that does not shrink is stored raw).
+    #[arg(short, long, default_value = "zstd:12", value_name = "CODEC[:LEVEL]")]
+    compression: String,
+    /// Data block size, a power of two from 4K to 64M. Larger compresses
+    /// better; smaller makes random reads and lazy fetches cheaper.
+    #[arg(long, default_value = "1M", value_name = "SIZE")]
+    block_size: String,
+    /// Metadata page size, a power of two from 4K to 1M.
+    #[arg(long, default_value = "64K", value_name = "SIZE", hide = true)]
+    page_size: String,
+    /// Compression threads (default: all cores). Does not change the output.
+    #[arg(short = 'j', long, value_name = "N")]
+    threads: Option<usize>,
+    /// Leave out paths matching GLOB (relative to SOURCE, or a bare name). Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    exclude: Vec<String>,
+    /// Store every entry as owned by UID:GID.
+    #[arg(long, value_name = "UID:GID")]
+    owner: Option<String>,
+    /// Store every mtime as T (seconds since the epoch). Without it,
+    /// SOURCE_DATE_EPOCH, if set, clamps later mtimes to its value.
+    #[arg(long, value_name = "T")]
+    mtime: Option<i64>,
+    /// Skip unreadable entries instead of failing; they are listed at the end.
+    #[arg(long)]
+    skip_errors: bool,
+    /// Replace IMAGE if it exists.
+    #[arg(short, long)]
+    force: bool,
+    /// Print a JSON report on stdout.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn parse_owner(s: &str) -> Result<(u32, u32)> {
+    let (u, g) = s.split_once(':').context("--owner wants UID:GID, e.g. 0:0")?;
+    Ok((
+        u.parse().context("--owner: UID is not a number")?,
+        g.parse().context("--owner: GID is not a number")?,
+    ))
+}
+
+/// Run `sheaf build`.
+pub fn run(a: BuildArgs) -> Result<i32> {
+    let compression = Compression::parse(&a.compression).map_err(anyhow::Error::msg)?;
+    let clamp = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) if !v.is_empty() => Some(
+            v.trim()
+                .parse::<i64>()
+                .with_context(|| format!("SOURCE_DATE_EPOCH='{v}' is not a number of seconds"))?,
+        ),
+        _ => None,
+    };
+    let opts = BuildOptions {
+        compression,
+        block_size: parse_size(&a.block_size).map_err(|e| anyhow::anyhow!("--block-size: {e}"))?,
+        page_size: parse_size(&a.page_size).map_err(|e| anyhow::anyhow!("--page-size: {e}"))?,
+        threads: a.threads.unwrap_or(0),
+        exclude: a.exclude,
+        owner: a.owner.as_deref().map(parse_owner).transpose()?,
+        mtime: a.mtime,
+        clamp_mtime: clamp,
+        skip_errors: a.skip_errors,
+        force: a.force,
+    };
+    let input = if a.source.as_os_str() == "-" {
+        Input::TarStdin
+    } else {
+        match std::fs::metadata(&a.source) {
+            Ok(m) if m.is_dir() => Input::Dir(a.source.clone()),
+            Ok(_) => Input::TarFile(a.source.clone()),
+            Err(e) => bail!("{}: {e}", a.source.display()),
+        }
+    };
+    let progress = Arc::new(Progress::default());
+    let cancel = cancel_flag();
+    let start = Instant::now();
+    let show = !a.quiet && !a.json && stderr_is_tty();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bar_thread = show.then(|| {
+        let (p, done) = (progress.clone(), done.clone());
+        std::thread::spawn(move || progress_bar(&p, &done))
+    });
+    let result = sheaf_build::build(&input, &a.output, &opts, progress.clone(), cancel);
+    done.store(true, Ordering::SeqCst);
+    if let Some(t) = bar_thread {
+        let _ = t.join();
+    }
+    let rep = result?;
+    let secs = start.elapsed().as_secs_f64();
+    if a.json {
+        let mut v = serde_json::to_value(&rep)?;
+        v["seconds"] = serde_json::json!(secs);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if !a.quiet {
+        let ratio = rep.image_bytes as f64 / rep.logical_bytes.max(1) as f64;
+        eprintln!(
+            "{}: {} entries, {} of data -> {} image ({:.1}%) in {:.1} s; root {}",
+            rep.image.display(),
+            rep.inodes,
+            human(rep.logical_bytes),
+            human(rep.image_bytes),
+            ratio * 100.0,
+            secs,
+            &rep.root_digest[..16]
+        );
+    }
+    if !rep.skipped.is_empty() {
+        eprintln!("sheaf: skipped {} unreadable entries:", rep.skipped.len());
+        for s in &rep.skipped {
+            eprintln!("  {s}");
+        }
+    }
+    Ok(0)
+}
+
+fn progress_bar(p: &Progress, done: &std::sync::atomic::AtomicBool) {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} in, {msg} ({binary_bytes_per_sec}, ETA {eta})",
+        )
+        .expect("valid template"),
+    );
+    while !done.load(Ordering::SeqCst) {
+        bar.set_length(p.total_bytes.load(Ordering::Relaxed));
+        bar.set_position(p.bytes_in.load(Ordering::Relaxed));
+        bar.set_message(format!(
+            "{} files, {} out",
+            p.files.load(Ordering::Relaxed),
+            human(p.bytes_out.load(Ordering::Relaxed))
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+}

@@ -1,0 +1,259 @@
+//! Read-only commands: `info`, `ls`, `cat`, `check`.
+
+use crate::util::human;
+use anyhow::{bail, Result};
+use sheaf_format::{hex, FileType, StreamId};
+use sheaf_read::{open_path, Image, Inode};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// `sheaf info`.
+pub fn info(path: &Path, json: bool) -> Result<i32> {
+    let img = open_path(path)?;
+    let sb = img.superblock();
+    let build: serde_json::Value = img
+        .build_info()?
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    let stats = &build["stats"];
+    let meta_bytes: u64 = StreamId::ALL
+        .iter()
+        .map(|&id| sb.stream(id).len)
+        .sum();
+    let v = serde_json::json!({
+        "image": path.display().to_string(),
+        "image_bytes": img.len(),
+        "root_digest": hex(&img.root_digest()),
+        "inodes": sb.inode_count,
+        "entries_by_type": stats["entries_by_type"],
+        "hardlinked_inodes": stats["hardlinked_inodes"],
+        "logical_bytes": sb.logical_bytes,
+        "stored_data_bytes": sb.stored_data_bytes,
+        "compression_ratio": sb.logical_bytes as f64 / img.len().max(1) as f64,
+        "dedup_bytes": stats["dedup_bytes"],
+        "hole_bytes": stats["hole_bytes"],
+        "blocks": sb.block_count,
+        "blocks_by_codec": stats["blocks_by_codec"],
+        "block_size": sb.block_size,
+        "page_size": sb.page_size,
+        "metadata_bytes_uncompressed": meta_bytes,
+        "build": {
+            "builder": build["builder"],
+            "compression": build["compression"],
+            "owner": build["owner"],
+            "mtime": build["mtime"],
+            "clamp_mtime": build["clamp_mtime"],
+            "exclude": build["exclude"],
+        },
+        "sections": img.sections().iter().map(|s| serde_json::json!({
+            "kind": s.kind.id(), "required": s.required(), "offset": s.offset, "length": s.length,
+        })).collect::<Vec<_>>(),
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    let mut o = std::io::stdout().lock();
+    writeln!(o, "image:        {} ({})", path.display(), human(img.len()))?;
+    writeln!(o, "root digest:  {}", hex(&img.root_digest()))?;
+    let types = v["entries_by_type"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, n)| format!("{n} {k}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    writeln!(o, "entries:      {} inodes ({types})", sb.inode_count)?;
+    writeln!(o, "data:         {} logical, {} stored in {} blocks of {}",
+        human(sb.logical_bytes), human(sb.stored_data_bytes), sb.block_count, human(sb.block_size as u64))?;
+    writeln!(o, "ratio:        {:.2}x (logical / image size)", v["compression_ratio"].as_f64().unwrap_or(0.0))?;
+    if let Some(d) = v["dedup_bytes"].as_u64() {
+        writeln!(o, "dedup saved:  {}; holes: {}", human(d), human(v["hole_bytes"].as_u64().unwrap_or(0)))?;
+    }
+    writeln!(o, "codecs:       {} (blocks: {})", build["compression"].as_str().unwrap_or("?"), v["blocks_by_codec"])?;
+    writeln!(o, "metadata:     {} uncompressed, pages of {}", human(meta_bytes), human(sb.page_size as u64))?;
+    writeln!(o, "built by:     {}", build["builder"].as_str().unwrap_or("?"))?;
+    Ok(0)
+}
+
+/// Arguments of `sheaf ls`.
+#[derive(clap::Args, Debug)]
+pub struct LsArgs {
+    /// The image.
+    image: PathBuf,
+    /// Directory or file inside the image (default: the root).
+    #[arg(default_value = "/")]
+    path: String,
+    /// Long listing: mode, links, owner, size, mtime, name -> target.
+    #[arg(short, long)]
+    long: bool,
+    /// Recurse into subdirectories (paths printed relative to PATH).
+    #[arg(short = 'R', long)]
+    recursive: bool,
+}
+
+fn mode_string(mode: u32) -> String {
+    let t = match FileType::from_mode(mode) {
+        Some(FileType::Directory) => 'd',
+        Some(FileType::Symlink) => 'l',
+        Some(FileType::CharDevice) => 'c',
+        Some(FileType::BlockDevice) => 'b',
+        Some(FileType::Fifo) => 'p',
+        Some(FileType::Socket) => 's',
+        _ => '-',
+    };
+    let mut s = String::from(t);
+    for (i, c) in "rwxrwxrwx".chars().enumerate() {
+        let bit = 1 << (8 - i);
+        let on = mode & bit != 0;
+        let special = match i {
+            2 => mode & 0o4000 != 0,
+            5 => mode & 0o2000 != 0,
+            8 => mode & 0o1000 != 0,
+            _ => false,
+        };
+        s.push(match (on, special) {
+            (true, false) => c,
+            (false, false) => '-',
+            (true, true) => if i == 8 { 't' } else { 's' },
+            (false, true) => if i == 8 { 'T' } else { 'S' },
+        });
+    }
+    s
+}
+
+fn print_entry(o: &mut impl Write, img: &Image, ino: &Inode, name: &[u8], long: bool) -> Result<()> {
+    let name = String::from_utf8_lossy(name);
+    if !long {
+        writeln!(o, "{name}")?;
+        return Ok(());
+    }
+    let r = &ino.rec;
+    let size = match ino.file_type() {
+        FileType::CharDevice | FileType::BlockDevice => {
+            format!("{},{}", libc::major(r.data), libc::minor(r.data))
+        }
+        _ => r.size.to_string(),
+    };
+    let target = if ino.file_type() == FileType::Symlink {
+        format!(" -> {}", String::from_utf8_lossy(&img.read_link(ino)?))
+    } else {
+        String::new()
+    };
+    writeln!(
+        o,
+        "{} {:>3} {:>5} {:>5} {:>12} {}.{:09} {name}{target}",
+        mode_string(r.mode),
+        r.nlink,
+        r.uid,
+        r.gid,
+        size,
+        r.mtime_sec,
+        r.mtime_nsec
+    )?;
+    Ok(())
+}
+
+/// `sheaf ls`.
+pub fn ls(a: LsArgs) -> Result<i32> {
+    let img = open_path(&a.image)?;
+    let start = img.resolve(a.path.as_bytes())?;
+    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    if start.file_type() != FileType::Directory {
+        let name = a.path.rsplit('/').next().unwrap_or(&a.path);
+        print_entry(&mut o, &img, &start, name.as_bytes(), a.long)?;
+        return Ok(0);
+    }
+    let mut stack = vec![(start, Vec::<u8>::new())];
+    while let Some((dir, prefix)) = stack.pop() {
+        let n = img.dir_len(&dir)?;
+        let mut subdirs = Vec::new();
+        for e in img.read_dir(&dir, 0, n as usize)? {
+            let ino = img.inode(e.ino)?;
+            let mut full = prefix.clone();
+            if !full.is_empty() {
+                full.push(b'/');
+            }
+            full.extend_from_slice(&e.name);
+            print_entry(&mut o, &img, &ino, &full, a.long)?;
+            if a.recursive && e.file_type == FileType::Directory {
+                subdirs.push((ino, full));
+            }
+        }
+        stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(0)
+}
+
+/// `sheaf cat`.
+pub fn cat(image: &Path, path: &str) -> Result<i32> {
+    let img = open_path(image)?;
+    let ino = img.resolve(path.as_bytes())?;
+    if ino.file_type() != FileType::Regular {
+        bail!("{path}: not a regular file (a {})", ino.file_type().name());
+    }
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; img.superblock().block_size as usize];
+    let mut off = 0u64;
+    loop {
+        let n = img.read(&ino, off, &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        off += n as u64;
+    }
+    out.flush()?;
+    Ok(0)
+}
+
+/// `sheaf check`.
+pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
+    let start = Instant::now();
+    let img = open_path(image)?;
+    let pool = rayon_pool(threads)?;
+    let progress = std::sync::atomic::AtomicU64::new(0);
+    let rep = pool.install(|| sheaf_read::verify::verify(&img, &progress));
+    let secs = start.elapsed().as_secs_f64();
+    let logical = img.superblock().logical_bytes;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "image": image.display().to_string(),
+                "ok": rep.errors.is_empty(),
+                "pages": rep.pages, "blocks": rep.blocks, "inodes": rep.inodes,
+                "block_bytes": rep.block_bytes, "logical_bytes": logical,
+                "seconds": secs, "errors": rep.errors,
+                "root_digest": hex(&img.root_digest()),
+            }))?
+        );
+    } else if rep.errors.is_empty() {
+        println!(
+            "{}: OK: {} pages, {} blocks ({}), {} inodes verified in {:.2} s ({:.0} MB/s of file data)",
+            image.display(),
+            rep.pages,
+            rep.blocks,
+            human(rep.block_bytes),
+            rep.inodes,
+            secs,
+            logical as f64 / secs / 1e6
+        );
+    } else {
+        for e in &rep.errors {
+            eprintln!("sheaf: {e}");
+        }
+        eprintln!("sheaf: error: {}: {} problems found", image.display(), rep.errors.len());
+    }
+    Ok(if rep.errors.is_empty() { 0 } else { 1 })
+}
+
+/// A rayon pool of `threads` (default: all cores).
+pub fn rayon_pool(threads: Option<usize>) -> Result<rayon::ThreadPool> {
+    Ok(rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()?)
+}

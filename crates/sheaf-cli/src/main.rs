@@ -1,0 +1,105 @@
+//! The `sheaf` command: the only crate that knows about terminals, exit codes
+//! and argument syntax. Every failure becomes one line on stderr
+//! (`sheaf: error: ...`) and a non-zero exit.
+
+mod build;
+mod extract;
+mod inspect;
+mod util;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Pack directory trees into compressed, verifiable, read-only images.
+///
+/// An image holds files, directories, symlinks, hardlinks, devices, owners,
+/// modes, nanosecond mtimes and xattrs. Data is split into hashed blocks
+/// (BLAKE3), deduplicated and compressed; metadata is paged so that a reader
+/// touches only what it needs. Every byte read is checked against its hash.
+#[derive(Parser, Debug)]
+#[command(name = "sheaf", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Pack a directory or tar archive into an image.
+    Build(build::BuildArgs),
+    /// Summarise an image: entries, sizes, compression, dedup, root digest.
+    Info {
+        /// The image.
+        image: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a directory of an image (like ls).
+    Ls(inspect::LsArgs),
+    /// Write a file of an image to standard output.
+    Cat {
+        /// The image.
+        image: PathBuf,
+        /// Path of a regular file inside the image.
+        path: String,
+    },
+    /// Unpack an image (or parts of it) into a directory, with attributes.
+    ///
+    /// Never writes outside DIR, whatever the image contains, and never
+    /// replaces an existing file. Ownership is restored when running as root;
+    /// attributes that cannot be restored are counted and reported.
+    Extract(extract::ExtractArgs),
+    /// Verify every metadata page and data block against its hash.
+    ///
+    /// Exits 0 if the image is intact, 1 with a list of problems otherwise.
+    Check {
+        /// The image.
+        image: PathBuf,
+        /// Threads to use (default: all cores).
+        #[arg(short = 'j', long)]
+        threads: Option<usize>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind::*;
+            if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
+                e.exit();
+            }
+            // One line: clap's first, plus where to look.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            eprintln!("sheaf: {} (see 'sheaf --help')", first.trim_start_matches("error: ").trim());
+            std::process::exit(2);
+        }
+    };
+    // A closed stdout (e.g. `sheaf cat ... | head`) is not an error.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let r = match cli.cmd {
+        Cmd::Build(a) => build::run(a),
+        Cmd::Info { image, json } => inspect::info(&image, json),
+        Cmd::Ls(a) => inspect::ls(a),
+        Cmd::Cat { image, path } => inspect::cat(&image, &path),
+        Cmd::Extract(a) => extract::run(a),
+        Cmd::Check {
+            image,
+            threads,
+            json,
+        } => inspect::check(&image, threads, json),
+    };
+    match r {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("sheaf: error: {msg}");
+            std::process::exit(1);
+        }
+    }
+}

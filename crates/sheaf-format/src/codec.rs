@@ -1,0 +1,148 @@
+//! Block and page codecs.
+//!
+//! Each stored block or page names its codec in its [`BlockRef`](crate::BlockRef).
+//! Decoding is bounded by the uncompressed length recorded in the ref, so a
+//! hostile payload cannot make the reader allocate more than that.
+
+use crate::FormatError;
+use std::io::Read;
+
+/// Compression codec of one block or page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Codec {
+    /// Stored as is.
+    None = 0,
+    /// Zstandard frame.
+    Zstd = 1,
+    /// LZ4 block format (no frame), length known from the ref.
+    Lz4 = 2,
+    /// XZ stream (LZMA2).
+    Xz = 3,
+}
+
+impl Codec {
+    /// All codecs, in id order.
+    pub const ALL: [Codec; 4] = [Codec::None, Codec::Zstd, Codec::Lz4, Codec::Xz];
+
+    /// Decode a codec id.
+    pub fn from_id(id: u8) -> Result<Codec, FormatError> {
+        Codec::ALL
+            .get(id as usize)
+            .copied()
+            .ok_or_else(|| FormatError::invalid("codec", format!("unknown codec id {id}")))
+    }
+
+    /// Lowercase name used on the command line and in `sheaf info`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::None => "none",
+            Codec::Zstd => "zstd",
+            Codec::Lz4 => "lz4",
+            Codec::Xz => "xz",
+        }
+    }
+
+    /// Parse a codec name.
+    pub fn from_name(s: &str) -> Option<Codec> {
+        Codec::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// Default level when none is given.
+    pub fn default_level(self) -> i32 {
+        match self {
+            Codec::None | Codec::Lz4 => 0,
+            Codec::Zstd => 12,
+            Codec::Xz => 6,
+        }
+    }
+
+    /// Range of levels accepted for this codec.
+    pub fn level_range(self) -> std::ops::RangeInclusive<i32> {
+        match self {
+            Codec::None | Codec::Lz4 => 0..=0,
+            Codec::Zstd => 1..=22,
+            Codec::Xz => 0..=9,
+        }
+    }
+
+    /// Compress `data` at `level`. Never fails for valid levels.
+    pub fn compress(self, level: i32, data: &[u8]) -> Vec<u8> {
+        match self {
+            Codec::None => data.to_vec(),
+            Codec::Zstd => {
+                let mut c = zstd::bulk::Compressor::new(level).expect("zstd level validated");
+                // The frame need not repeat what the ref already records.
+                let _ = c.include_checksum(false);
+                let _ = c.include_contentsize(false);
+                c.compress(data).expect("zstd compression into a Vec cannot fail")
+            }
+            Codec::Lz4 => lz4_flex::block::compress(data),
+            Codec::Xz => {
+                let mut out = Vec::with_capacity(data.len() / 3);
+                let mut enc = xz2::read::XzEncoder::new(data, level as u32);
+                enc.read_to_end(&mut out)
+                    .expect("xz compression from memory cannot fail");
+                out
+            }
+        }
+    }
+
+    /// Decompress `data` which must expand to exactly `ulen` bytes.
+    pub fn decompress(self, data: &[u8], ulen: usize) -> Result<Vec<u8>, FormatError> {
+        let err = |d: String| FormatError::Decompress {
+            codec: self.name(),
+            detail: d,
+        };
+        let out = match self {
+            Codec::None => data.to_vec(),
+            Codec::Zstd => {
+                let mut d = zstd::bulk::Decompressor::new().map_err(|e| err(e.to_string()))?;
+                d.decompress(data, ulen).map_err(|e| err(e.to_string()))?
+            }
+            Codec::Lz4 => lz4_flex::block::decompress(data, ulen).map_err(|e| err(e.to_string()))?,
+            Codec::Xz => {
+                let mut out = Vec::with_capacity(ulen);
+                xz2::read::XzDecoder::new(data)
+                    .take(ulen as u64 + 1)
+                    .read_to_end(&mut out)
+                    .map_err(|e| err(e.to_string()))?;
+                out
+            }
+        };
+        if out.len() != ulen {
+            return Err(err(format!(
+                "expanded to {} bytes, expected {ulen}",
+                out.len()
+            )));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_codec_round_trips_and_rejects_wrong_length() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        for c in Codec::ALL {
+            let z = c.compress(c.default_level(), &data);
+            assert_eq!(c.decompress(&z, data.len()).unwrap(), data, "{c:?}");
+            assert!(c.decompress(&z, data.len() - 1).is_err(), "{c:?} short");
+            if c != Codec::None {
+                assert!(c.decompress(&z[..z.len() / 2], data.len()).is_err(), "{c:?} cut");
+            }
+        }
+    }
+
+    #[test]
+    fn ids_and_names_round_trip() {
+        for c in Codec::ALL {
+            assert_eq!(Codec::from_id(c as u8).unwrap(), c);
+            assert_eq!(Codec::from_name(c.name()), Some(c));
+        }
+        assert!(Codec::from_id(4).is_err());
+    }
+}

@@ -1,0 +1,49 @@
+//! Errors raised while decoding image bytes.
+
+use thiserror::Error;
+
+/// Something in the bytes of an image is not what the format allows.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum FormatError {
+    /// Fewer bytes than the structure needs.
+    #[error("truncated {0}")]
+    Truncated(&'static str),
+    /// A magic number did not match.
+    #[error("not a sheaf image (bad {0} magic)")]
+    BadMagic(&'static str),
+    /// The major version is newer than this reader understands.
+    #[error("format version {0}.{1} is not supported (this sheaf reads 1.x)")]
+    UnsupportedVersion(u16, u16),
+    /// The image needs a feature this reader lacks.
+    #[error("image requires unknown feature '{0}'; upgrade sheaf to read it")]
+    UnknownFeature(String),
+    /// A value is out of the range the format allows.
+    #[error("invalid {what}: {detail}")]
+    Invalid {
+        /// Which structure or field.
+        what: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A hash over some bytes did not match the recorded digest.
+    #[error("checksum mismatch in {0}")]
+    HashMismatch(String),
+    /// A compressed payload failed to decode.
+    #[error("cannot decompress {codec} data: {detail}")]
+    Decompress {
+        /// Codec name.
+        codec: &'static str,
+        /// Decoder message.
+        detail: String,
+    },
+}
+
+impl FormatError {
+    /// Shorthand for [`FormatError::Invalid`].
+    pub fn invalid(what: &'static str, detail: impl Into<String>) -> Self {
+        FormatError::Invalid {
+            what,
+            detail: detail.into(),
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The sheaf image format: byte layout, record encoding and codecs.
+//!
+//! This crate owns *what the bytes mean*: the header and trailer, the
+//! section table, the superblock, the fixed-size metadata records, the
+//! paged-stream geometry and the block codecs. It performs no I/O and has no
+//! policy about caching, threading or where bytes come from; the builder
+//! (`sheaf-build`) produces these structures and the reader (`sheaf-read`)
+//! consumes them. `docs/format.md` is the normative description; this crate
+//! is its reference implementation.
+//!
+//! Every decoder here takes untrusted bytes and returns a [`FormatError`]
+//! instead of panicking; the fuzz targets in `fuzz/` exercise them.
+
+pub mod codec;
+pub mod error;
+pub mod layout;
+pub mod records;
+pub mod superblock;
+
+pub use codec::Codec;
+pub use error::FormatError;
+pub use layout::{
+    BlockRef, Header, SectionEntry, SectionKind, Trailer, BLOCK_REF_LEN, HEADER_LEN,
+    SECTION_ENTRY_LEN, SECTION_FLAG_REQUIRED, TRAILER_LEN,
+};
+pub use records::{ChunkRecord, DirentRecord, FileType, InodeRecord, XattrSet};
+pub use superblock::{StreamDesc, StreamId, Superblock};
+
+/// A BLAKE3 digest, used for blocks, pages, sections and the image root.
+pub type Digest = [u8; 32];
+
+/// Hash bytes the way every digest in the format is computed.
+pub fn digest(bytes: &[u8]) -> Digest {
+    *blake3::hash(bytes).as_bytes()
+}
+
+/// Render a digest as lowercase hex (used in messages and `sheaf info`).
+pub fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Little-endian cursor over untrusted bytes; every read is bounds-checked.
+#[derive(Debug)]
+pub struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    what: &'static str,
+}
+
+impl<'a> Cursor<'a> {
+    /// Start reading `buf`; `what` names the structure in errors.
+    pub fn new(buf: &'a [u8], what: &'static str) -> Self {
+        Cursor { buf, pos: 0, what }
+    }
+    /// Take the next `n` bytes.
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(FormatError::Truncated(self.what))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    /// Read a fixed-size array.
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], FormatError> {
+        Ok(self.take(N)?.try_into().expect("length checked"))
+    }
+    /// Read a little-endian u8.
+    pub fn u8(&mut self) -> Result<u8, FormatError> {
+        Ok(self.array::<1>()?[0])
+    }
+    /// Read a little-endian u16.
+    pub fn u16(&mut self) -> Result<u16, FormatError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    /// Read a little-endian u32.
+    pub fn u32(&mut self) -> Result<u32, FormatError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    /// Read a little-endian u64.
+    pub fn u64(&mut self) -> Result<u64, FormatError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    /// Read a little-endian i64.
+    pub fn i64(&mut self) -> Result<i64, FormatError> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+    /// Bytes not yet consumed.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+}

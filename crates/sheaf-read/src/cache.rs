@@ -1,0 +1,217 @@
+//! A bounded, content-addressed cache of decoded blocks and pages.
+//!
+//! Keys are BLAKE3 digests of the decoded bytes, so the cache only ever holds
+//! verified data and identical blocks of different images share one entry.
+//! Concurrent requests for one key wait for a single load ("single flight").
+//! Eviction is least-recently-used by bytes.
+
+use sheaf_format::Digest;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Counters of one cache.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Requests served from memory.
+    pub hits: AtomicU64,
+    /// Requests that loaded (decompressed) the value.
+    pub misses: AtomicU64,
+    /// Requests that waited for another thread's load of the same key.
+    pub waits: AtomicU64,
+    /// Entries evicted.
+    pub evictions: AtomicU64,
+}
+
+#[derive(Default)]
+struct Slot {
+    value: Mutex<Option<Arc<[u8]>>>,
+}
+
+struct Entry {
+    slot: Arc<Slot>,
+    tick: u64,
+    size: usize,
+}
+
+#[derive(Default)]
+struct Inner {
+    map: HashMap<Digest, Entry>,
+    lru: BTreeMap<u64, Digest>,
+    tick: u64,
+    size: usize,
+}
+
+/// The cache.
+pub struct Cache {
+    inner: Mutex<Inner>,
+    capacity: usize,
+    /// Counters.
+    pub stats: CacheStats,
+}
+
+impl Cache {
+    /// A cache holding up to `capacity` bytes of values.
+    pub fn new(capacity: usize) -> Self {
+        Cache {
+            inner: Mutex::default(),
+            capacity,
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Bytes currently held.
+    pub fn size(&self) -> usize {
+        self.inner.lock().expect("cache lock").size
+    }
+
+    /// Return the value for `key`, calling `load` at most once across threads.
+    /// A failed load is not cached; the next request tries again.
+    pub fn get_or_load<E>(
+        &self,
+        key: &Digest,
+        load: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<Arc<[u8]>, E> {
+        let slot = {
+            let mut g = self.inner.lock().expect("cache lock");
+            g.tick += 1;
+            let tick = g.tick;
+            let inner = &mut *g;
+            match inner.map.get_mut(key) {
+                Some(e) => {
+                    inner.lru.remove(&e.tick);
+                    e.tick = tick;
+                    inner.lru.insert(tick, *key);
+                    e.slot.clone()
+                }
+                None => {
+                    let slot = Arc::new(Slot::default());
+                    inner.map.insert(
+                        *key,
+                        Entry {
+                            slot: slot.clone(),
+                            tick,
+                            size: 0,
+                        },
+                    );
+                    inner.lru.insert(tick, *key);
+                    slot
+                }
+            }
+        };
+        let mut v = match slot.value.try_lock() {
+            Ok(v) => v,
+            Err(_) => {
+                self.stats.waits.fetch_add(1, Ordering::Relaxed);
+                slot.value.lock().expect("slot lock")
+            }
+        };
+        if let Some(d) = &*v {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(d.clone());
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        match load() {
+            Ok(data) => {
+                let d: Arc<[u8]> = data.into();
+                *v = Some(d.clone());
+                drop(v);
+                let mut g = self.inner.lock().expect("cache lock");
+                let inner = &mut *g;
+                if let Some(e) = inner.map.get_mut(key).filter(|e| Arc::ptr_eq(&e.slot, &slot)) {
+                    e.size = d.len();
+                    inner.size += d.len();
+                }
+                self.evict(inner, key);
+                Ok(d)
+            }
+            Err(e) => {
+                drop(v);
+                let mut g = self.inner.lock().expect("cache lock");
+                let inner = &mut *g;
+                let stale = inner.map.get(key).is_some_and(|e| {
+                    Arc::ptr_eq(&e.slot, &slot)
+                        && e.slot.value.try_lock().is_ok_and(|v| v.is_none())
+                });
+                if stale {
+                    let t = inner.map.remove(key).expect("present").tick;
+                    inner.lru.remove(&t);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn evict(&self, inner: &mut Inner, keep: &Digest) {
+        while inner.size > self.capacity {
+            let Some((&t, &k)) = inner.lru.iter().next() else {
+                break;
+            };
+            if &k == keep && inner.lru.len() == 1 {
+                break;
+            }
+            inner.lru.remove(&t);
+            if let Some(e) = inner.map.remove(&k) {
+                inner.size -= e.size;
+                self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn evicts_least_recently_used_by_bytes() {
+        let c = Cache::new(250);
+        let k = |i: u8| [i; 32];
+        for i in 0..3 {
+            c.get_or_load::<()>(&k(i), || Ok(vec![i; 100])).unwrap();
+        }
+        // 0 was evicted to fit 2; touching 1 keeps it over 2 when 3 arrives.
+        assert_eq!(c.size(), 200);
+        c.get_or_load::<()>(&k(1), || panic!("cached")).unwrap();
+        c.get_or_load::<()>(&k(3), || Ok(vec![3; 100])).unwrap();
+        c.get_or_load::<()>(&k(1), || panic!("cached")).unwrap();
+        let mut reloaded = false;
+        c.get_or_load::<()>(&k(2), || {
+            reloaded = true;
+            Ok(vec![2; 100])
+        })
+        .unwrap();
+        assert!(reloaded);
+    }
+
+    #[test]
+    fn concurrent_requests_load_once() {
+        let c = Arc::new(Cache::new(1 << 20));
+        let loads = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..16)
+            .map(|_| {
+                let (c, loads) = (c.clone(), loads.clone());
+                std::thread::spawn(move || {
+                    c.get_or_load::<()>(&[9; 32], || {
+                        loads.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        Ok(vec![1; 1000])
+                    })
+                    .unwrap()
+                })
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap().len(), 1000);
+        }
+        assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn failed_load_is_retried() {
+        let c = Cache::new(1000);
+        assert!(c.get_or_load(&[1; 32], || Err("boom")).is_err());
+        assert_eq!(&*c.get_or_load::<()>(&[1; 32], || Ok(vec![5])).unwrap(), &[5]);
+    }
+}

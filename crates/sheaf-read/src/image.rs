@@ -1,0 +1,537 @@
+//! An open image: verified access to metadata pages and data blocks.
+
+use crate::cache::Cache;
+use crate::error::ReadError;
+use crate::source::Source;
+use sheaf_format::superblock::level_lengths;
+use sheaf_format::{
+    BlockRef, ChunkRecord, Digest, DirentRecord, FileType, FormatError, Header, InodeRecord,
+    SectionEntry, SectionKind, StreamId, Superblock, Trailer, XattrSet, BLOCK_REF_LEN, HEADER_LEN,
+    TRAILER_LEN,
+};
+use std::sync::Arc;
+
+/// How much of the file's tail to read on open; usually covers the trailer,
+/// section table and superblock in one request.
+const TAIL_READ: u64 = 64 * 1024;
+
+/// Cache sizes for an [`Image`].
+#[derive(Debug, Clone, Copy)]
+pub struct ImageOptions {
+    /// Bytes of decoded data blocks to keep.
+    pub block_cache_bytes: usize,
+    /// Bytes of decoded metadata pages to keep.
+    pub page_cache_bytes: usize,
+}
+
+impl Default for ImageOptions {
+    fn default() -> Self {
+        ImageOptions {
+            block_cache_bytes: 256 << 20,
+            page_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A decoded inode with its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inode {
+    /// Inode number (root is the superblock's root inode, 0).
+    pub ino: u32,
+    /// The record.
+    pub rec: InodeRecord,
+}
+
+impl Inode {
+    /// File type.
+    pub fn file_type(&self) -> FileType {
+        self.rec.file_type().expect("validated on decode")
+    }
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Name bytes.
+    pub name: Vec<u8>,
+    /// Target inode.
+    pub ino: u32,
+    /// Target type.
+    pub file_type: FileType,
+}
+
+/// An open, verified image. Cheap to share between threads (`Arc<Image>`).
+pub struct Image {
+    src: Arc<dyn Source>,
+    sb: Superblock,
+    sections: Vec<SectionEntry>,
+    table_offset: u64,
+    root_digest: Digest,
+    levels: [Vec<u64>; 5],
+    pages: Cache,
+    blocks: Arc<Cache>,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image").field("name", &self.src.name()).finish()
+    }
+}
+
+impl Image {
+    /// Open an image with default cache sizes.
+    pub fn open(src: Arc<dyn Source>) -> Result<Image, ReadError> {
+        Self::open_with(src, ImageOptions::default())
+    }
+
+    /// Open an image: reads the header, the tail (trailer, section table,
+    /// superblock) and verifies the section table and superblock hashes.
+    /// Touches a bounded number of byte ranges whatever the image size.
+    pub fn open_with(src: Arc<dyn Source>, opts: ImageOptions) -> Result<Image, ReadError> {
+        let name = src.name().to_string();
+        let fmt = |what: &str, e: FormatError| ReadError::format(&name, what, e);
+        let len = src.len();
+        if len < (HEADER_LEN + TRAILER_LEN) as u64 {
+            return Err(ReadError::format(
+                &name,
+                "file",
+                FormatError::invalid("image", format!("{len} bytes is too small to be a sheaf image")),
+            ));
+        }
+        let mut head = [0u8; HEADER_LEN];
+        read_at(&*src, &mut head, 0)?;
+        Header::decode(&head).map_err(|e| fmt("header", e))?;
+        let tail_len = TAIL_READ.min(len - HEADER_LEN as u64);
+        let tail_start = len - tail_len;
+        let mut tail = vec![0u8; tail_len as usize];
+        read_at(&*src, &mut tail, tail_start)?;
+        let trailer = Trailer::decode(&tail[tail.len() - TRAILER_LEN..], len)
+            .map_err(|e| fmt("trailer", e))?;
+        // Bytes [off, off+n) from the tail buffer if there, else from the source.
+        let fetch = |off: u64, n: usize| -> Result<Vec<u8>, ReadError> {
+            if off >= tail_start {
+                let s = (off - tail_start) as usize;
+                Ok(tail[s..s + n].to_vec())
+            } else {
+                let mut b = vec![0u8; n];
+                read_at(&*src, &mut b, off)?;
+                Ok(b)
+            }
+        };
+        let table = fetch(trailer.table_offset, trailer.table_len())?;
+        if sheaf_format::digest(&table) != trailer.root_digest {
+            return Err(fmt(
+                "section table",
+                FormatError::HashMismatch("section table (root digest)".into()),
+            ));
+        }
+        let sections =
+            SectionEntry::decode_table(&table, trailer.table_offset).map_err(|e| fmt("section table", e))?;
+        let mut sb = None;
+        for s in &sections {
+            match s.kind {
+                SectionKind::Superblock => {
+                    let n = usize::try_from(s.length)
+                        .ok()
+                        .filter(|&n| n <= 1 << 20)
+                        .ok_or_else(|| fmt("superblock", FormatError::invalid("superblock", "too large")))?;
+                    let b = fetch(s.offset, n)?;
+                    if sheaf_format::digest(&b) != s.hash {
+                        return Err(fmt("superblock", FormatError::HashMismatch("superblock".into())));
+                    }
+                    sb = Some(Superblock::decode(&b).map_err(|e| fmt("superblock", e))?);
+                }
+                SectionKind::Other(k) if s.required() => {
+                    return Err(fmt(
+                        "section table",
+                        FormatError::UnknownFeature(format!("required section kind {k}")),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let sb = sb.ok_or_else(|| {
+            fmt("section table", FormatError::invalid("section table", "no superblock"))
+        })?;
+        let levels = StreamId::ALL.map(|id| level_lengths(sb.stream(id).len, sb.page_size));
+        Ok(Image {
+            src,
+            sections,
+            table_offset: trailer.table_offset,
+            root_digest: trailer.root_digest,
+            levels,
+            sb,
+            pages: Cache::new(opts.page_cache_bytes),
+            blocks: Arc::new(Cache::new(opts.block_cache_bytes)),
+        })
+    }
+
+    /// The source's name (path or URL).
+    pub fn name(&self) -> &str {
+        self.src.name()
+    }
+    /// The superblock.
+    pub fn superblock(&self) -> &Superblock {
+        &self.sb
+    }
+    /// The root digest: BLAKE3 of the section table, which covers everything.
+    pub fn root_digest(&self) -> Digest {
+        self.root_digest
+    }
+    /// Image file size.
+    pub fn len(&self) -> u64 {
+        self.src.len()
+    }
+    /// Whether the image file is empty (never, for an opened image).
+    pub fn is_empty(&self) -> bool {
+        self.src.len() == 0
+    }
+    /// The section table.
+    pub fn sections(&self) -> &[SectionEntry] {
+        &self.sections
+    }
+    /// The data block cache (shareable between images).
+    pub fn block_cache(&self) -> &Arc<Cache> {
+        &self.blocks
+    }
+    /// The metadata page cache.
+    pub fn page_cache(&self) -> &Cache {
+        &self.pages
+    }
+
+    /// Build options recorded in the image, if present and intact.
+    pub fn build_info(&self) -> Result<Option<String>, ReadError> {
+        let Some(s) = self.sections.iter().find(|s| s.kind == SectionKind::BuildInfo) else {
+            return Ok(None);
+        };
+        let n = usize::try_from(s.length).unwrap_or(usize::MAX).min(1 << 20);
+        let mut b = vec![0u8; n];
+        read_at(&*self.src, &mut b, s.offset)?;
+        if sheaf_format::digest(&b) != s.hash {
+            return Err(ReadError::format(
+                self.name(),
+                "build info",
+                FormatError::HashMismatch("build info section".into()),
+            ));
+        }
+        Ok(Some(String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Read, decompress and verify the bytes a ref points to (no caching).
+    pub fn load_ref(&self, r: &BlockRef, max_ulen: u32, what: &dyn Fn() -> String) -> Result<Vec<u8>, ReadError> {
+        let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
+        r.validate(self.table_offset, max_ulen).map_err(err)?;
+        let mut stored = vec![0u8; r.clen as usize];
+        read_at(&*self.src, &mut stored, r.offset)?;
+        let data = r.codec.decompress(&stored, r.ulen as usize).map_err(err)?;
+        if sheaf_format::digest(&data) != r.hash {
+            return Err(err(FormatError::HashMismatch(format!("{} at offset {}", what(), r.offset))));
+        }
+        Ok(data)
+    }
+
+    /// The ref of page `idx` of `level` of a stream.
+    pub fn page_ref(&self, id: StreamId, level: usize, idx: u64) -> Result<BlockRef, ReadError> {
+        let desc = self.sb.stream(id);
+        let top = desc.levels as usize - 1;
+        if level == top {
+            return desc.roots.get(idx as usize).copied().ok_or_else(|| {
+                ReadError::format(self.name(), id.name(), FormatError::invalid("page index", idx.to_string()))
+            });
+        }
+        let b = self.read_level(id, level + 1, idx * BLOCK_REF_LEN as u64, BLOCK_REF_LEN)?;
+        BlockRef::decode(&b).map_err(|e| ReadError::format(self.name(), id.name(), e))
+    }
+
+    /// Number of pages in `level` of a stream.
+    pub fn page_count(&self, id: StreamId, level: usize) -> u64 {
+        sheaf_format::superblock::page_count(self.levels[id as usize][level], self.sb.page_size)
+    }
+
+    /// Number of levels of a stream.
+    pub fn stream_levels(&self, id: StreamId) -> usize {
+        self.sb.stream(id).levels as usize
+    }
+
+    /// Expected uncompressed length of page `idx` at `level`.
+    fn page_len(&self, id: StreamId, level: usize, idx: u64) -> u32 {
+        let total = self.levels[id as usize][level];
+        let p = self.sb.page_size as u64;
+        total.saturating_sub(idx * p).min(p) as u32
+    }
+
+    /// Decoded page, through the page cache.
+    pub fn page(&self, id: StreamId, level: usize, idx: u64) -> Result<Arc<[u8]>, ReadError> {
+        let r = self.page_ref(id, level, idx)?;
+        let want = self.page_len(id, level, idx);
+        let what = || format!("{} page {idx} (level {level})", id.name());
+        if r.ulen != want {
+            return Err(ReadError::format(
+                self.name(),
+                &what(),
+                FormatError::invalid("page", format!("length {} instead of {want}", r.ulen)),
+            ));
+        }
+        self.pages.get_or_load(&r.hash, || self.load_ref(&r, want, &what))
+    }
+
+    fn read_level(&self, id: StreamId, level: usize, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        let total = self.levels[id as usize].get(level).copied().unwrap_or(0);
+        if off.checked_add(len as u64).is_none_or(|e| e > total) {
+            return Err(ReadError::format(
+                self.name(),
+                id.name(),
+                FormatError::invalid("reference", format!("bytes {off}+{len} beyond the stream")),
+            ));
+        }
+        let p = self.sb.page_size as u64;
+        let mut out = Vec::with_capacity(len);
+        let mut pos = off;
+        while out.len() < len {
+            let page = self.page(id, level, pos / p)?;
+            let s = (pos % p) as usize;
+            let n = (len - out.len()).min(page.len() - s);
+            out.extend_from_slice(&page[s..s + n]);
+            pos += n as u64;
+        }
+        Ok(out)
+    }
+
+    /// Bytes `[off, off+len)` of a metadata stream.
+    pub fn read_stream(&self, id: StreamId, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        self.read_level(id, 0, off, len)
+    }
+
+    fn record<T>(
+        &self,
+        id: StreamId,
+        idx: u64,
+        len: usize,
+        decode: fn(&[u8]) -> Result<T, FormatError>,
+    ) -> Result<T, ReadError> {
+        let b = self.read_stream(id, idx * len as u64, len)?;
+        decode(&b).map_err(|e| ReadError::format(self.name(), &format!("{} record {idx}", id.name()), e))
+    }
+
+    /// Stat one inode.
+    pub fn inode(&self, ino: u32) -> Result<Inode, ReadError> {
+        if ino as u64 >= self.sb.inode_count {
+            return Err(ReadError::NoInode(ino));
+        }
+        let rec = self.record(StreamId::Inodes, ino as u64, InodeRecord::LEN, InodeRecord::decode)?;
+        Ok(Inode { ino, rec })
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> Result<Inode, ReadError> {
+        self.inode(self.sb.root_inode)
+    }
+
+    fn dir_range(&self, dir: &Inode) -> Result<(u64, u64), ReadError> {
+        if dir.file_type() != FileType::Directory {
+            return Err(ReadError::NotADirectory(dir.ino));
+        }
+        let (start, n) = (dir.rec.data, dir.rec.count as u64);
+        if start.checked_add(n).is_none_or(|e| e > self.sb.dirent_count) {
+            return Err(self.corrupt_inode(dir.ino, "directory entries out of range"));
+        }
+        Ok((start, n))
+    }
+
+    fn corrupt_inode(&self, ino: u32, detail: &str) -> ReadError {
+        ReadError::format(self.name(), &format!("inode {ino}"), FormatError::invalid("inode", detail))
+    }
+
+    /// Directory entry `idx` of the whole dirent table.
+    pub fn dirent(&self, idx: u64) -> Result<DirentRecord, ReadError> {
+        self.record(StreamId::Dirents, idx, DirentRecord::LEN, DirentRecord::decode)
+    }
+
+    fn heap(&self, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        self.read_stream(StreamId::Heap, off, len)
+    }
+
+    /// Name of a dirent.
+    pub fn dirent_name(&self, d: &DirentRecord) -> Result<Vec<u8>, ReadError> {
+        self.heap(d.name_offset, d.name_len as usize)
+    }
+
+    /// Number of entries of a directory.
+    pub fn dir_len(&self, dir: &Inode) -> Result<u64, ReadError> {
+        Ok(self.dir_range(dir)?.1)
+    }
+
+    /// Entries `[from, from+max)` of a directory, in name order.
+    pub fn read_dir(&self, dir: &Inode, from: u64, max: usize) -> Result<Vec<DirEntry>, ReadError> {
+        let (start, n) = self.dir_range(dir)?;
+        let end = n.min(from.saturating_add(max as u64));
+        let mut v = Vec::with_capacity(end.saturating_sub(from) as usize);
+        for i in from..end {
+            let d = self.dirent(start + i)?;
+            v.push(DirEntry {
+                name: self.dirent_name(&d)?,
+                ino: d.inode,
+                file_type: FileType::from_dtype(d.dtype).expect("validated"),
+            });
+        }
+        Ok(v)
+    }
+
+    /// Find `name` in a directory by binary search.
+    pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>, ReadError> {
+        let (start, n) = self.dir_range(dir)?;
+        let (mut lo, mut hi) = (0u64, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let d = self.dirent(start + mid)?;
+            match self.dirent_name(&d)?.as_slice().cmp(name) {
+                std::cmp::Ordering::Equal => return Ok(Some(d.inode)),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Resolve a `/`-separated path from the root, without following symlinks.
+    pub fn resolve(&self, path: &[u8]) -> Result<Inode, ReadError> {
+        let mut cur = self.root()?;
+        for comp in path.split(|&b| b == b'/') {
+            match comp {
+                b"" | b"." => {}
+                b".." => cur = self.inode(if cur.file_type() == FileType::Directory { cur.rec.parent } else { cur.ino })?,
+                c => {
+                    let ino = self
+                        .lookup(&cur, c)
+                        .map_err(|e| match e {
+                            ReadError::NotADirectory(_) => ReadError::NotFound(String::from_utf8_lossy(path).into()),
+                            e => e,
+                        })?
+                        .ok_or_else(|| ReadError::NotFound(String::from_utf8_lossy(path).into()))?;
+                    cur = self.inode(ino)?;
+                }
+            }
+        }
+        Ok(cur)
+    }
+
+    /// Target of a symlink.
+    pub fn read_link(&self, ino: &Inode) -> Result<Vec<u8>, ReadError> {
+        if ino.file_type() != FileType::Symlink {
+            return Err(ReadError::NotASymlink(ino.ino));
+        }
+        let n = usize::try_from(ino.rec.size).ok().filter(|&n| n <= 1 << 20);
+        let n = n.ok_or_else(|| self.corrupt_inode(ino.ino, "symlink target too long"))?;
+        self.heap(ino.rec.data, n)
+    }
+
+    /// Extended attributes of an inode, sorted by name.
+    pub fn xattrs(&self, ino: &Inode) -> Result<XattrSet, ReadError> {
+        if ino.rec.xattr == 0 {
+            return Ok(XattrSet::default());
+        }
+        let off = ino.rec.xattr - 1;
+        let pre = self.heap(off, XattrSet::PREFIX)?;
+        let total = u32::from_le_bytes(pre[..4].try_into().expect("4 bytes")) as usize;
+        if !(8..=16 << 20).contains(&total) {
+            return Err(self.corrupt_inode(ino.ino, "xattr set length"));
+        }
+        let b = self.heap(off, total)?;
+        XattrSet::decode(&b).map_err(|e| ReadError::format(self.name(), &format!("xattrs of inode {}", ino.ino), e))
+    }
+
+    /// Chunk record `idx`.
+    pub fn chunk(&self, idx: u64) -> Result<ChunkRecord, ReadError> {
+        self.record(StreamId::Chunks, idx, ChunkRecord::LEN, ChunkRecord::decode)
+    }
+
+    /// Data block `id`, decoded and verified, through the block cache.
+    pub fn block(&self, id: u32) -> Result<Arc<[u8]>, ReadError> {
+        let r = self.block_ref(id)?;
+        let what = || format!("data block {id}");
+        self.blocks.get_or_load(&r.hash, || self.load_ref(&r, self.sb.block_size, &what))
+    }
+
+    /// The ref of data block `id`.
+    pub fn block_ref(&self, id: u32) -> Result<BlockRef, ReadError> {
+        if id as u64 >= self.sb.block_count {
+            return Err(ReadError::format(self.name(), "chunk", FormatError::invalid("block id", id.to_string())));
+        }
+        let b = self.read_stream(StreamId::Blocks, id as u64 * BLOCK_REF_LEN as u64, BLOCK_REF_LEN)?;
+        BlockRef::decode(&b).map_err(|e| ReadError::format(self.name(), &format!("data block {id} ref"), e))
+    }
+
+    fn file_chunks(&self, ino: &Inode) -> Result<(u64, u64), ReadError> {
+        if ino.file_type() != FileType::Regular {
+            return Err(ReadError::NotAFile(ino.ino));
+        }
+        let (start, n) = (ino.rec.data, ino.rec.count as u64);
+        if start.checked_add(n).is_none_or(|e| e > self.sb.chunk_count) {
+            return Err(self.corrupt_inode(ino.ino, "chunks out of range"));
+        }
+        Ok((start, n))
+    }
+
+    /// Read up to `buf.len()` bytes of a regular file at `offset`; returns the
+    /// number of bytes read (short only at end of file).
+    pub fn read(&self, ino: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize, ReadError> {
+        let (start, n) = self.file_chunks(ino)?;
+        let size = ino.rec.size;
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = buf.len().min((size - offset) as usize);
+        let buf = &mut buf[..want];
+        buf.fill(0); // holes and gaps read as zeros
+        // Last chunk starting at or before `offset`.
+        let (mut lo, mut hi) = (0u64, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.chunk(start + mid)?.file_offset <= offset {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let mut i = lo.saturating_sub(1);
+        let end = offset + want as u64;
+        while i < n {
+            let c = self.chunk(start + i)?;
+            if c.file_offset >= end {
+                break;
+            }
+            let c_end = c.file_offset.checked_add(c.len as u64);
+            let c_end = c_end.filter(|&e| e <= size).ok_or_else(|| self.corrupt_inode(ino.ino, "chunk beyond file size"))?;
+            let from = offset.max(c.file_offset);
+            let to = end.min(c_end);
+            if from < to && !c.is_hole() {
+                let block = self.block(c.block)?;
+                let bs = c.block_offset as usize + (from - c.file_offset) as usize;
+                let be = bs + (to - from) as usize;
+                if c.block_offset as usize + c.len as usize > block.len() {
+                    return Err(self.corrupt_inode(ino.ino, "chunk beyond its block"));
+                }
+                buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(&block[bs..be]);
+            }
+            i += 1;
+        }
+        Ok(want)
+    }
+}
+
+fn read_at(src: &dyn Source, buf: &mut [u8], off: u64) -> Result<(), ReadError> {
+    src.read_exact_at(buf, off).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            ReadError::format(
+                src.name(),
+                "file",
+                FormatError::invalid("image", format!("truncated (needed bytes {off}+{})", buf.len())),
+            )
+        } else {
+            ReadError::Io {
+                image: src.name().to_string(),
+                source: e,
+            }
+        }
+    })
+}

@@ -1,0 +1,32 @@
+//! Reading sheaf images.
+//!
+//! Owns the read side: [`source`] (where bytes come from: a local file with
+//! `pread`, memory; later HTTP), [`image`] (open with a bounded number of
+//! reads, verified access to pages and blocks, lookup, directory listing,
+//! stat, xattrs, read at offset), [`cache`] (bounded, content-addressed,
+//! single-flight caches of decoded pages and blocks) and [`verify`] (check
+//! everything). Every byte handed out has been checked against its BLAKE3
+//! hash. This crate knows nothing of FUSE, the CLI or how images are built.
+
+pub mod cache;
+pub mod error;
+pub mod image;
+pub mod source;
+pub mod verify;
+
+pub use cache::Cache;
+pub use error::ReadError;
+pub use image::{DirEntry, Image, ImageOptions, Inode};
+pub use source::{FileSource, MemSource, Source};
+
+use std::path::Path;
+use std::sync::Arc;
+
+/// Open a local image file with default options.
+pub fn open_path(path: &Path) -> Result<Image, ReadError> {
+    let src = FileSource::open(path).map_err(|e| ReadError::Io {
+        image: path.display().to_string(),
+        source: e,
+    })?;
+    Image::open(Arc::new(src))
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install what building and testing sheaf needs, only if missing (idempotent).
+# Usage: scripts/deps.sh [test|bench]
+set -euo pipefail
+want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2)
+case "${1:-}" in
+  bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv:) ;;
+esac
+missing=()
+for w in "${want[@]}"; do
+  pkg=${w%%:*}; cmd=${w#*:}
+  if [ -n "$cmd" ]; then
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  else
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do [ -x "$d/cargo" ] && exit 0; done
+  echo "deps: cargo not found; install Rust (rustup) first" >&2
+  exit 1
+fi
