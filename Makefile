@@ -21,7 +21,7 @@ lint: deps
 # All tests: unit, property, integration (real trees, real tools), lint.
 test: build lint
 	$(CARGO) test --release --locked --workspace
-	scripts/fuzz-smoke.sh
+
 
 demo: build
 	scripts/demo.sh

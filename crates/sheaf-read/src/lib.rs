@@ -10,6 +10,8 @@
 
 pub mod cache;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod image;
 pub mod source;
 pub mod verify;
