@@ -74,7 +74,9 @@ pub fn encode_tree(tree: &Tree) -> Result<Streams, BuildError> {
         match &node.kind {
             Kind::Dir(entries) => {
                 if entries.len() > u32::MAX as usize {
-                    return Err(BuildError::Option("directory with more than 2^32 entries".into()));
+                    return Err(BuildError::Option(
+                        "directory with more than 2^32 entries".into(),
+                    ));
                 }
                 r.parent = ino[node.parent as usize];
                 r.data = s.dirent_count;

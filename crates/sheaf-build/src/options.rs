@@ -137,12 +137,12 @@ pub enum Input {
 #[derive(Debug, Error)]
 pub enum BuildError {
     /// An input entry could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Input {
         /// The entry.
         path: String,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The input is not something sheaf can pack.
     #[error("{path}: {detail}")]
@@ -153,12 +153,12 @@ pub enum BuildError {
         detail: String,
     },
     /// Writing the image failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Output {
         /// The image being written.
         path: String,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The output exists and `force` was not given.
     #[error("{0}: already exists (use --force to replace it)")]
@@ -177,7 +177,10 @@ mod tests {
 
     #[test]
     fn parses_codecs() {
-        assert_eq!(Compression::parse("xz:9").unwrap().candidates, vec![(Codec::Xz, 9)]);
+        assert_eq!(
+            Compression::parse("xz:9").unwrap().candidates,
+            vec![(Codec::Xz, 9)]
+        );
         assert_eq!(Compression::parse("lz4").unwrap().describe(), "lz4");
         assert_eq!(Compression::parse("auto").unwrap().candidates.len(), 3);
         assert!(Compression::parse("zstd:30").is_err());

@@ -86,10 +86,18 @@ impl<W: Write> Out<W> {
     pub fn err(&self, e: std::io::Error) -> BuildError {
         BuildError::Output {
             path: self.path.clone(),
-            source: e,
+            cause: e,
         }
     }
 }
+
+/// What the writer thread hands back: the output and the refs of the blocks
+/// it wrote, by block id.
+type Written<W> = (Out<W>, Vec<BlockRef>);
+
+/// What [`Packer::finish`] returns: the output, block refs by id, and the
+/// chunks with final block ids.
+pub type Packed<W> = (Out<W>, Vec<BlockRef>, Vec<Chunk>);
 
 struct Job {
     id: u32,
@@ -119,7 +127,7 @@ pub struct Packer<W: Write + Send + 'static> {
     jobs: Option<Sender<Job>>,
     tokens: Receiver<()>,
     workers: Vec<JoinHandle<()>>,
-    writer: Option<JoinHandle<Result<(Out<W>, Vec<BlockRef>), BuildError>>>,
+    writer: Option<JoinHandle<Result<Written<W>, BuildError>>>,
     progress: Arc<Progress>,
     buf: Vec<u8>,
 }
@@ -193,7 +201,9 @@ impl<W: Write + Send + 'static> Packer<W> {
     fn emit(&mut self, seq: u32, data: Vec<u8>) -> Result<(), BuildError> {
         let hash = sheaf_format::digest(&data);
         if let Some(&id) = self.by_hash.get(&hash) {
-            self.progress.dedup_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+            self.progress
+                .dedup_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
             self.seq_to_id[seq as usize] = id;
             return Ok(());
         }
@@ -205,7 +215,11 @@ impl<W: Write + Send + 'static> Packer<W> {
         if self.tokens.recv().is_err() {
             return self.writer_failed();
         }
-        let sent = self.jobs.as_ref().expect("open until finish").send(Job { id, hash, data });
+        let sent = self
+            .jobs
+            .as_ref()
+            .expect("open until finish")
+            .send(Job { id, hash, data });
         if sent.is_err() {
             return self.writer_failed();
         }
@@ -216,7 +230,9 @@ impl<W: Write + Send + 'static> Packer<W> {
         self.jobs = None;
         match self.writer.take().map(|h| h.join()) {
             Some(Ok(Err(e))) => Err(e),
-            _ => Err(BuildError::Option("image writer stopped unexpectedly".into())),
+            _ => Err(BuildError::Option(
+                "image writer stopped unexpectedly".into(),
+            )),
         }
     }
 
@@ -267,7 +283,7 @@ impl<W: Write + Send + 'static> Packer<W> {
     ) -> Result<(u64, u64, u32), BuildError> {
         let io = |e: std::io::Error| BuildError::Input {
             path: name.to_string(),
-            source: e,
+            cause: e,
         };
         let first = self.chunks.len();
         let mut hasher = blake3::Hasher::new();
@@ -287,18 +303,23 @@ impl<W: Write + Send + 'static> Packer<W> {
                     break;
                 }
                 hasher.update(&buf[..n]);
-                self.progress.bytes_in.fetch_add(n as u64, Ordering::Relaxed);
+                self.progress
+                    .bytes_in
+                    .fetch_add(n as u64, Ordering::Relaxed);
                 if n < self.block_size {
                     // The tail, or a whole small file: check for an identical
                     // earlier file before packing it.
                     if size == 0 {
                         let h = *hasher.finalize().as_bytes();
                         if let Some(&(f, c)) = self.by_content.get(&h) {
-                            self.progress.dedup_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                            self.progress
+                                .dedup_bytes
+                                .fetch_add(n as u64, Ordering::Relaxed);
                             return Ok((n as u64, Some((f, c))));
                         }
                         self.append_packed(&buf[..n], 0)?;
-                        self.by_content.insert(h, (first as u64, (self.chunks.len() - first) as u32));
+                        self.by_content
+                            .insert(h, (first as u64, (self.chunks.len() - first) as u32));
                         return Ok((n as u64, None));
                     }
                     self.append_packed(&buf[..n], size)?;
@@ -343,11 +364,21 @@ impl<W: Write + Send + 'static> Packer<W> {
         Ok((size, first as u64, count))
     }
 
-    fn add_hole(&mut self, first: usize, at: u64, len: u64) {
+    fn add_hole(&mut self, first: usize, mut at: u64, mut len: u64) {
+        // A chunk length is 32 bits: long holes become several chunks.
+        let max = (u32::MAX as u64 / self.block_size as u64) * self.block_size as u64;
+        while len > max {
+            self.add_hole(first, at, max);
+            at += max;
+            len -= max;
+        }
         self.progress.hole_bytes.fetch_add(len, Ordering::Relaxed);
         let own = self.chunks.len() > first;
         if let Some(last) = self.chunks.last_mut().filter(|_| own) {
-            if last.is_hole() && last.file_offset + last.len as u64 == at && last.len as u64 + len <= u32::MAX as u64 {
+            if last.is_hole()
+                && last.file_offset + last.len as u64 == at
+                && last.len as u64 + len <= u32::MAX as u64
+            {
                 last.len += len as u32;
                 return;
             }
@@ -362,7 +393,7 @@ impl<W: Write + Send + 'static> Packer<W> {
 
     /// Flush the last pack block, wait for all writes, and return the output,
     /// the block refs (by id), and the chunks with final block ids.
-    pub fn finish(mut self) -> Result<(Out<W>, Vec<BlockRef>, Vec<Chunk>), BuildError> {
+    pub fn finish(mut self) -> Result<Packed<W>, BuildError> {
         self.flush_pack()?;
         self.jobs = None;
         for w in self.workers.drain(..) {
@@ -426,14 +457,16 @@ fn write_in_order<W: Write>(
     done: Receiver<Done>,
     tokens: Sender<()>,
     progress: &Progress,
-) -> Result<(Out<W>, Vec<BlockRef>), BuildError> {
+) -> Result<Written<W>, BuildError> {
     let mut pending: BTreeMap<u32, Done> = BTreeMap::new();
     let mut refs = Vec::new();
     for d in done {
         pending.insert(d.id, d);
         while let Some(d) = pending.remove(&(refs.len() as u32)) {
             let offset = out.put(&d.bytes)?;
-            progress.bytes_out.fetch_add(d.bytes.len() as u64, Ordering::Relaxed);
+            progress
+                .bytes_out
+                .fetch_add(d.bytes.len() as u64, Ordering::Relaxed);
             refs.push(BlockRef {
                 hash: d.hash,
                 offset,

@@ -59,7 +59,9 @@ impl Excluder {
                 .map_err(|e| BuildError::Option(format!("bad --exclude pattern '{p}': {e}")))?;
             b.add(g);
         }
-        Ok(Excluder(b.build().map_err(|e| BuildError::Option(e.to_string()))?))
+        Ok(Excluder(
+            b.build().map_err(|e| BuildError::Option(e.to_string()))?,
+        ))
     }
     /// Whether a relative path (or its last component) is excluded.
     pub fn excluded(&self, rel: &Path) -> bool {
@@ -108,7 +110,7 @@ impl Problems {
         } else {
             Err(BuildError::Input {
                 path: path.display().to_string(),
-                source: e,
+                cause: e,
             })
         }
     }
@@ -124,7 +126,7 @@ pub fn scan_dir(
     let excl = Excluder::new(&opts.exclude)?;
     let md = fs::symlink_metadata(root).map_err(|e| BuildError::Input {
         path: root.display().to_string(),
-        source: e,
+        cause: e,
     })?;
     if !md.is_dir() {
         return Err(BuildError::BadInput {

@@ -115,7 +115,7 @@ pub fn read_tar<W: Write + Send + 'static>(
     };
     let io = |e: std::io::Error| BuildError::Input {
         path: name.to_string(),
-        source: e,
+        cause: e,
     };
     let implicit = norm.meta(libc::S_IFDIR | 0o755, 0, 0, 0, 0);
     let mut t = TarTree {
@@ -131,7 +131,15 @@ pub fn read_tar<W: Write + Send + 'static>(
         }
         let mut e = entry.map_err(|e| bad(format!("bad tar archive: {e}")))?;
         count += 1;
-        let path = e.path_bytes().into_owned();
+        let mut path = e.path_bytes().into_owned();
+        if let Ok(Some(pax)) = e.pax_extensions() {
+            // A PAX 1.0 sparse member is stored under a made-up name.
+            for ext in pax.flatten() {
+                if ext.key_bytes() == b"GNU.sparse.name" {
+                    path = ext.value_bytes().to_vec();
+                }
+            }
+        }
         let shown = String::from_utf8_lossy(&path).into_owned();
         let Some(comps) = components(&path) else {
             problems.handle(
@@ -140,7 +148,20 @@ pub fn read_tar<W: Write + Send + 'static>(
             )?;
             continue;
         };
-        if excl.excluded(Path::new(std::ffi::OsStr::from_bytes(&path))) {
+        // Match the normalised path and every ancestor, as a directory walk would.
+        let mut rel = Vec::new();
+        let mut excluded = false;
+        for c in &comps {
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(c);
+            if excl.excluded(Path::new(std::ffi::OsStr::from_bytes(&rel))) {
+                excluded = true;
+                break;
+            }
+        }
+        if excluded {
             continue;
         }
         let h = e.header().clone();
@@ -149,6 +170,8 @@ pub fn read_tar<W: Write + Send + 'static>(
         let mut gid = h.gid().unwrap_or(0) as u32;
         let (mut sec, mut nsec) = (h.mtime().unwrap_or(0) as i64, 0u32);
         let mut xattrs = Vec::new();
+        let mut sparse: Option<(Vec<u8>, u64)> = None; // PAX 1.0 sparse: real name, real size
+        let mut sparse_major = None;
         if let Ok(Some(pax)) = e.pax_extensions() {
             for ext in pax.flatten() {
                 let k = ext.key_bytes();
@@ -158,6 +181,19 @@ pub fn read_tar<W: Write + Send + 'static>(
                     b"uid" => uid = num().unwrap_or(uid),
                     b"gid" => gid = num().unwrap_or(gid),
                     b"mtime" => (sec, nsec) = pax_time(v).unwrap_or((sec, nsec)),
+                    b"GNU.sparse.major" => sparse_major = Some(v.to_vec()),
+                    b"GNU.sparse.name" => sparse.get_or_insert((Vec::new(), 0)).0 = v.to_vec(),
+                    b"GNU.sparse.realsize" => {
+                        sparse.get_or_insert((Vec::new(), 0)).1 = std::str::from_utf8(v)
+                            .ok()
+                            .and_then(|s| s.parse().ok())
+                            .ok_or_else(|| bad(format!("{shown}: bad GNU.sparse.realsize")))?
+                    }
+                    b"GNU.sparse.size" | b"GNU.sparse.map" | b"GNU.sparse.numblocks" => {
+                        return Err(bad(format!(
+                            "{shown}: PAX sparse format 0.x is not supported; re-create the archive with GNU tar 1.28+ (--format=pax -S gives 1.0) or without -S"
+                        )))
+                    }
                     _ => {
                         if let Some(x) = k.strip_prefix(b"SCHILY.xattr.") {
                             xattrs.push((x.to_vec(), v.to_vec()));
@@ -207,14 +243,19 @@ pub fn read_tar<W: Write + Send + 'static>(
                     t.tree.nodes[d as usize].meta = meta;
                     t.tree.nodes[d as usize].xattrs = xattrs;
                 } else {
-                    let d = t.tree.add(parent, (*leaf).into(), Node { ..dir_node(meta) });
+                    let d = t
+                        .tree
+                        .add(parent, (*leaf).into(), Node { ..dir_node(meta) });
                     t.tree.nodes[d as usize].xattrs = xattrs;
                     t.dirs.insert(key, d);
                 }
                 continue;
             }
             EntryType::Link => {
-                let target = e.link_name_bytes().map(|c| c.into_owned()).unwrap_or_default();
+                let target = e
+                    .link_name_bytes()
+                    .map(|c| c.into_owned())
+                    .unwrap_or_default();
                 let found = components(&target).and_then(|tc| {
                     let (tl, tp) = tc.split_last()?;
                     let d = t.dir(tp).ok()?;
@@ -235,7 +276,10 @@ pub fn read_tar<W: Write + Send + 'static>(
                 continue;
             }
             EntryType::Symlink => {
-                let target = e.link_name_bytes().map(|c| c.into_owned()).unwrap_or_default();
+                let target = e
+                    .link_name_bytes()
+                    .map(|c| c.into_owned())
+                    .unwrap_or_default();
                 node.kind = Kind::Symlink(target.into());
             }
             EntryType::Char | EntryType::Block => {
@@ -245,7 +289,18 @@ pub fn read_tar<W: Write + Send + 'static>(
             }
             EntryType::Fifo => {}
             _ => {
-                let (size, first, count) = packer.add_file(&mut e, None, &shown)?;
+                let what = format!("{name}: {shown}");
+                let (size, first, count) = match (&sparse, sparse_major.as_deref()) {
+                    (Some((_, real)), Some(b"1")) => {
+                        let mut r = PaxSparse::new(&mut e, *real)
+                            .map_err(|e| bad(format!("{shown}: bad sparse map: {e}")))?;
+                        packer.add_file(&mut r, None, &what)?
+                    }
+                    (Some(_), _) => {
+                        return Err(bad(format!("{shown}: unsupported PAX sparse version")))
+                    }
+                    (None, _) => packer.add_file(&mut e, None, &what)?,
+                };
                 node.kind = Kind::File { size, first, count };
             }
         }
@@ -257,4 +312,91 @@ pub fn read_tar<W: Write + Send + 'static>(
     let mut tree = t.tree;
     tree.finish();
     Ok(tree)
+}
+
+/// Expands a PAX 1.0 sparse member: a text map (`count\n` then `offset\n
+/// size\n` pairs, padded to 512 bytes) followed by the data segments.
+struct PaxSparse<'a, R: Read> {
+    inner: &'a mut R,
+    segs: std::collections::VecDeque<(u64, u64)>,
+    pos: u64,
+    real: u64,
+}
+
+impl<'a, R: Read> PaxSparse<'a, R> {
+    fn new(inner: &'a mut R, real: u64) -> std::io::Result<Self> {
+        let mut consumed = 0u64;
+        let mut number = || -> std::io::Result<u64> {
+            let mut v: u64 = 0;
+            let mut digits = 0;
+            loop {
+                let mut b = [0u8; 1];
+                inner.read_exact(&mut b)?;
+                consumed += 1;
+                match b[0] {
+                    b'\n' if digits > 0 => return Ok(v),
+                    d @ b'0'..=b'9' if digits < 20 => {
+                        v = v
+                            .checked_mul(10)
+                            .and_then(|v| v.checked_add((d - b'0') as u64))
+                            .ok_or_else(|| std::io::Error::other("number overflows"))?;
+                        digits += 1;
+                    }
+                    _ => return Err(std::io::Error::other("not a decimal number")),
+                }
+            }
+        };
+        let n = number()?;
+        let mut segs = std::collections::VecDeque::new();
+        let mut end = 0;
+        for _ in 0..n {
+            let (off, len) = (number()?, number()?);
+            if off < end || off.checked_add(len).is_none_or(|e| e > real) {
+                return Err(std::io::Error::other(
+                    "segments out of order or beyond the size",
+                ));
+            }
+            end = off + len;
+            segs.push_back((off, len));
+        }
+        let pad = (512 - consumed % 512) % 512;
+        std::io::copy(&mut inner.by_ref().take(pad), &mut std::io::sink())?;
+        Ok(PaxSparse {
+            inner,
+            segs,
+            pos: 0,
+            real,
+        })
+    }
+}
+
+impl<R: Read> Read for PaxSparse<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(&(off, len)) = self.segs.front() {
+            if self.pos >= off + len {
+                self.segs.pop_front();
+                continue;
+            }
+            if self.pos < off {
+                let n = buf.len().min((off - self.pos) as usize);
+                buf[..n].fill(0);
+                self.pos += n as u64;
+                return Ok(n);
+            }
+            let want = buf.len().min((off + len - self.pos) as usize);
+            let n = self.inner.read(&mut buf[..want])?;
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "sparse data ends early",
+                ));
+            }
+            self.pos += n as u64;
+            return Ok(n);
+        }
+        let n = buf.len().min(self.real.saturating_sub(self.pos) as usize);
+        buf[..n].fill(0);
+        self.pos += n as u64;
+        Ok(n)
+    }
 }

@@ -65,7 +65,9 @@ pub struct BuildArgs {
 }
 
 fn parse_owner(s: &str) -> Result<(u32, u32)> {
-    let (u, g) = s.split_once(':').context("--owner wants UID:GID, e.g. 0:0")?;
+    let (u, g) = s
+        .split_once(':')
+        .context("--owner wants UID:GID, e.g. 0:0")?;
     Ok((
         u.parse().context("--owner: UID is not a number")?,
         g.parse().context("--owner: GID is not a number")?,

@@ -26,9 +26,14 @@ pub struct ExtractArgs {
     /// The image.
     image: PathBuf,
     /// Paths inside the image to extract (default: everything).
-    paths: Vec<String>,
+    paths: Vec<std::ffi::OsString>,
     /// Directory to extract into (created if missing).
-    #[arg(short = 'C', long = "directory", default_value = ".", value_name = "DIR")]
+    #[arg(
+        short = 'C',
+        long = "directory",
+        default_value = ".",
+        value_name = "DIR"
+    )]
     dir: PathBuf,
     /// Print a JSON report on stdout.
     #[arg(long)]
@@ -55,7 +60,8 @@ struct Ctx<'a> {
 }
 
 fn safe_name(name: &[u8]) -> Result<&OsStr> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
         bail!(
             "image contains an unsafe entry name {:?}; refusing to extract it",
             String::from_utf8_lossy(name)
@@ -77,19 +83,27 @@ pub fn run(a: ExtractArgs) -> Result<i32> {
         is_root: unsafe { libc::geteuid() } == 0,
         buf: vec![0; img.superblock().block_size as usize],
     };
-    let paths = if a.paths.is_empty() { vec!["/".to_string()] } else { a.paths.clone() };
+    let paths = if a.paths.is_empty() {
+        vec!["/".into()]
+    } else {
+        a.paths.clone()
+    };
     for p in &paths {
-        let ino = img.resolve(p.as_bytes())?;
-        let comps: Vec<&str> = p.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        let p = p.as_bytes();
+        let ino = img.resolve(p)?;
+        let comps: Vec<&[u8]> = p
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+            .collect();
         std::env::set_current_dir(&root).with_context(|| root.display().to_string())?;
         let mut rel = PathBuf::new();
         match comps.split_last() {
             None => extract_dir_contents(&mut cx, &ino, &mut rel)?,
             Some((leaf, parents)) => {
                 for c in parents {
-                    enter_dir(safe_name(c.as_bytes())?, 0o755, &mut rel)?;
+                    enter_dir(safe_name(c)?, 0o755, &mut rel)?;
                 }
-                extract_one(&mut cx, &ino, leaf.as_bytes(), &mut rel)?;
+                extract_one(&mut cx, &ino, leaf, &mut rel)?;
             }
         }
         if comps.is_empty() {
@@ -105,7 +119,12 @@ pub fn run(a: ExtractArgs) -> Result<i32> {
                 "unrestored_attributes": s.unrestored, "first_unrestored": s.first_unrestored})
         );
     } else {
-        eprintln!("extracted {} entries ({}) into {}", s.entries, human(s.bytes), root.display());
+        eprintln!(
+            "extracted {} entries ({}) into {}",
+            s.entries,
+            human(s.bytes),
+            root.display()
+        );
         if s.unrestored > 0 {
             eprintln!(
                 "sheaf: {} attributes could not be restored (first: {})",
@@ -163,16 +182,17 @@ fn extract_one(cx: &mut Ctx, ino: &Inode, name: &[u8], rel: &mut PathBuf) -> Res
     }
     let rel: &PathBuf = rel;
     let shown = || rel.join(name).display().to_string();
+    if r.nlink > 1 {
+        if let Some(first) = cx.links.get(&ino.ino) {
+            // link(2) does not follow a symlink, so this links the entry itself.
+            fs::hard_link(cx.root.join(first), name).with_context(shown)?;
+            return Ok(());
+        }
+        cx.links.insert(ino.ino, rel.join(name));
+    }
     match ino.file_type() {
         FileType::Directory => unreachable!("handled above"),
         FileType::Regular => {
-            if r.nlink > 1 {
-                if let Some(first) = cx.links.get(&ino.ino) {
-                    fs::hard_link(cx.root.join(first), name).with_context(shown)?;
-                    return Ok(());
-                }
-                cx.links.insert(ino.ino, rel.join(name));
-            }
             let mut f = fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
@@ -190,7 +210,8 @@ fn extract_one(cx: &mut Ctx, ino: &Inode, name: &[u8], rel: &mut PathBuf) -> Res
                 // All-zero windows become holes, as they were in the source.
                 if buf[..n].iter().all(|&b| b == 0) {
                     use std::io::Seek;
-                    f.seek(std::io::SeekFrom::Current(n as i64)).with_context(shown)?;
+                    f.seek(std::io::SeekFrom::Current(n as i64))
+                        .with_context(shown)?;
                 } else {
                     f.write_all(&buf[..n]).with_context(shown)?;
                 }
@@ -206,7 +227,11 @@ fn extract_one(cx: &mut Ctx, ino: &Inode, name: &[u8], rel: &mut PathBuf) -> Res
         }
         t => {
             let c = CString::new(name.as_bytes()).expect("checked for NUL");
-            let dev = if matches!(t, FileType::CharDevice | FileType::BlockDevice) { r.data } else { 0 };
+            let dev = if matches!(t, FileType::CharDevice | FileType::BlockDevice) {
+                r.data
+            } else {
+                0
+            };
             // SAFETY: valid C string; mknod has no memory effects.
             let rc = unsafe { libc::mknod(c.as_ptr(), r.mode, dev as libc::dev_t) };
             if rc != 0 {
@@ -235,11 +260,25 @@ fn set_attrs(cx: &mut Ctx, ino: &Inode, name: &OsStr) -> Result<()> {
     let is_link = ino.file_type() == FileType::Symlink;
     // SAFETY: valid C string.
     if unsafe { libc::lchown(c.as_ptr(), r.uid, r.gid) } != 0 && cx.is_root {
-        note(cx, format!("{}: owner: {}", name.to_string_lossy(), std::io::Error::last_os_error()));
+        note(
+            cx,
+            format!(
+                "{}: owner: {}",
+                name.to_string_lossy(),
+                std::io::Error::last_os_error()
+            ),
+        );
     }
     for (k, v) in cx.img.xattrs(ino)?.0 {
         if let Err(e) = xattr::set(Path::new(name), OsStr::from_bytes(&k), &v) {
-            note(cx, format!("{}: xattr {}: {e}", name.to_string_lossy(), String::from_utf8_lossy(&k)));
+            note(
+                cx,
+                format!(
+                    "{}: xattr {}: {e}",
+                    name.to_string_lossy(),
+                    String::from_utf8_lossy(&k)
+                ),
+            );
         }
     }
     if !is_link {
@@ -251,9 +290,23 @@ fn set_attrs(cx: &mut Ctx, ino: &Inode, name: &OsStr) -> Result<()> {
         tv_nsec: r.mtime_nsec as libc::c_long,
     };
     // SAFETY: valid C string and a two-element timespec array.
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), libc::AT_SYMLINK_NOFOLLOW) };
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            [t, t].as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
     if rc != 0 {
-        note(cx, format!("{}: mtime: {}", name.to_string_lossy(), std::io::Error::last_os_error()));
+        note(
+            cx,
+            format!(
+                "{}: mtime: {}",
+                name.to_string_lossy(),
+                std::io::Error::last_os_error()
+            ),
+        );
     }
     Ok(())
 }

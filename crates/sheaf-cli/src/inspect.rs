@@ -5,6 +5,7 @@ use anyhow::{bail, Result};
 use sheaf_format::{hex, FileType, StreamId};
 use sheaf_read::{open_path, Image, Inode};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -17,10 +18,7 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
         .and_then(|s| serde_json::from_str(&s).ok())
         .unwrap_or_default();
     let stats = &build["stats"];
-    let meta_bytes: u64 = StreamId::ALL
-        .iter()
-        .map(|&id| sb.stream(id).len)
-        .sum();
+    let meta_bytes: u64 = StreamId::ALL.iter().map(|&id| sb.stream(id).len).sum();
     let v = serde_json::json!({
         "image": path.display().to_string(),
         "image_bytes": img.len(),
@@ -67,15 +65,44 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
         })
         .unwrap_or_default();
     writeln!(o, "entries:      {} inodes ({types})", sb.inode_count)?;
-    writeln!(o, "data:         {} logical, {} stored in {} blocks of {}",
-        human(sb.logical_bytes), human(sb.stored_data_bytes), sb.block_count, human(sb.block_size as u64))?;
-    writeln!(o, "ratio:        {:.2}x (logical / image size)", v["compression_ratio"].as_f64().unwrap_or(0.0))?;
+    writeln!(
+        o,
+        "data:         {} logical, {} stored in {} blocks of {}",
+        human(sb.logical_bytes),
+        human(sb.stored_data_bytes),
+        sb.block_count,
+        human(sb.block_size as u64)
+    )?;
+    writeln!(
+        o,
+        "ratio:        {:.2}x (logical / image size)",
+        v["compression_ratio"].as_f64().unwrap_or(0.0)
+    )?;
     if let Some(d) = v["dedup_bytes"].as_u64() {
-        writeln!(o, "dedup saved:  {}; holes: {}", human(d), human(v["hole_bytes"].as_u64().unwrap_or(0)))?;
+        writeln!(
+            o,
+            "dedup saved:  {}; holes: {}",
+            human(d),
+            human(v["hole_bytes"].as_u64().unwrap_or(0))
+        )?;
     }
-    writeln!(o, "codecs:       {} (blocks: {})", build["compression"].as_str().unwrap_or("?"), v["blocks_by_codec"])?;
-    writeln!(o, "metadata:     {} uncompressed, pages of {}", human(meta_bytes), human(sb.page_size as u64))?;
-    writeln!(o, "built by:     {}", build["builder"].as_str().unwrap_or("?"))?;
+    writeln!(
+        o,
+        "codecs:       {} (blocks: {})",
+        build["compression"].as_str().unwrap_or("?"),
+        v["blocks_by_codec"]
+    )?;
+    writeln!(
+        o,
+        "metadata:     {} uncompressed, pages of {}",
+        human(meta_bytes),
+        human(sb.page_size as u64)
+    )?;
+    writeln!(
+        o,
+        "built by:     {}",
+        build["builder"].as_str().unwrap_or("?")
+    )?;
     Ok(0)
 }
 
@@ -86,7 +113,7 @@ pub struct LsArgs {
     image: PathBuf,
     /// Directory or file inside the image (default: the root).
     #[arg(default_value = "/")]
-    path: String,
+    path: std::ffi::OsString,
     /// Long listing: mode, links, owner, size, mtime, name -> target.
     #[arg(short, long)]
     long: bool,
@@ -118,14 +145,32 @@ fn mode_string(mode: u32) -> String {
         s.push(match (on, special) {
             (true, false) => c,
             (false, false) => '-',
-            (true, true) => if i == 8 { 't' } else { 's' },
-            (false, true) => if i == 8 { 'T' } else { 'S' },
+            (true, true) => {
+                if i == 8 {
+                    't'
+                } else {
+                    's'
+                }
+            }
+            (false, true) => {
+                if i == 8 {
+                    'T'
+                } else {
+                    'S'
+                }
+            }
         });
     }
     s
 }
 
-fn print_entry(o: &mut impl Write, img: &Image, ino: &Inode, name: &[u8], long: bool) -> Result<()> {
+fn print_entry(
+    o: &mut impl Write,
+    img: &Image,
+    ino: &Inode,
+    name: &[u8],
+    long: bool,
+) -> Result<()> {
     let name = String::from_utf8_lossy(name);
     if !long {
         writeln!(o, "{name}")?;
@@ -160,11 +205,12 @@ fn print_entry(o: &mut impl Write, img: &Image, ino: &Inode, name: &[u8], long: 
 /// `sheaf ls`.
 pub fn ls(a: LsArgs) -> Result<i32> {
     let img = open_path(&a.image)?;
-    let start = img.resolve(a.path.as_bytes())?;
+    let path = a.path.as_bytes();
+    let start = img.resolve(path)?;
     let mut o = std::io::BufWriter::new(std::io::stdout().lock());
     if start.file_type() != FileType::Directory {
-        let name = a.path.rsplit('/').next().unwrap_or(&a.path);
-        print_entry(&mut o, &img, &start, name.as_bytes(), a.long)?;
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        print_entry(&mut o, &img, &start, name, a.long)?;
         return Ok(0);
     }
     let mut stack = vec![(start, Vec::<u8>::new())];
@@ -189,11 +235,15 @@ pub fn ls(a: LsArgs) -> Result<i32> {
 }
 
 /// `sheaf cat`.
-pub fn cat(image: &Path, path: &str) -> Result<i32> {
+pub fn cat(image: &Path, path: &std::ffi::OsStr) -> Result<i32> {
     let img = open_path(image)?;
     let ino = img.resolve(path.as_bytes())?;
     if ino.file_type() != FileType::Regular {
-        bail!("{path}: not a regular file (a {})", ino.file_type().name());
+        bail!(
+            "{}: not a regular file (a {})",
+            path.to_string_lossy(),
+            ino.file_type().name()
+        );
     }
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; img.superblock().block_size as usize];
@@ -246,7 +296,11 @@ pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
         for e in &rep.errors {
             eprintln!("sheaf: {e}");
         }
-        eprintln!("sheaf: error: {}: {} problems found", image.display(), rep.errors.len());
+        eprintln!(
+            "sheaf: error: {}: {} problems found",
+            image.display(),
+            rep.errors.len()
+        );
     }
     Ok(if rep.errors.is_empty() { 0 } else { 1 })
 }

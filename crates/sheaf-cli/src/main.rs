@@ -42,7 +42,7 @@ enum Cmd {
         /// The image.
         image: PathBuf,
         /// Path of a regular file inside the image.
-        path: String,
+        path: std::ffi::OsString,
     },
     /// Unpack an image (or parts of it) into a directory, with attributes.
     ///
@@ -70,13 +70,19 @@ fn main() {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind::*;
-            if matches!(e.kind(), DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 e.exit();
             }
             // One line: clap's first, plus where to look.
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("bad arguments");
-            eprintln!("sheaf: {} (see 'sheaf --help')", first.trim_start_matches("error: ").trim());
+            eprintln!(
+                "sheaf: {} (see 'sheaf --help')",
+                first.trim_start_matches("error: ").trim()
+            );
             std::process::exit(2);
         }
     };

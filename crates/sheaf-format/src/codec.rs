@@ -75,7 +75,8 @@ impl Codec {
                 // The frame need not repeat what the ref already records.
                 let _ = c.include_checksum(false);
                 let _ = c.include_contentsize(false);
-                c.compress(data).expect("zstd compression into a Vec cannot fail")
+                c.compress(data)
+                    .expect("zstd compression into a Vec cannot fail")
             }
             Codec::Lz4 => lz4_flex::block::compress(data),
             Codec::Xz => {
@@ -100,7 +101,9 @@ impl Codec {
                 let mut d = zstd::bulk::Decompressor::new().map_err(|e| err(e.to_string()))?;
                 d.decompress(data, ulen).map_err(|e| err(e.to_string()))?
             }
-            Codec::Lz4 => lz4_flex::block::decompress(data, ulen).map_err(|e| err(e.to_string()))?,
+            Codec::Lz4 => {
+                lz4_flex::block::decompress(data, ulen).map_err(|e| err(e.to_string()))?
+            }
             Codec::Xz => {
                 let mut out = Vec::with_capacity(ulen);
                 xz2::read::XzDecoder::new(data)
@@ -132,7 +135,10 @@ mod tests {
             assert_eq!(c.decompress(&z, data.len()).unwrap(), data, "{c:?}");
             assert!(c.decompress(&z, data.len() - 1).is_err(), "{c:?} short");
             if c != Codec::None {
-                assert!(c.decompress(&z[..z.len() / 2], data.len()).is_err(), "{c:?} cut");
+                assert!(
+                    c.decompress(&z[..z.len() / 2], data.len()).is_err(),
+                    "{c:?} cut"
+                );
             }
         }
     }

@@ -195,7 +195,7 @@ impl SectionEntry {
     }
     /// Decode a whole section table, checking each entry lies inside `[HEADER_LEN, table_offset)`.
     pub fn decode_table(b: &[u8], table_offset: u64) -> Result<Vec<SectionEntry>, FormatError> {
-        if b.len() % SECTION_ENTRY_LEN != 0 {
+        if !b.len().is_multiple_of(SECTION_ENTRY_LEN) {
             return Err(FormatError::Truncated("section table"));
         }
         let mut out = Vec::with_capacity(b.len() / SECTION_ENTRY_LEN);
@@ -208,7 +208,9 @@ impl SectionEntry {
             c.u64()?;
             let hash = c.array::<32>()?;
             let in_range = offset >= HEADER_LEN as u64
-                && offset.checked_add(length).is_some_and(|e| e <= table_offset);
+                && offset
+                    .checked_add(length)
+                    .is_some_and(|e| e <= table_offset);
             if !in_range {
                 return Err(FormatError::invalid(
                     "section table",

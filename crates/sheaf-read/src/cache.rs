@@ -118,7 +118,11 @@ impl Cache {
                 drop(v);
                 let mut g = self.inner.lock().expect("cache lock");
                 let inner = &mut *g;
-                if let Some(e) = inner.map.get_mut(key).filter(|e| Arc::ptr_eq(&e.slot, &slot)) {
+                if let Some(e) = inner
+                    .map
+                    .get_mut(key)
+                    .filter(|e| Arc::ptr_eq(&e.slot, &slot))
+                {
                     e.size = d.len();
                     inner.size += d.len();
                 }
@@ -212,6 +216,9 @@ mod tests {
     fn failed_load_is_retried() {
         let c = Cache::new(1000);
         assert!(c.get_or_load(&[1; 32], || Err("boom")).is_err());
-        assert_eq!(&*c.get_or_load::<()>(&[1; 32], || Ok(vec![5])).unwrap(), &[5]);
+        assert_eq!(
+            &*c.get_or_load::<()>(&[1; 32], || Ok(vec![5])).unwrap(),
+            &[5]
+        );
     }
 }

@@ -7,12 +7,12 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum ReadError {
     /// The source could not deliver bytes.
-    #[error("{image}: {source}")]
+    #[error("{image}: {cause}")]
     Io {
         /// Image name.
         image: String,
         /// Cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The bytes are not a valid image (corrupt, truncated, hostile, too new).
     #[error("{image}: {what}: {err}")]

@@ -74,7 +74,9 @@ pub struct Image {
 
 impl std::fmt::Debug for Image {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Image").field("name", &self.src.name()).finish()
+        f.debug_struct("Image")
+            .field("name", &self.src.name())
+            .finish()
     }
 }
 
@@ -95,7 +97,10 @@ impl Image {
             return Err(ReadError::format(
                 &name,
                 "file",
-                FormatError::invalid("image", format!("{len} bytes is too small to be a sheaf image")),
+                FormatError::invalid(
+                    "image",
+                    format!("{len} bytes is too small to be a sheaf image"),
+                ),
             ));
         }
         let mut head = [0u8; HEADER_LEN];
@@ -125,8 +130,8 @@ impl Image {
                 FormatError::HashMismatch("section table (root digest)".into()),
             ));
         }
-        let sections =
-            SectionEntry::decode_table(&table, trailer.table_offset).map_err(|e| fmt("section table", e))?;
+        let sections = SectionEntry::decode_table(&table, trailer.table_offset)
+            .map_err(|e| fmt("section table", e))?;
         let mut sb = None;
         for s in &sections {
             match s.kind {
@@ -134,10 +139,18 @@ impl Image {
                     let n = usize::try_from(s.length)
                         .ok()
                         .filter(|&n| n <= 1 << 20)
-                        .ok_or_else(|| fmt("superblock", FormatError::invalid("superblock", "too large")))?;
+                        .ok_or_else(|| {
+                            fmt(
+                                "superblock",
+                                FormatError::invalid("superblock", "too large"),
+                            )
+                        })?;
                     let b = fetch(s.offset, n)?;
                     if sheaf_format::digest(&b) != s.hash {
-                        return Err(fmt("superblock", FormatError::HashMismatch("superblock".into())));
+                        return Err(fmt(
+                            "superblock",
+                            FormatError::HashMismatch("superblock".into()),
+                        ));
                     }
                     sb = Some(Superblock::decode(&b).map_err(|e| fmt("superblock", e))?);
                 }
@@ -151,7 +164,10 @@ impl Image {
             }
         }
         let sb = sb.ok_or_else(|| {
-            fmt("section table", FormatError::invalid("section table", "no superblock"))
+            fmt(
+                "section table",
+                FormatError::invalid("section table", "no superblock"),
+            )
         })?;
         let levels = StreamId::ALL.map(|id| level_lengths(sb.stream(id).len, sb.page_size));
         Ok(Image {
@@ -201,31 +217,60 @@ impl Image {
 
     /// Build options recorded in the image, if present and intact.
     pub fn build_info(&self) -> Result<Option<String>, ReadError> {
-        let Some(s) = self.sections.iter().find(|s| s.kind == SectionKind::BuildInfo) else {
+        let Some(s) = self
+            .sections
+            .iter()
+            .find(|s| s.kind == SectionKind::BuildInfo)
+        else {
             return Ok(None);
         };
-        let n = usize::try_from(s.length).unwrap_or(usize::MAX).min(1 << 20);
+        let b = self.check_section(s)?;
+        Ok(Some(String::from_utf8_lossy(&b).into_owned()))
+    }
+
+    /// Read a section (up to 16 MiB) and check it against its digest.
+    pub fn check_section(&self, s: &SectionEntry) -> Result<Vec<u8>, ReadError> {
+        let what = format!("section {}", s.kind.id());
+        let n = usize::try_from(s.length)
+            .ok()
+            .filter(|&n| n <= 16 << 20)
+            .ok_or_else(|| {
+                ReadError::format(
+                    self.name(),
+                    &what,
+                    FormatError::invalid("section", "too large"),
+                )
+            })?;
         let mut b = vec![0u8; n];
         read_at(&*self.src, &mut b, s.offset)?;
         if sheaf_format::digest(&b) != s.hash {
             return Err(ReadError::format(
                 self.name(),
-                "build info",
-                FormatError::HashMismatch("build info section".into()),
+                &what,
+                FormatError::HashMismatch(format!("{what} (kind {:?})", s.kind)),
             ));
         }
-        Ok(Some(String::from_utf8_lossy(&b).into_owned()))
+        Ok(b)
     }
 
     /// Read, decompress and verify the bytes a ref points to (no caching).
-    pub fn load_ref(&self, r: &BlockRef, max_ulen: u32, what: &dyn Fn() -> String) -> Result<Vec<u8>, ReadError> {
+    pub fn load_ref(
+        &self,
+        r: &BlockRef,
+        max_ulen: u32,
+        what: &dyn Fn() -> String,
+    ) -> Result<Vec<u8>, ReadError> {
         let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
         r.validate(self.table_offset, max_ulen).map_err(err)?;
         let mut stored = vec![0u8; r.clen as usize];
         read_at(&*self.src, &mut stored, r.offset)?;
         let data = r.codec.decompress(&stored, r.ulen as usize).map_err(err)?;
         if sheaf_format::digest(&data) != r.hash {
-            return Err(err(FormatError::HashMismatch(format!("{} at offset {}", what(), r.offset))));
+            return Err(err(FormatError::HashMismatch(format!(
+                "{} at offset {}",
+                what(),
+                r.offset
+            ))));
         }
         Ok(data)
     }
@@ -236,7 +281,11 @@ impl Image {
         let top = desc.levels as usize - 1;
         if level == top {
             return desc.roots.get(idx as usize).copied().ok_or_else(|| {
-                ReadError::format(self.name(), id.name(), FormatError::invalid("page index", idx.to_string()))
+                ReadError::format(
+                    self.name(),
+                    id.name(),
+                    FormatError::invalid("page index", idx.to_string()),
+                )
             });
         }
         let b = self.read_level(id, level + 1, idx * BLOCK_REF_LEN as u64, BLOCK_REF_LEN)?;
@@ -272,10 +321,17 @@ impl Image {
                 FormatError::invalid("page", format!("length {} instead of {want}", r.ulen)),
             ));
         }
-        self.pages.get_or_load(&r.hash, || self.load_ref(&r, want, &what))
+        self.pages
+            .get_or_load(&r.hash, || self.load_ref(&r, want, &what))
     }
 
-    fn read_level(&self, id: StreamId, level: usize, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+    fn read_level(
+        &self,
+        id: StreamId,
+        level: usize,
+        off: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, ReadError> {
         let total = self.levels[id as usize].get(level).copied().unwrap_or(0);
         if off.checked_add(len as u64).is_none_or(|e| e > total) {
             return Err(ReadError::format(
@@ -310,7 +366,8 @@ impl Image {
         decode: fn(&[u8]) -> Result<T, FormatError>,
     ) -> Result<T, ReadError> {
         let b = self.read_stream(id, idx * len as u64, len)?;
-        decode(&b).map_err(|e| ReadError::format(self.name(), &format!("{} record {idx}", id.name()), e))
+        decode(&b)
+            .map_err(|e| ReadError::format(self.name(), &format!("{} record {idx}", id.name()), e))
     }
 
     /// Stat one inode.
@@ -318,7 +375,12 @@ impl Image {
         if ino as u64 >= self.sb.inode_count {
             return Err(ReadError::NoInode(ino));
         }
-        let rec = self.record(StreamId::Inodes, ino as u64, InodeRecord::LEN, InodeRecord::decode)?;
+        let rec = self.record(
+            StreamId::Inodes,
+            ino as u64,
+            InodeRecord::LEN,
+            InodeRecord::decode,
+        )?;
         Ok(Inode { ino, rec })
     }
 
@@ -332,19 +394,31 @@ impl Image {
             return Err(ReadError::NotADirectory(dir.ino));
         }
         let (start, n) = (dir.rec.data, dir.rec.count as u64);
-        if start.checked_add(n).is_none_or(|e| e > self.sb.dirent_count) {
+        if start
+            .checked_add(n)
+            .is_none_or(|e| e > self.sb.dirent_count)
+        {
             return Err(self.corrupt_inode(dir.ino, "directory entries out of range"));
         }
         Ok((start, n))
     }
 
     fn corrupt_inode(&self, ino: u32, detail: &str) -> ReadError {
-        ReadError::format(self.name(), &format!("inode {ino}"), FormatError::invalid("inode", detail))
+        ReadError::format(
+            self.name(),
+            &format!("inode {ino}"),
+            FormatError::invalid("inode", detail),
+        )
     }
 
     /// Directory entry `idx` of the whole dirent table.
     pub fn dirent(&self, idx: u64) -> Result<DirentRecord, ReadError> {
-        self.record(StreamId::Dirents, idx, DirentRecord::LEN, DirentRecord::decode)
+        self.record(
+            StreamId::Dirents,
+            idx,
+            DirentRecord::LEN,
+            DirentRecord::decode,
+        )
     }
 
     fn heap(&self, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
@@ -399,12 +473,20 @@ impl Image {
         for comp in path.split(|&b| b == b'/') {
             match comp {
                 b"" | b"." => {}
-                b".." => cur = self.inode(if cur.file_type() == FileType::Directory { cur.rec.parent } else { cur.ino })?,
+                b".." => {
+                    cur = self.inode(if cur.file_type() == FileType::Directory {
+                        cur.rec.parent
+                    } else {
+                        cur.ino
+                    })?
+                }
                 c => {
                     let ino = self
                         .lookup(&cur, c)
                         .map_err(|e| match e {
-                            ReadError::NotADirectory(_) => ReadError::NotFound(String::from_utf8_lossy(path).into()),
+                            ReadError::NotADirectory(_) => {
+                                ReadError::NotFound(String::from_utf8_lossy(path).into())
+                            }
                             e => e,
                         })?
                         .ok_or_else(|| ReadError::NotFound(String::from_utf8_lossy(path).into()))?;
@@ -437,7 +519,8 @@ impl Image {
             return Err(self.corrupt_inode(ino.ino, "xattr set length"));
         }
         let b = self.heap(off, total)?;
-        XattrSet::decode(&b).map_err(|e| ReadError::format(self.name(), &format!("xattrs of inode {}", ino.ino), e))
+        XattrSet::decode(&b)
+            .map_err(|e| ReadError::format(self.name(), &format!("xattrs of inode {}", ino.ino), e))
     }
 
     /// Chunk record `idx`.
@@ -449,16 +532,26 @@ impl Image {
     pub fn block(&self, id: u32) -> Result<Arc<[u8]>, ReadError> {
         let r = self.block_ref(id)?;
         let what = || format!("data block {id}");
-        self.blocks.get_or_load(&r.hash, || self.load_ref(&r, self.sb.block_size, &what))
+        self.blocks
+            .get_or_load(&r.hash, || self.load_ref(&r, self.sb.block_size, &what))
     }
 
     /// The ref of data block `id`.
     pub fn block_ref(&self, id: u32) -> Result<BlockRef, ReadError> {
         if id as u64 >= self.sb.block_count {
-            return Err(ReadError::format(self.name(), "chunk", FormatError::invalid("block id", id.to_string())));
+            return Err(ReadError::format(
+                self.name(),
+                "chunk",
+                FormatError::invalid("block id", id.to_string()),
+            ));
         }
-        let b = self.read_stream(StreamId::Blocks, id as u64 * BLOCK_REF_LEN as u64, BLOCK_REF_LEN)?;
-        BlockRef::decode(&b).map_err(|e| ReadError::format(self.name(), &format!("data block {id} ref"), e))
+        let b = self.read_stream(
+            StreamId::Blocks,
+            id as u64 * BLOCK_REF_LEN as u64,
+            BLOCK_REF_LEN,
+        )?;
+        BlockRef::decode(&b)
+            .map_err(|e| ReadError::format(self.name(), &format!("data block {id} ref"), e))
     }
 
     fn file_chunks(&self, ino: &Inode) -> Result<(u64, u64), ReadError> {
@@ -483,7 +576,7 @@ impl Image {
         let want = buf.len().min((size - offset) as usize);
         let buf = &mut buf[..want];
         buf.fill(0); // holes and gaps read as zeros
-        // Last chunk starting at or before `offset`.
+                     // Last chunk starting at or before `offset`.
         let (mut lo, mut hi) = (0u64, n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -501,7 +594,9 @@ impl Image {
                 break;
             }
             let c_end = c.file_offset.checked_add(c.len as u64);
-            let c_end = c_end.filter(|&e| e <= size).ok_or_else(|| self.corrupt_inode(ino.ino, "chunk beyond file size"))?;
+            let c_end = c_end
+                .filter(|&e| e <= size)
+                .ok_or_else(|| self.corrupt_inode(ino.ino, "chunk beyond file size"))?;
             let from = offset.max(c.file_offset);
             let to = end.min(c_end);
             if from < to && !c.is_hole() {
@@ -511,7 +606,8 @@ impl Image {
                 if c.block_offset as usize + c.len as usize > block.len() {
                     return Err(self.corrupt_inode(ino.ino, "chunk beyond its block"));
                 }
-                buf[(from - offset) as usize..(to - offset) as usize].copy_from_slice(&block[bs..be]);
+                buf[(from - offset) as usize..(to - offset) as usize]
+                    .copy_from_slice(&block[bs..be]);
             }
             i += 1;
         }
@@ -525,12 +621,15 @@ fn read_at(src: &dyn Source, buf: &mut [u8], off: u64) -> Result<(), ReadError> 
             ReadError::format(
                 src.name(),
                 "file",
-                FormatError::invalid("image", format!("truncated (needed bytes {off}+{})", buf.len())),
+                FormatError::invalid(
+                    "image",
+                    format!("truncated (needed bytes {off}+{})", buf.len()),
+                ),
             )
         } else {
             ReadError::Io {
                 image: src.name().to_string(),
-                source: e,
+                cause: e,
             }
         }
     })

@@ -28,7 +28,7 @@ use std::sync::Arc;
 pub fn open_path(path: &Path) -> Result<Image, ReadError> {
     let src = FileSource::open(path).map_err(|e| ReadError::Io {
         image: path.display().to_string(),
-        source: e,
+        cause: e,
     })?;
     Image::open(Arc::new(src))
 }

@@ -38,7 +38,10 @@ impl FileSource {
         let file = File::open(path)?;
         let md = file.metadata()?;
         if md.is_dir() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "is a directory"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "is a directory",
+            ));
         }
         Ok(FileSource {
             len: md.len(),
@@ -89,7 +92,10 @@ impl Source for MemSource {
                 buf.copy_from_slice(&self.bytes[start..e]);
                 Ok(())
             }
-            None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past end")),
+            None => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past end",
+            )),
         }
     }
     fn name(&self) -> &str {

@@ -2,8 +2,8 @@
 //! read, decompressed and checked against its hash, and every inode decoded.
 
 use crate::image::Image;
-use sheaf_format::StreamId;
 use rayon::prelude::*;
+use sheaf_format::StreamId;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Result of [`verify`].
@@ -21,7 +21,6 @@ pub struct VerifyReport {
     pub errors: Vec<String>,
 }
 
-
 /// Verify everything; `progress` counts checked uncompressed bytes. Uses the
 /// current rayon pool. Stops listing after 100 errors.
 pub fn verify(img: &Image, progress: &AtomicU64) -> VerifyReport {
@@ -31,6 +30,11 @@ pub fn verify(img: &Image, progress: &AtomicU64) -> VerifyReport {
             rep.errors.push(e);
         }
     };
+    for s in img.sections() {
+        if let Err(e) = img.check_section(s) {
+            push(&mut rep, e.to_string());
+        }
+    }
     // Pages: every level of every stream, top down, so a bad ref is caught
     // where it is stored.
     for id in StreamId::ALL {
@@ -53,7 +57,8 @@ pub fn verify(img: &Image, progress: &AtomicU64) -> VerifyReport {
         .map(|id| {
             let r = img.block_ref(id).and_then(|r| {
                 let what = || format!("data block {id}");
-                img.load_ref(&r, sb.block_size, &what).map(|d| d.len() as u64)
+                img.load_ref(&r, sb.block_size, &what)
+                    .map(|d| d.len() as u64)
             });
             match r {
                 Ok(n) => {

@@ -2,7 +2,9 @@
 //! reads, refusal of unknown features, and mutation (stable fuzz) runs.
 
 use sheaf_build::{build, BuildOptions, Input, Progress};
-use sheaf_format::{SectionEntry, SectionKind, Superblock, Trailer, SECTION_FLAG_REQUIRED, TRAILER_LEN};
+use sheaf_format::{
+    SectionEntry, SectionKind, Superblock, Trailer, SECTION_FLAG_REQUIRED, TRAILER_LEN,
+};
 use sheaf_read::{fuzzing, Image, MemSource, ReadError, Source};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,17 +15,35 @@ fn build_tree(dir: &Path, files: usize, opts: &BuildOptions) -> Vec<u8> {
     std::fs::create_dir_all(src.join("sub/deeper")).unwrap();
     for i in 0..files {
         let sub = if i % 3 == 0 { "sub" } else { "sub/deeper" };
-        std::fs::write(src.join(format!("{sub}/f{i:06}.txt")), format!("file {i}\n").repeat(i % 50)).unwrap();
+        std::fs::write(
+            src.join(format!("{sub}/f{i:06}.txt")),
+            format!("file {i}\n").repeat(i % 50),
+        )
+        .unwrap();
     }
     std::os::unix::fs::symlink("sub/f000000.txt", src.join("link")).unwrap();
     let out = dir.join(format!("img-{files}.sheaf"));
-    build(&Input::Dir(src.clone()), &out, &BuildOptions { force: true, ..opts.clone() }, Arc::new(Progress::default()), &AtomicBool::new(false)).unwrap();
+    build(
+        &Input::Dir(src.clone()),
+        &out,
+        &BuildOptions {
+            force: true,
+            ..opts.clone()
+        },
+        Arc::new(Progress::default()),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
     std::fs::remove_dir_all(&src).unwrap();
     std::fs::read(out).unwrap()
 }
 
 fn small_opts() -> BuildOptions {
-    BuildOptions { block_size: 4096, page_size: 4096, ..Default::default() }
+    BuildOptions {
+        block_size: 4096,
+        page_size: 4096,
+        ..Default::default()
+    }
 }
 
 /// Counts read calls, to prove open cost does not grow with the image.
@@ -49,12 +69,19 @@ fn open_reads_a_bounded_number_of_ranges_whatever_the_size() {
         let bytes = build_tree(d.path(), files, &small_opts());
         let src = Arc::new(Counting(MemSource::new(bytes, "x"), AtomicUsize::new(0)));
         let img = Image::open(src.clone()).unwrap();
-        assert!(src.1.load(Ordering::SeqCst) <= 3, "{files} files: {} reads", src.1.load(Ordering::SeqCst));
+        assert!(
+            src.1.load(Ordering::SeqCst) <= 3,
+            "{files} files: {} reads",
+            src.1.load(Ordering::SeqCst)
+        );
         // One stat touches one page per level, not the whole table.
         let before = src.1.load(Ordering::SeqCst);
         img.inode(img.superblock().inode_count as u32 - 1).unwrap();
         let used = src.1.load(Ordering::SeqCst) - before;
-        assert!(used <= img.stream_levels(sheaf_format::StreamId::Inodes), "stat used {used} reads");
+        assert!(
+            used <= img.stream_levels(sheaf_format::StreamId::Inodes),
+            "stat used {used} reads"
+        );
     }
 }
 
@@ -65,7 +92,9 @@ fn lookup_and_read_match_what_was_built() {
     let img = Image::open(Arc::new(MemSource::new(bytes, "x"))).unwrap();
     for i in [0usize, 1, 2, 1499, 2999] {
         let sub = if i % 3 == 0 { "sub" } else { "sub/deeper" };
-        let ino = img.resolve(format!("{sub}/f{i:06}.txt").as_bytes()).unwrap();
+        let ino = img
+            .resolve(format!("{sub}/f{i:06}.txt").as_bytes())
+            .unwrap();
         let want = format!("file {i}\n").repeat(i % 50);
         let mut buf = vec![0u8; want.len() + 10];
         let n = img.read(&ino, 0, &mut buf).unwrap();
@@ -76,11 +105,25 @@ fn lookup_and_read_match_what_was_built() {
             assert_eq!(&buf[..n], &want.as_bytes()[5..]);
         }
     }
-    assert!(matches!(img.resolve(b"sub/nope"), Err(ReadError::NotFound(_))));
-    assert!(matches!(img.resolve(b"link/x"), Err(ReadError::NotFound(_))));
-    assert_eq!(img.read_link(&img.resolve(b"link").unwrap()).unwrap(), b"sub/f000000.txt");
+    assert!(matches!(
+        img.resolve(b"sub/nope"),
+        Err(ReadError::NotFound(_))
+    ));
+    assert!(matches!(
+        img.resolve(b"link/x"),
+        Err(ReadError::NotFound(_))
+    ));
+    assert_eq!(
+        img.read_link(&img.resolve(b"link").unwrap()).unwrap(),
+        b"sub/f000000.txt"
+    );
     let root = img.root().unwrap();
-    let names: Vec<_> = img.read_dir(&root, 0, 10).unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<_> = img
+        .read_dir(&root, 0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names, vec![b"link".to_vec(), b"sub".to_vec()]);
 }
 
@@ -92,7 +135,9 @@ fn reseal(bytes: &[u8], edit: impl Fn(&mut Superblock), extra: Option<SectionEnt
     let mut out = bytes[..t.table_offset as usize].to_vec();
     for s in &mut secs {
         if s.kind == SectionKind::Superblock {
-            let mut sb = Superblock::decode(&bytes[s.offset as usize..(s.offset + s.length) as usize]).unwrap();
+            let mut sb =
+                Superblock::decode(&bytes[s.offset as usize..(s.offset + s.length) as usize])
+                    .unwrap();
             edit(&mut sb);
             let enc = sb.encode();
             s.offset = out.len() as u64;
@@ -105,7 +150,11 @@ fn reseal(bytes: &[u8], edit: impl Fn(&mut Superblock), extra: Option<SectionEnt
     let table: Vec<u8> = secs.iter().flat_map(|s| s.encode()).collect();
     let table_offset = out.len() as u64;
     out.extend_from_slice(&table);
-    let tr = Trailer { table_offset, section_count: secs.len() as u32, root_digest: sheaf_format::digest(&table) };
+    let tr = Trailer {
+        table_offset,
+        section_count: secs.len() as u32,
+        root_digest: sheaf_format::digest(&table),
+    };
     out.extend_from_slice(&tr.encode());
     out
 }
@@ -115,10 +164,23 @@ fn unknown_required_things_are_refused_by_name_and_optional_ones_skipped() {
     let d = tempfile::tempdir().unwrap();
     let bytes = build_tree(d.path(), 5, &small_opts());
     let open = |b: Vec<u8>| Image::open(Arc::new(MemSource::new(b, "img.sheaf")));
-    let e = open(reseal(&bytes, |sb| sb.required_features |= 1 << 3, None)).unwrap_err().to_string();
-    assert!(e.contains("img.sheaf") && e.contains("feature bit 3"), "{e}");
-    let sec = |flags| SectionEntry { kind: SectionKind::Other(77), flags, offset: 64, length: 1, hash: [0; 32] };
-    let e = open(reseal(&bytes, |_| {}, Some(sec(SECTION_FLAG_REQUIRED)))).unwrap_err().to_string();
+    let e = open(reseal(&bytes, |sb| sb.required_features |= 1 << 3, None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("img.sheaf") && e.contains("feature bit 3"),
+        "{e}"
+    );
+    let sec = |flags| SectionEntry {
+        kind: SectionKind::Other(77),
+        flags,
+        offset: 64,
+        length: 1,
+        hash: [0; 32],
+    };
+    let e = open(reseal(&bytes, |_| {}, Some(sec(SECTION_FLAG_REQUIRED))))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("required section kind 77"), "{e}");
     let img = open(reseal(&bytes, |_| {}, Some(sec(0)))).unwrap();
     img.resolve(b"link").unwrap();
@@ -143,7 +205,10 @@ fn mutated_images_never_panic() {
     let d = tempfile::tempdir().unwrap();
     let mut seeds = Vec::new();
     for codec in ["zstd", "lz4", "xz", "none"] {
-        let o = BuildOptions { compression: sheaf_build::Compression::parse(codec).unwrap(), ..small_opts() };
+        let o = BuildOptions {
+            compression: sheaf_build::Compression::parse(codec).unwrap(),
+            ..small_opts()
+        };
         seeds.push(build_tree(d.path(), 40, &o));
     }
     let mut rng = Rng(0x5eed);
@@ -182,7 +247,10 @@ fn a_flipped_byte_anywhere_is_never_read_back_as_wrong_data() {
     let want: Vec<(String, Vec<u8>)> = (0..200)
         .map(|i| {
             let sub = if i % 3 == 0 { "sub" } else { "sub/deeper" };
-            (format!("{sub}/f{i:06}.txt"), format!("file {i}\n").repeat(i % 50).into_bytes())
+            (
+                format!("{sub}/f{i:06}.txt"),
+                format!("file {i}\n").repeat(i % 50).into_bytes(),
+            )
         })
         .collect();
     let mut rng = Rng(42);
@@ -190,12 +258,20 @@ fn a_flipped_byte_anywhere_is_never_read_back_as_wrong_data() {
         let mut b = good.clone();
         let i = rng.below(b.len());
         b[i] ^= 0x40;
-        let Ok(img) = Image::open(Arc::new(MemSource::new(b, "x"))) else { continue };
+        let Ok(img) = Image::open(Arc::new(MemSource::new(b, "x"))) else {
+            continue;
+        };
         for (p, content) in &want {
-            let Ok(ino) = img.resolve(p.as_bytes()) else { continue };
+            let Ok(ino) = img.resolve(p.as_bytes()) else {
+                continue;
+            };
             let mut buf = vec![0u8; content.len()];
             if let Ok(n) = img.read(&ino, 0, &mut buf) {
-                assert_eq!(&buf[..n], &content[..n], "wrong bytes for {p} after flipping byte {i}");
+                assert_eq!(
+                    &buf[..n],
+                    &content[..n],
+                    "wrong bytes for {p} after flipping byte {i}"
+                );
             }
         }
     }
