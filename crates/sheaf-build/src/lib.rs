@@ -86,35 +86,46 @@ fn validate(opts: &BuildOptions) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Order files so similar content sits together: by extension, then
-/// directory (node ids of directories follow the scan, which is sorted), then name. Returns the file nodes in packing order and the entry
+/// Order files so related content sits together: by directory (node ids of
+/// directories follow the sorted scan), then name stem, then name. Measured
+/// against ordering by extension first: K 0.6% and P 0.9% smaller
+/// (docs/design.md). Returns the file nodes in packing order and the entry
 /// index that [`Tree::path`] needs (paths are rebuilt one at a time so that
 /// memory stays per-entry, not per-path).
 fn packing_order(tree: &Tree) -> (Vec<NodeId>, Vec<u32>) {
     let index = tree.entry_index();
-    let mut files: Vec<(NodeId, NodeId, u32)> = Vec::new();
-    for (i, n) in tree.nodes.iter().enumerate() {
-        if matches!(n.kind, Kind::File { .. }) {
-            files.push((i as NodeId, n.parent, index[i]));
-        }
-    }
-    let name = |&(_, p, idx): &(NodeId, NodeId, u32)| -> &[u8] {
+    let name_of = |id: NodeId| -> &[u8] {
+        let p = tree.nodes[id as usize].parent;
         match &tree.nodes[p as usize].kind {
-            Kind::Dir(e) => &e[idx as usize].0,
+            Kind::Dir(e) => &e[index[id as usize] as usize].0,
             _ => unreachable!("parent is a directory"),
         }
     };
-    let ext = |n: &[u8]| -> usize { n.iter().rposition(|&b| b == b'.').unwrap_or(n.len()) };
-    // Measured on the Linux source: extension-then-directory packs 3.5%
-    // smaller than extension-then-name (related files share a directory).
+    // Python keeps compiled files in `__pycache__` beside their sources;
+    // counting them as part of the parent puts `x.pyc` next to `x.py`, whose
+    // strings it repeats.
+    let group = |parent: NodeId| -> NodeId {
+        if parent != 0 && name_of(parent) == b"__pycache__" {
+            tree.nodes[parent as usize].parent
+        } else {
+            parent
+        }
+    };
+    let mut files: Vec<(NodeId, NodeId)> = tree
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| matches!(n.kind, Kind::File { .. }))
+        .map(|(i, n)| (i as NodeId, group(n.parent)))
+        .collect();
+    let stem = |n: &'_ [u8]| -> usize { n.iter().position(|&b| b == b'.').unwrap_or(n.len()) };
     files.sort_by(|a, b| {
-        let (na, nb) = (name(a), name(b));
-        na[ext(na)..]
-            .cmp(&nb[ext(nb)..])
-            .then_with(|| a.1.cmp(&b.1))
+        let (na, nb) = (name_of(a.0), name_of(b.0));
+        a.1.cmp(&b.1)
+            .then_with(|| na[..stem(na)].cmp(&nb[..stem(nb)]))
             .then_with(|| na.cmp(nb))
     });
-    (files.into_iter().map(|(id, _, _)| id).collect(), index)
+    (files.into_iter().map(|(id, _)| id).collect(), index)
 }
 
 /// Build an image from `input` into `output`.

@@ -4,8 +4,8 @@ use sheaf_format::Codec;
 use std::path::PathBuf;
 use thiserror::Error;
 
-/// Default data block size: 1 MiB (chosen by measurement, see docs/design.md).
-pub const DEFAULT_BLOCK_SIZE: u32 = 1 << 20;
+/// Default data block size: 4 MiB (chosen by measurement, see docs/design.md).
+pub const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
 /// Default metadata page size.
 pub const DEFAULT_PAGE_SIZE: u32 = 1 << 16;
 

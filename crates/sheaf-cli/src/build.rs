@@ -32,7 +32,7 @@ pub struct BuildArgs {
     compression: String,
     /// Data block size, a power of two from 4K to 64M. Larger compresses
     /// better; smaller makes random reads and lazy fetches cheaper.
-    #[arg(long, default_value = "1M", value_name = "SIZE")]
+    #[arg(long, default_value = "4M", value_name = "SIZE")]
     block_size: String,
     /// Metadata page size, a power of two from 4K to 1M.
     #[arg(long, default_value = "64K", value_name = "SIZE", hide = true)]

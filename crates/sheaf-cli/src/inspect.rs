@@ -268,7 +268,15 @@ pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
     let progress = std::sync::atomic::AtomicU64::new(0);
     let rep = pool.install(|| sheaf_read::verify::verify(&img, &progress));
     let secs = start.elapsed().as_secs_f64();
-    let logical = img.superblock().logical_bytes;
+    // Throughput counts file data, not holes (which cost nothing to check).
+    let holes = img
+        .build_info()
+        .ok()
+        .flatten()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .and_then(|v| v["stats"]["hole_bytes"].as_u64())
+        .unwrap_or(0);
+    let logical = img.superblock().logical_bytes.saturating_sub(holes);
     if json {
         println!(
             "{}",
@@ -276,7 +284,8 @@ pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
                 "image": image.display().to_string(),
                 "ok": rep.errors.is_empty(),
                 "pages": rep.pages, "blocks": rep.blocks, "inodes": rep.inodes,
-                "block_bytes": rep.block_bytes, "logical_bytes": logical,
+                "block_bytes": rep.block_bytes, "logical_bytes": img.superblock().logical_bytes,
+                "data_bytes": logical, "mb_per_s": logical as f64 / secs / 1e6,
                 "seconds": secs, "errors": rep.errors,
                 "root_digest": hex(&img.root_digest()),
             }))?
