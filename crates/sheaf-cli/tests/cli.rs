@@ -769,7 +769,7 @@ fn json_reports_have_the_expected_keys() {
     assert_eq!(c["inodes"], i["inodes"]);
     assert_eq!(c["blocks"], i["blocks"]);
     assert_eq!(b["skipped"], serde_json::json!([]));
-    assert_eq!(i["block_size"].as_u64(), Some(1 << 20));
+    assert_eq!(i["block_size"].as_u64(), Some(4 << 20));
     // extract --json too.
     let x = json(
         &run_cmd(

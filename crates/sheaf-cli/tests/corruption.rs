@@ -33,7 +33,7 @@ fn base() -> Base {
     write(&src.join("dir/c.txt"), b"small\n");
     symlink(b"a.bin", &src.join("link"));
     let img = dir.join("good.sheaf");
-    build(&src, &img, &[]);
+    build(&src, &img, &["--block-size", "1M"]); // victim and intact files in different blocks
     let bytes = fs::read(&img).unwrap();
     // Make sure the fixture is what the cases assume.
     let im = sheaf_read::open_path(&img).unwrap();

@@ -281,7 +281,7 @@ fn make_fixture() -> Fixture {
     });
 
     let img = dir.join("image.sheaf");
-    build(&src, &img, &[]);
+    build(&src, &img, &["--block-size", "1M"]); // the fixture sizes assume 1 MiB blocks
     let out = dir.join("out");
     let x = extract(&img, &out);
     if !skipped.is_empty() {
