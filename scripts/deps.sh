@@ -2,7 +2,9 @@
 # Install what building and testing sheaf needs, only if missing (idempotent).
 # Usage: scripts/deps.sh [test|bench]
 set -euo pipefail
-want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2)
+# command per package; an empty command means "check with dpkg".
+want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2
+      util-linux:setpriv python3:python3 bc:bc diffutils:diff)
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv:) ;;
 esac

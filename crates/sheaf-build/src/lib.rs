@@ -181,7 +181,15 @@ pub fn build(
 
     let mut tree = match input {
         Input::Dir(src) => {
-            let mut tree = scan::scan_dir(src, opts, &mut problems)?;
+            // Never pack the image into itself when it is written inside SOURCE.
+            let mut skip = Vec::new();
+            for p in [&guard.tmp, &guard.dest] {
+                if let Ok(m) = std::fs::metadata(p) {
+                    use std::os::unix::fs::MetadataExt;
+                    skip.push((m.dev(), m.ino()));
+                }
+            }
+            let mut tree = scan::scan_dir(src, opts, &mut problems, &skip)?;
             let (order, index) = packing_order(&tree);
             progress
                 .total_files
@@ -248,49 +256,51 @@ pub fn build(
     let stored_data_bytes = out.pos - HEADER_LEN as u64;
     let logical_bytes = logical_bytes(&tree);
 
+    let stats = tree_stats(&tree);
+    let xattr_sets = tree.xattr_sets.len();
+
     // Metadata streams, compressed in parallel on the build's thread count.
+    // Peak memory is the tree plus its encoding, so the tree goes first and
+    // each stream is freed once written.
     let streams = meta::encode_tree(&tree)?;
     let mut chunk_bytes = Vec::with_capacity(tree.chunks.len() * sheaf_format::ChunkRecord::LEN);
     for c in &tree.chunks {
         c.encode(&mut chunk_bytes);
     }
+    let chunk_count = tree.chunks.len() as u64;
+    drop(tree);
     let block_bytes: Vec<u8> = block_refs.iter().flat_map(|r| r.encode()).collect();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .map_err(|e| BuildError::Option(e.to_string()))?;
+    let (inode_count, dirent_count) = (streams.inode_count, streams.dirent_count);
     let mut descs: [StreamDesc; 5] = Default::default();
     for (id, bytes) in [
-        (StreamId::Inodes, &streams.inodes),
-        (StreamId::Chunks, &chunk_bytes),
-        (StreamId::Dirents, &streams.dirents),
-        (StreamId::Heap, &streams.heap),
-        (StreamId::Blocks, &block_bytes),
+        (StreamId::Inodes, streams.inodes),
+        (StreamId::Chunks, chunk_bytes),
+        (StreamId::Dirents, streams.dirents),
+        (StreamId::Heap, streams.heap),
+        (StreamId::Blocks, block_bytes),
     ] {
         descs[id as usize] = pool
-            .install(|| meta::write_stream(&mut out, bytes, opts.page_size, &opts.compression))?;
+            .install(|| meta::write_stream(&mut out, &bytes, opts.page_size, &opts.compression))?;
     }
     let sb = Superblock {
         required_features: 0,
         optional_features: 0,
         block_size: opts.block_size,
         page_size: opts.page_size,
-        inode_count: streams.inode_count,
+        inode_count,
         block_count: block_refs.len() as u64,
-        chunk_count: tree.chunks.len() as u64,
-        dirent_count: streams.dirent_count,
+        chunk_count,
+        dirent_count,
         logical_bytes,
         stored_data_bytes,
         root_inode: 0,
         streams: descs,
     };
-    let mut by_type = std::collections::BTreeMap::<&str, u64>::new();
-    let mut hardlinks = 0u64;
-    for n in tree.nodes.iter().filter(|n| n.links > 0) {
-        let t = sheaf_format::FileType::from_mode(n.meta.mode).map_or("other", |t| t.name());
-        *by_type.entry(t).or_default() += 1;
-        hardlinks += (n.links > 1 && !matches!(n.kind, Kind::Dir(_))) as u64;
-    }
+    let (by_type, hardlinks) = stats;
     let mut codecs = std::collections::BTreeMap::<&str, u64>::new();
     for r in &block_refs {
         *codecs.entry(r.codec.name()).or_default() += 1;
@@ -302,7 +312,7 @@ pub fn build(
             "dedup_bytes": progress.dedup_bytes.load(Ordering::Relaxed),
             "hole_bytes": progress.hole_bytes.load(Ordering::Relaxed),
             "blocks_by_codec": codecs,
-            "xattr_sets": tree.xattr_sets.len(),
+            "xattr_sets": xattr_sets,
         },
         "builder": format!("sheaf {}", env!("CARGO_PKG_VERSION")),
         "compression": opts.compression.describe(),
@@ -353,7 +363,7 @@ pub fn build(
     Ok(BuildReport {
         image: output.to_path_buf(),
         image_bytes,
-        inodes: streams.inode_count,
+        inodes: inode_count,
         logical_bytes,
         stored_data_bytes,
         blocks: block_refs.len() as u64,
@@ -387,4 +397,16 @@ fn logical_bytes(tree: &Tree) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// Entries by type and the number of hardlinked non-directories.
+fn tree_stats(tree: &Tree) -> (std::collections::BTreeMap<&'static str, u64>, u64) {
+    let mut by_type = std::collections::BTreeMap::new();
+    let mut hardlinks = 0u64;
+    for n in tree.nodes.iter().filter(|n| n.links > 0) {
+        let t = sheaf_format::FileType::from_mode(n.meta.mode).map_or("other", |t| t.name());
+        *by_type.entry(t).or_default() += 1;
+        hardlinks += (n.links > 1 && !matches!(n.kind, Kind::Dir(_))) as u64;
+    }
+    (by_type, hardlinks)
 }

@@ -132,7 +132,9 @@ pub fn write_stream<W: Write>(
     if bytes.is_empty() {
         return Ok(StreamDesc::default());
     }
-    let mut level: Vec<u8> = bytes.to_vec();
+    // Level 0 is the caller's bytes; upper levels (refs) are built here.
+    let mut upper: Vec<u8>;
+    let mut level: &[u8] = bytes;
     let mut levels = 0;
     loop {
         levels += 1;
@@ -161,6 +163,7 @@ pub fn write_stream<W: Write>(
                 roots: refs,
             });
         }
-        level = refs.iter().flat_map(|r| r.encode()).collect();
+        upper = refs.iter().flat_map(|r| r.encode()).collect();
+        level = &upper;
     }
 }

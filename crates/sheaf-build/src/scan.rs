@@ -117,10 +117,13 @@ impl Problems {
 }
 
 /// Scan `root` into a tree. Regular files get `Kind::File` with no chunks yet.
+/// Files whose `(dev, ino)` is in `skip` (the image being written, when it
+/// lies inside the source) are left out.
 pub fn scan_dir(
     root: &Path,
     opts: &BuildOptions,
     problems: &mut Problems,
+    skip: &[(u64, u64)],
 ) -> Result<Tree, BuildError> {
     let norm = Normalizer::new(opts);
     let excl = Excluder::new(&opts.exclude)?;
@@ -176,6 +179,9 @@ pub fn scan_dir(
                     continue;
                 }
             };
+            if skip.contains(&(md.dev(), md.ino())) {
+                continue;
+            }
             let bname: Box<[u8]> = name.as_bytes().into();
             if md.nlink() > 1 && !md.is_dir() {
                 if let Some(&target) = seen.get(&(md.dev(), md.ino())) {

@@ -150,14 +150,28 @@ pub fn run(a: BuildArgs) -> Result<i32> {
 
 fn progress_bar(p: &Progress, done: &std::sync::atomic::AtomicBool) {
     let bar = indicatif::ProgressBar::new(0);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} in, {msg} ({binary_bytes_per_sec}, ETA {eta})",
-        )
-        .expect("valid template"),
-    );
+    // With a known total (directory input): a bar and an ETA. A tar stream's
+    // size is unknown until its end: counters and rate only.
+    let known = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {bytes}/{total_bytes} in, {msg} ({binary_bytes_per_sec}, ETA {eta})",
+    )
+    .expect("valid template");
+    let unknown = indicatif::ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bytes} in, {msg} ({binary_bytes_per_sec})",
+    )
+    .expect("valid template");
+    let mut styled = None;
     while !done.load(Ordering::SeqCst) {
-        bar.set_length(p.total_bytes.load(Ordering::Relaxed));
+        let total = p.total_bytes.load(Ordering::Relaxed);
+        if styled != Some(total > 0) {
+            bar.set_style(if total > 0 {
+                known.clone()
+            } else {
+                unknown.clone()
+            });
+            styled = Some(total > 0);
+        }
+        bar.set_length(total);
         bar.set_position(p.bytes_in.load(Ordering::Relaxed));
         bar.set_message(format!(
             "{} files, {} out",

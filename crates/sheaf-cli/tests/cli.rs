@@ -854,3 +854,17 @@ fn tree_comparison_detects_each_kind_of_difference() {
         assert!(errs.contains(needle), "comparison missed {needle}:\n{errs}");
     }
 }
+
+#[test]
+fn an_image_written_inside_its_source_is_not_packed_into_itself() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    write(&src.join("data.txt"), b"payload\n");
+    let img = src.join("self.sheaf");
+    build(&src, &img, &[]);
+    // A second build with --force must leave out the old image too.
+    build(&src, &img, &["--force"]);
+    let ls = sheaf([std::ffi::OsStr::new("ls"), img.as_os_str()]).ok();
+    assert_eq!(ls.text().trim(), "data.txt", "listing: {}", ls.text());
+}

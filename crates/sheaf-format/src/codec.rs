@@ -5,7 +5,12 @@
 //! hostile payload cannot make the reader allocate more than that.
 
 use crate::FormatError;
+use std::cell::RefCell;
 use std::io::Read;
+
+thread_local! {
+    static ZSTD_CCTX: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+}
 
 /// Compression codec of one block or page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,20 +75,27 @@ impl Codec {
     pub fn compress(self, level: i32, data: &[u8]) -> Vec<u8> {
         match self {
             Codec::None => data.to_vec(),
-            Codec::Zstd => {
-                let mut c = zstd::bulk::Compressor::new(level).expect("zstd level validated");
-                // The frame need not repeat what the ref already records.
-                let _ = c.include_checksum(false);
-                let _ = c.include_contentsize(false);
-                // Matches of 4 bytes (instead of 5 at these levels) pay off on
-                // machine code: 1.1% smaller on a scientific Python stack at
-                // the same speed (docs/design.md).
-                if (10..=15).contains(&level) {
-                    let _ = c.set_parameter(zstd::zstd_safe::CParameter::MinMatch(4));
+            Codec::Zstd => ZSTD_CCTX.with(|slot| {
+                // One context per thread and level: a fresh context costs
+                // its table allocations for every block.
+                let mut slot = slot.borrow_mut();
+                if slot.as_ref().is_none_or(|(l, _)| *l != level) {
+                    let mut c = zstd::bulk::Compressor::new(level).expect("zstd level validated");
+                    // The frame need not repeat what the ref already records.
+                    let _ = c.include_checksum(false);
+                    let _ = c.include_contentsize(false);
+                    // Matches of 4 bytes (instead of 5 at these levels) pay
+                    // off on machine code: 1.1% smaller on a scientific
+                    // Python stack at the same speed (docs/design.md).
+                    if (10..=15).contains(&level) {
+                        let _ = c.set_parameter(zstd::zstd_safe::CParameter::MinMatch(4));
+                    }
+                    *slot = Some((level, c));
                 }
+                let (_, c) = slot.as_mut().expect("just set");
                 c.compress(data)
                     .expect("zstd compression into a Vec cannot fail")
-            }
+            }),
             Codec::Lz4 => lz4_flex::block::compress(data),
             Codec::Xz => {
                 let mut out = Vec::with_capacity(data.len() / 3);

@@ -210,6 +210,14 @@ impl Image {
     pub fn block_cache(&self) -> &Arc<Cache> {
         &self.blocks
     }
+
+    /// Use `cache` for data blocks instead of this image's own, so several
+    /// images (layers, versions of a stack) share one memory budget and one
+    /// copy of every block they have in common (keys are content digests).
+    pub fn with_block_cache(mut self, cache: Arc<Cache>) -> Self {
+        self.blocks = cache;
+        self
+    }
     /// The metadata page cache.
     pub fn page_cache(&self) -> &Cache {
         &self.pages

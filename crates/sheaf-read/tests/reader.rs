@@ -276,3 +276,26 @@ fn a_flipped_byte_anywhere_is_never_read_back_as_wrong_data() {
         }
     }
 }
+
+#[test]
+fn images_can_share_one_block_cache_and_its_blocks() {
+    let d = tempfile::tempdir().unwrap();
+    let a = build_tree(&d.path().join("a"), 50, &small_opts());
+    let b = build_tree(&d.path().join("b"), 50, &small_opts());
+    let shared = Arc::new(sheaf_read::Cache::new(1 << 20));
+    let ia = Image::open(Arc::new(MemSource::new(a, "a")))
+        .unwrap()
+        .with_block_cache(shared.clone());
+    let ib = Image::open(Arc::new(MemSource::new(b, "b")))
+        .unwrap()
+        .with_block_cache(shared.clone());
+    let mut buf = vec![0u8; 4096];
+    let f = ia.resolve(b"sub/f000003.txt").unwrap();
+    ia.read(&f, 0, &mut buf).unwrap();
+    let misses = shared.stats.misses.load(Ordering::SeqCst);
+    // The same content in the other image is served from the shared cache.
+    let g = ib.resolve(b"sub/f000003.txt").unwrap();
+    ib.read(&g, 0, &mut buf).unwrap();
+    assert_eq!(shared.stats.misses.load(Ordering::SeqCst), misses);
+    assert!(shared.stats.hits.load(Ordering::SeqCst) >= 1);
+}
