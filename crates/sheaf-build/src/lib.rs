@@ -203,12 +203,32 @@ pub fn build(
                 .sum();
             progress.total_bytes.store(total, Ordering::Relaxed);
             let mut unreadable = Vec::new();
+            // Files come grouped by directory: keep the current one's handle.
+            let mut dir: Option<(NodeId, PathBuf, Option<File>)> = None;
             for id in order {
                 if cancel.load(Ordering::Relaxed) {
                     return Err(BuildError::Interrupted);
                 }
-                let path = src.join(tree.path(&index, id));
-                let mut f = match File::open(&path) {
+                let rel = tree.path(&index, id);
+                let path = src.join(&rel);
+                let parent = tree.nodes[id as usize].parent;
+                if dir.as_ref().is_none_or(|d| d.0 != parent) {
+                    let parent_rel = rel.parent().unwrap_or(Path::new(""));
+                    dir = match scan::dir_handle(src, parent_rel) {
+                        Ok((base, held)) => Some((parent, base, held)),
+                        Err(e) => {
+                            problems.handle(&path, e)?;
+                            unreadable.push(id);
+                            None
+                        }
+                    };
+                }
+                let Some((_, base, _)) = &dir else { continue };
+                let opened = match rel.file_name() {
+                    Some(n) => File::open(base.join(n)),
+                    None => File::open(&path),
+                };
+                let mut f = match opened {
                     Ok(f) => f,
                     Err(e) => {
                         problems.handle(&path, e)?;

@@ -87,6 +87,47 @@ pub fn read_xattrs(path: &Path) -> std::io::Result<XattrSet> {
     Ok(XattrSet(set))
 }
 
+/// Longest path handed to a system call; deeper directories are opened step
+/// by step and named through `/proc/self/fd`, so trees deeper than
+/// `PATH_MAX` (4096 bytes) can be packed.
+const SHORT_PATH: usize = 3072;
+
+/// A short path naming the directory `root/rel` for system calls, and the
+/// open directory that keeps it valid when the real path is too long.
+pub fn dir_handle(root: &Path, rel: &Path) -> std::io::Result<(PathBuf, Option<fs::File>)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let full = root.join(rel);
+    if full.as_os_str().len() < SHORT_PATH {
+        return Ok((full, None));
+    }
+    let open = |p: &Path| {
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(p)
+    };
+    let mut held: Option<fs::File> = None;
+    let mut base = root.to_path_buf();
+    let mut pending = PathBuf::new();
+    for comp in rel.components() {
+        let len = base.as_os_str().len() + pending.as_os_str().len() + comp.as_os_str().len() + 2;
+        if len >= SHORT_PATH && !pending.as_os_str().is_empty() {
+            let f = open(&base.join(&pending))?;
+            base = PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+            held = Some(f); // the previous directory may close now
+            pending = PathBuf::new();
+        }
+        pending.push(comp);
+    }
+    let f = open(&base.join(&pending))?;
+    drop(held);
+    Ok((
+        PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
+        Some(f),
+    ))
+}
+
 /// Collects problems when `--skip-errors` is on; otherwise fails fast.
 pub struct Problems {
     skip: bool,
@@ -150,7 +191,14 @@ pub fn scan_dir(
     let mut stack: Vec<(NodeId, PathBuf)> = vec![(0, PathBuf::new())];
     while let Some((dir, rel)) = stack.pop() {
         let full = root.join(&rel);
-        let rd = match fs::read_dir(&full) {
+        let (base, _held) = match dir_handle(root, &rel) {
+            Ok(h) => h,
+            Err(e) => {
+                problems.handle(&full, e)?;
+                continue;
+            }
+        };
+        let rd = match fs::read_dir(&base) {
             Ok(rd) => rd,
             Err(e) => {
                 problems.handle(&full, e)?;
@@ -171,11 +219,13 @@ pub fn scan_dir(
             if excl.excluded(&rel_child) {
                 continue;
             }
-            let path = root.join(&rel_child);
+            // `path` is for system calls, `shown` for messages.
+            let path = base.join(&name);
+            let shown = root.join(&rel_child);
             let md = match fs::symlink_metadata(&path) {
                 Ok(m) => m,
                 Err(e) => {
-                    problems.handle(&path, e)?;
+                    problems.handle(&shown, e)?;
                     continue;
                 }
             };
@@ -199,7 +249,7 @@ pub fn scan_dir(
                 libc::S_IFLNK => match fs::read_link(&path) {
                     Ok(t) => Kind::Symlink(t.as_os_str().as_bytes().into()),
                     Err(e) => {
-                        problems.handle(&path, e)?;
+                        problems.handle(&shown, e)?;
                         continue;
                     }
                 },
@@ -209,7 +259,7 @@ pub fn scan_dir(
             let xattrs = match read_xattrs(&path) {
                 Ok(x) => tree.intern_xattrs(x),
                 Err(e) => {
-                    problems.handle(&path, e)?;
+                    problems.handle(&shown, e)?;
                     continue;
                 }
             };

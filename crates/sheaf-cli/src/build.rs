@@ -17,8 +17,9 @@ Examples:
   tar -cf - -C /opt/stack . | sheaf build - -o stack.sheaf
   SOURCE_DATE_EPOCH=1700000000 sheaf build src -o src.sheaf --owner 0:0
 
-Input order: directories are packed with similar files together (by
-extension, then name); tar input is packed in archive order, read once.
+Input order: directories are packed with related files together (by
+directory, then name stem, so x.py and __pycache__/x.pyc sit side by side);
+tar input is packed in archive order, read once.
 The image is written to a temporary file and renamed when complete.")]
 pub struct BuildArgs {
     /// A directory, a tar archive (plain, .gz, .zst, .xz, .bz2), or '-' for a tar stream on stdin.
