@@ -28,6 +28,7 @@ use sheaf_format::{
 };
 use std::fs::File;
 use std::io::BufWriter;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -224,10 +225,13 @@ pub fn build(
                     };
                 }
                 let Some((_, base, _)) = &dir else { continue };
-                let opened = match rel.file_name() {
-                    Some(n) => File::open(base.join(n)),
-                    None => File::open(&path),
-                };
+                // The entry was a regular file when scanned; if it has been
+                // swapped for a symlink or a FIFO since, fail instead of
+                // following it or blocking.
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(rel.file_name().map_or(path.clone(), |n| base.join(n)));
                 let mut f = match opened {
                     Ok(f) => f,
                     Err(e) => {
