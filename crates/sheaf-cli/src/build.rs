@@ -99,6 +99,10 @@ pub fn run(a: BuildArgs) -> Result<i32> {
         force: a.force,
     };
     let input = if a.source.as_os_str() == "-" {
+        // SAFETY: isatty on a constant fd.
+        if unsafe { libc::isatty(0) } == 1 {
+            bail!("refusing to read a tar archive from a terminal (pipe one in: tar -cf - DIR | sheaf build - -o IMAGE)");
+        }
         Input::TarStdin
     } else {
         match std::fs::metadata(&a.source) {
