@@ -132,13 +132,17 @@ pub fn read_tar<W: Write + Send + 'static>(
         let mut e = entry.map_err(|e| bad(format!("bad tar archive: {e}")))?;
         count += 1;
         let mut path = e.path_bytes().into_owned();
-        if let Ok(Some(pax)) = e.pax_extensions() {
-            // A PAX 1.0 sparse member is stored under a made-up name.
-            for ext in pax.flatten() {
-                if ext.key_bytes() == b"GNU.sparse.name" {
-                    path = ext.value_bytes().to_vec();
-                }
-            }
+        // PAX records of this entry, read once.
+        let pax: Vec<(Vec<u8>, Vec<u8>)> = match e.pax_extensions() {
+            Ok(Some(p)) => p
+                .flatten()
+                .map(|x| (x.key_bytes().to_vec(), x.value_bytes().to_vec()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        // A PAX 1.0 sparse member is stored under a made-up name.
+        if let Some((_, v)) = pax.iter().rev().find(|(k, _)| k == b"GNU.sparse.name") {
+            path = v.clone();
         }
         let shown = String::from_utf8_lossy(&path).into_owned();
         let Some(comps) = components(&path) else {
@@ -172,12 +176,10 @@ pub fn read_tar<W: Write + Send + 'static>(
         let mut xattrs = Vec::new();
         let mut sparse: Option<(Vec<u8>, u64)> = None; // PAX 1.0 sparse: real name, real size
         let mut sparse_major = None;
-        if let Ok(Some(pax)) = e.pax_extensions() {
-            for ext in pax.flatten() {
-                let k = ext.key_bytes();
-                let v = ext.value_bytes();
-                let num = || std::str::from_utf8(v).ok()?.parse::<u32>().ok();
-                match k {
+        for (k, v) in &pax {
+            let (k, v) = (k.as_slice(), v.as_slice());
+            let num = || std::str::from_utf8(v).ok()?.parse::<u32>().ok();
+            match k {
                     b"uid" => uid = num().unwrap_or(uid),
                     b"gid" => gid = num().unwrap_or(gid),
                     b"mtime" => (sec, nsec) = pax_time(v).unwrap_or((sec, nsec)),
@@ -200,7 +202,6 @@ pub fn read_tar<W: Write + Send + 'static>(
                         }
                     }
                 }
-            }
         }
         let perm = h.mode().unwrap_or(0o644) & 0o7777;
         let ifmt = match etype {
