@@ -195,6 +195,7 @@ pub fn build(
             progress
                 .total_files
                 .store(order.len() as u64, Ordering::Relaxed);
+            packer.reserve(order.len());
             let total: u64 = order
                 .iter()
                 .map(|id| match tree.nodes[*id as usize].kind {

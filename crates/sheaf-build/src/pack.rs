@@ -192,6 +192,14 @@ impl<W: Write + Send + 'static> Packer<W> {
         }
     }
 
+    /// Make room for `files` more files, when the count is known in
+    /// advance: growing the dedup index and chunk list at full size would
+    /// briefly hold the old and the new tables together.
+    pub fn reserve(&mut self, files: usize) {
+        self.chunks.reserve(files);
+        self.by_content.reserve(files);
+    }
+
     fn new_seq(&mut self) -> u32 {
         self.seq_to_id.push(u32::MAX);
         (self.seq_to_id.len() - 1) as u32
