@@ -404,6 +404,43 @@ fn entries_through_an_archived_symlink_never_escape() {
     );
 }
 
+/// gzip `data` with the system gzip.
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut g = Command::new("gzip")
+        .arg("-c")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    g.stdin.take().unwrap().write_all(data).unwrap();
+    g.wait_with_output().unwrap().stdout
+}
+
+/// Write `bytes` as `dir/name`, build it, and assert the build fails with
+/// one error line naming the archive, leaving no image and no temp file.
+/// Returns the image path that must not exist.
+#[track_caller]
+fn build_fails_naming_the_archive(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let f = dir.join(name);
+    fs::write(&f, bytes).unwrap();
+    let img = dir.join(format!("{name}.sheaf"));
+    let o = run_cmd(cmd().arg("build").arg(&f).arg("-o").arg(&img));
+    o.no_panic();
+    assert_eq!(o.code, 1, "{name}: {}", o.describe());
+    let line = o.one_err_line();
+    assert!(
+        line.starts_with("sheaf: error: ") && line.contains(name),
+        "{name}: the error does not name the archive: {line}"
+    );
+    assert!(!img.exists(), "{name}: image left behind");
+    assert!(
+        temp_leftovers(dir).is_empty(),
+        "{name}: temp files left: {:?}",
+        temp_leftovers(dir)
+    );
+    img
+}
+
 #[test]
 fn non_tar_input_gives_one_clean_error() {
     let t = tmpdir();
@@ -414,36 +451,11 @@ fn non_tar_input_gives_one_clean_error() {
         ("zeros.tar", vec![0u8; 10240]),
         ("empty.tar", Vec::new()),
         ("tiny", b"x".to_vec()),
-        ("fake.tar.gz", {
-            // A valid gzip stream of something that is not tar.
-            let mut g = Command::new("gzip")
-                .arg("-c")
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            g.stdin.take().unwrap().write_all(&r.bytes(50_000)).unwrap();
-            g.wait_with_output().unwrap().stdout
-        }),
+        // A valid gzip stream of something that is not tar.
+        ("fake.tar.gz", gzip(&r.bytes(50_000))),
     ];
     for (name, bytes) in inputs {
-        let f = t.path().join(name);
-        fs::write(&f, &bytes).unwrap();
-        let img = t.path().join(format!("{name}.sheaf"));
-        let o = run_cmd(cmd().arg("build").arg(&f).arg("-o").arg(&img));
-        o.no_panic();
-        assert_eq!(o.code, 1, "{name}: {}", o.describe());
-        let line = o.one_err_line();
-        assert!(
-            line.starts_with("sheaf: error: ") && line.contains(name),
-            "{name}: {line}"
-        );
-        assert!(!img.exists(), "{name}: image left behind");
-        assert!(
-            temp_leftovers(t.path()).is_empty(),
-            "{name}: temp files left: {:?}",
-            temp_leftovers(t.path())
-        );
+        let img = build_fails_naming_the_archive(t.path(), name, &bytes);
         // The same on stdin names <stdin>.
         let o = run_with_stdin(cmd().arg("build").arg("-").arg("-o").arg(&img), bytes);
         o.no_panic();
@@ -463,37 +475,12 @@ fn truncated_archive_gives_one_error_naming_the_archive() {
     let mut tb = RawTar::new();
     tb.file(b"a.bin", &r.bytes(300_000));
     let plain = tb.finish();
-    let gz = {
-        let mut g = Command::new("gzip")
-            .arg("-c")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        g.stdin.take().unwrap().write_all(&plain).unwrap();
-        g.wait_with_output().unwrap().stdout
-    };
+    let gz = gzip(&plain);
     for (name, bytes) in [
         ("truncated.tar", plain[..100_000].to_vec()),
         ("truncated.tar.gz", gz[..gz.len() / 2].to_vec()),
     ] {
-        let f = t.path().join(name);
-        fs::write(&f, &bytes).unwrap();
-        let img = t.path().join(format!("{name}.sheaf"));
-        let o = run_cmd(cmd().arg("build").arg(&f).arg("-o").arg(&img));
-        o.no_panic();
-        assert_eq!(o.code, 1, "{name}: {}", o.describe());
-        let line = o.one_err_line();
-        assert!(
-            line.starts_with("sheaf: error: ") && line.contains(name),
-            "{name}: the error does not name the archive: {line}"
-        );
-        assert!(!img.exists(), "{name}: image left behind");
-        assert!(
-            temp_leftovers(t.path()).is_empty(),
-            "{name}: temp files left: {:?}",
-            temp_leftovers(t.path())
-        );
+        build_fails_naming_the_archive(t.path(), name, &bytes);
     }
 }
 
