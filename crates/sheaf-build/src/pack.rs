@@ -205,15 +205,15 @@ impl<W: Write + Send + 'static> Packer<W> {
         (self.seq_to_id.len() - 1) as u32
     }
 
-    /// Hash a finished block, dedup it, and send it on if new.
-    fn emit(&mut self, seq: u32, data: Vec<u8>) -> Result<(), BuildError> {
+    /// Hash a finished block, dedup it, and send it on if new; returns its digest.
+    fn emit(&mut self, seq: u32, data: Vec<u8>) -> Result<Digest, BuildError> {
         let hash = sheaf_format::digest(&data);
         if let Some(&id) = self.by_hash.get(&hash) {
             self.progress
                 .dedup_bytes
                 .fetch_add(data.len() as u64, Ordering::Relaxed);
             self.seq_to_id[seq as usize] = id;
-            return Ok(());
+            return Ok(hash);
         }
         let id = self.next_id;
         self.next_id += 1;
@@ -221,7 +221,7 @@ impl<W: Write + Send + 'static> Packer<W> {
         self.seq_to_id[seq as usize] = id;
         // Wait for a free slot; a closed channel means the writer failed.
         if self.tokens.recv().is_err() {
-            return self.writer_failed();
+            return Err(self.writer_failed());
         }
         let sent = self
             .jobs
@@ -229,18 +229,17 @@ impl<W: Write + Send + 'static> Packer<W> {
             .expect("open until finish")
             .send(Job { id, hash, data });
         if sent.is_err() {
-            return self.writer_failed();
+            return Err(self.writer_failed());
         }
-        Ok(())
+        Ok(hash)
     }
 
-    fn writer_failed(&mut self) -> Result<(), BuildError> {
+    /// The writer's error, once it has stopped.
+    fn writer_failed(&mut self) -> BuildError {
         self.jobs = None;
         match self.writer.take().map(|h| h.join()) {
-            Some(Ok(Err(e))) => Err(e),
-            _ => Err(BuildError::Option(
-                "image writer stopped unexpectedly".into(),
-            )),
+            Some(Ok(Err(e))) => e,
+            _ => BuildError::Option("image writer stopped unexpectedly".into()),
         }
     }
 
@@ -294,7 +293,11 @@ impl<W: Write + Send + 'static> Packer<W> {
             cause: e,
         };
         let first = self.chunks.len();
-        let mut hasher = blake3::Hasher::new();
+        // A file of a block or more is identified by its chunk sequence: the
+        // digests its blocks get anyway, its holes with their lengths, its
+        // tail bytes and its size. A separate BLAKE3 domain keeps these ids
+        // apart from small files' content hashes.
+        let mut id = blake3::Hasher::new_derive_key("sheaf 1.0 large-file identity");
         let mut size = 0u64;
         let mut buf = std::mem::take(&mut self.buf);
         let result = (|| {
@@ -303,6 +306,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                     let skip = hole_blocks(f, size, self.block_size as u64).map_err(io)?;
                     if skip > 0 {
                         self.add_hole(first, size, skip);
+                        id.update(b"H").update(&skip.to_le_bytes());
                         size += skip;
                     }
                 }
@@ -310,15 +314,13 @@ impl<W: Write + Send + 'static> Packer<W> {
                 if n == 0 {
                     break;
                 }
-                hasher.update(&buf[..n]);
                 self.progress
                     .bytes_in
                     .fetch_add(n as u64, Ordering::Relaxed);
                 if n < self.block_size {
-                    // The tail, or a whole small file: check for an identical
-                    // earlier file before packing it.
                     if size == 0 {
-                        let h = *hasher.finalize().as_bytes();
+                        // A whole small file: share an identical earlier one.
+                        let h = sheaf_format::digest(&buf[..n]);
                         if let Some(&(f, c)) = self.by_content.get(&h) {
                             self.progress
                                 .dedup_bytes
@@ -330,12 +332,14 @@ impl<W: Write + Send + 'static> Packer<W> {
                             .insert(h, (first as u64, (self.chunks.len() - first) as u32));
                         return Ok((n as u64, None));
                     }
+                    id.update(b"T").update(&buf[..n]);
                     self.append_packed(&buf[..n], size)?;
                     size += n as u64;
                     break;
                 }
                 if buf.iter().all(|&b| b == 0) {
                     self.add_hole(first, size, n as u64);
+                    id.update(b"H").update(&(n as u64).to_le_bytes());
                 } else {
                     let seq = self.new_seq();
                     self.chunks.push(Chunk {
@@ -344,7 +348,8 @@ impl<W: Write + Send + 'static> Packer<W> {
                         block_offset: 0,
                         len: n as u32,
                     });
-                    self.emit(seq, buf[..n].to_vec())?;
+                    let d = self.emit(seq, buf[..n].to_vec())?;
+                    id.update(b"D").update(&d);
                 }
                 size += n as u64;
             }
@@ -359,7 +364,11 @@ impl<W: Write + Send + 'static> Packer<W> {
         // A large file identical to an earlier one shares its chunk range.
         let count = (self.chunks.len() - first) as u32;
         if size >= self.block_size as u64 {
-            let h = *hasher.finalize().as_bytes();
+            let h = *id
+                .update(b"S")
+                .update(&size.to_le_bytes())
+                .finalize()
+                .as_bytes();
             if let Some(&(f, c)) = self.by_content.get(&h) {
                 // Its full blocks were already counted as deduplicated; add the rest.
                 let tail = size % self.block_size as u64;
