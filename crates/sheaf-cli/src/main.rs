@@ -5,6 +5,7 @@
 mod build;
 mod extract;
 mod inspect;
+mod mount;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -50,6 +51,19 @@ enum Cmd {
     /// replaces an existing file. Ownership is restored when running as root;
     /// attributes that cannot be restored are counted and reported.
     Extract(extract::ExtractArgs),
+    /// Mount an image read-only on a directory (no root needed) and return
+    /// once it is ready; serves it from a background process.
+    Mount(mount::MountArgs),
+    /// Unmount a sheaf mount and wait for its process to exit.
+    Umount(mount::UmountArgs),
+    /// Show live statistics of a mount: cache, bytes read, per-op latency.
+    Stats {
+        /// Where the image is mounted.
+        mountpoint: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Verify every metadata page and data block against its hash.
     ///
     /// Exits 0 if the image is intact, 1 with a list of problems otherwise.
@@ -66,6 +80,15 @@ enum Cmd {
 }
 
 fn main() {
+    // mount(8) runs us as /sbin/mount.fuse.sheaf for `-t fuse.sheaf` and fstab.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let argv0 = args.first().map(std::path::Path::new);
+    let helper = argv0
+        .and_then(|p| p.file_name())
+        .is_some_and(|n| n == "mount.fuse.sheaf" || n == "mount.sheaf");
+    if helper {
+        finish(mount::mount_helper(args));
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -99,7 +122,15 @@ fn main() {
             threads,
             json,
         } => inspect::check(&image, threads, json),
+        Cmd::Mount(a) => mount::run(a),
+        Cmd::Umount(a) => mount::umount(a),
+        Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json),
     };
+    finish(r)
+}
+
+/// Exit with the command's code, or print its error as one line and exit 1.
+fn finish(r: anyhow::Result<i32>) -> ! {
     match r {
         Ok(code) => std::process::exit(code),
         Err(e) => {

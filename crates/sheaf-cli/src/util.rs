@@ -4,6 +4,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Parse a size such as `1M`, `256K`, `4096`, `2MiB`.
 pub fn parse_size(s: &str) -> Result<u32, String> {
+    parse_size64(s).and_then(|n| {
+        u32::try_from(n).map_err(|_| format!("'{s}' is too large (at most 4G-1)"))
+    })
+}
+
+/// Parse a byte size with an optional K/M/G/T suffix (powers of 1024).
+pub fn parse_size64(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let t = t
         .strip_suffix("iB")
@@ -13,12 +20,12 @@ pub fn parse_size(s: &str) -> Result<u32, String> {
         Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
         Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
         Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
         _ => (t, 1),
     };
     num.parse::<u64>()
         .ok()
         .and_then(|n| n.checked_mul(mul))
-        .and_then(|n| u32::try_from(n).ok())
         .ok_or_else(|| format!("'{s}' is not a size (examples: 64K, 1M, 4M)"))
 }
 

@@ -60,9 +60,19 @@ impl Cache {
         }
     }
 
+    /// Most bytes held.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Bytes currently held.
     pub fn size(&self) -> usize {
         self.inner.lock().expect("cache lock").size
+    }
+
+    /// Whether `key` is held (or being loaded); does not touch the LRU order.
+    pub fn contains(&self, key: &Digest) -> bool {
+        self.inner.lock().expect("cache lock").map.contains_key(key)
     }
 
     /// Return the value for `key`, calling `load` at most once across threads.

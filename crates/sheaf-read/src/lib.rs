@@ -19,7 +19,7 @@ pub mod verify;
 pub use cache::Cache;
 pub use error::ReadError;
 pub use image::{DirEntry, Image, ImageOptions, Inode};
-pub use source::{FileSource, MemSource, Source};
+pub use source::{CountingSource, FileSource, MemSource, Source};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -102,3 +102,39 @@ impl Source for MemSource {
         &self.name
     }
 }
+
+/// Wraps a source and counts the requests and bytes read through it
+/// (for `sheaf stats`: how much of the image a workload touched).
+pub struct CountingSource {
+    inner: std::sync::Arc<dyn Source>,
+    /// Read requests made.
+    pub reads: std::sync::atomic::AtomicU64,
+    /// Bytes read.
+    pub bytes: std::sync::atomic::AtomicU64,
+}
+
+impl CountingSource {
+    /// Count reads of `inner`.
+    pub fn new(inner: std::sync::Arc<dyn Source>) -> Self {
+        CountingSource {
+            inner,
+            reads: Default::default(),
+            bytes: Default::default(),
+        }
+    }
+}
+
+impl Source for CountingSource {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.reads.fetch_add(1, Relaxed);
+        self.bytes.fetch_add(buf.len() as u64, Relaxed);
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+}

@@ -1,0 +1,480 @@
+//! `sheaf mount`, `sheaf umount`, `sheaf stats` and the `mount.fuse.sheaf`
+//! helper that mount(8) runs for `-t fuse.sheaf` and fstab entries.
+
+use crate::util::{human, parse_size64};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use sheaf_mount::serve::{check_mountpoint, MountConfig};
+use sheaf_mount::{kernel, logging, FsConfig};
+use sheaf_read::{CountingSource, FileSource, Image, ImageOptions, Source};
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const MOUNT_OPTIONS_HELP: &str = "\
+Mount options (-o, comma-separated, repeatable):
+  cache_size=SIZE   decompressed-block cache (default 256M; e.g. 64M, 2G)
+  threads=N         request threads (default: 2 per core, 4..16)
+  readahead=N       blocks decompressed ahead of a sequential reader (default 1; 0 = off)
+  uid=N, gid=N      present every entry as owned by this user / group
+  allow_other       let other users in (non-root: needs user_allow_other in /etc/fuse.conf)
+  allow_root        let root in
+  suid, dev         honour setuid bits / device files (root only; default nosuid,nodev)
+  noexec            forbid running programs from the mount
+  log=FILE          append messages to FILE (default: syslog, `journalctl -t sheaf`)
+  debug             log every request (with -f: to stderr)
+  ro, defaults, auto, noauto, user, users, nouser, nofail, _netdev, x-*, comment=*
+                    accepted for fstab and ignored (the mount is always read-only)
+
+The mount is read-only: writes fail with EROFS. The kernel caches entries,
+attributes, listings and file pages forever (the image never changes).
+
+Logs: with -f, stderr; otherwise the file given with log=FILE, else syslog.
+
+In /etc/fstab (mount(8) runs /sbin/mount.fuse.sheaf, a link to this program
+installed by `make install`):
+  /images/stack.sheaf  /opt/stack  fuse.sheaf  defaults,allow_other,cache_size=1G  0 0
+
+Examples:
+  sheaf mount data.sheaf /mnt/data && ls /mnt/data
+  sheaf mount -o cache_size=1G,allow_other stack.sheaf /opt/stack
+  sheaf stats /mnt/data
+  sheaf umount /mnt/data";
+
+/// Arguments of `sheaf mount`.
+#[derive(Args, Debug)]
+#[command(after_long_help = MOUNT_OPTIONS_HELP)]
+pub struct MountArgs {
+    /// The image to mount.
+    image: PathBuf,
+    /// An existing, empty directory to mount it on.
+    mountpoint: PathBuf,
+    /// Mount options, comma-separated (see below).
+    #[arg(short = 'o', value_name = "OPTS")]
+    options: Vec<String>,
+    /// Stay in the foreground and log to stderr (default: return once the
+    /// mount is ready and serve it from a background process).
+    #[arg(short = 'f', long)]
+    foreground: bool,
+}
+
+/// Arguments of `sheaf umount`.
+#[derive(Args, Debug)]
+pub struct UmountArgs {
+    /// Where the image is mounted.
+    mountpoint: PathBuf,
+    /// Detach now even if files are open; the mount goes away when they close.
+    #[arg(short = 'z', long)]
+    lazy: bool,
+}
+
+/// Options after parsing `-o`.
+struct Parsed {
+    cache_size: usize,
+    threads: usize,
+    readahead: u32,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    allow_other: bool,
+    allow_root: bool,
+    suid: bool,
+    dev: bool,
+    exec: bool,
+    log: Option<PathBuf>,
+    debug: bool,
+}
+
+fn default_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 2).clamp(4, 16)
+}
+
+/// Parse `-o` lists. `from_fstab` also tolerates `rw`, which mount(8) may pass.
+fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
+    let mut p = Parsed {
+        cache_size: 256 << 20,
+        threads: default_threads(),
+        readahead: 1,
+        uid: None,
+        gid: None,
+        allow_other: false,
+        allow_root: false,
+        suid: false,
+        dev: false,
+        exec: true,
+        log: None,
+        debug: false,
+    };
+    for list in lists {
+        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            let (key, val) = match opt.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (opt, None),
+            };
+            let need = || val.ok_or_else(|| anyhow!("mount option '{key}' needs a value ({key}=...)"));
+            let num = |what: &str| -> Result<u64> {
+                let v = need()?;
+                v.parse::<u64>()
+                    .map_err(|_| anyhow!("mount option {key}={v}: {what} must be a number"))
+            };
+            match key {
+                "cache_size" => {
+                    let v = need()?;
+                    p.cache_size = parse_size64(v)
+                        .map_err(|e| anyhow!("mount option cache_size: {e}"))?
+                        as usize;
+                }
+                "threads" => {
+                    p.threads = num("threads")? as usize;
+                    if !(1..=256).contains(&p.threads) {
+                        bail!("mount option threads={}: use 1..256", p.threads);
+                    }
+                }
+                "readahead" => p.readahead = num("readahead")?.min(64) as u32,
+                "uid" => p.uid = Some(num("uid")? as u32),
+                "gid" => p.gid = Some(num("gid")? as u32),
+                "allow_other" => p.allow_other = true,
+                "allow_root" => p.allow_root = true,
+                "suid" => p.suid = true,
+                "nosuid" => p.suid = false,
+                "dev" => p.dev = true,
+                "nodev" => p.dev = false,
+                "exec" => p.exec = true,
+                "noexec" => p.exec = false,
+                "log" => p.log = Some(PathBuf::from(need()?)),
+                "debug" => p.debug = true,
+                "ro" | "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail"
+                | "_netdev" | "async" | "atime" | "noatime" | "relatime" | "nodiratime" => {}
+                "rw" if from_fstab => {}
+                "rw" => bail!("mount option 'rw': sheaf images are read-only"),
+                k if k.starts_with("x-") || k == "comment" => {}
+                _ => bail!("unknown mount option '{opt}' (see 'sheaf mount --help')"),
+            }
+        }
+    }
+    if p.allow_other && p.allow_root {
+        bail!("mount options allow_other and allow_root exclude each other");
+    }
+    Ok(p)
+}
+
+/// Open an image for mounting, counting the bytes read from it.
+fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSource>)> {
+    let file = FileSource::open(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let src = Arc::new(CountingSource::new(Arc::new(file)));
+    let dynsrc: Arc<dyn Source> = src.clone();
+    let img = Image::open_with(
+        dynsrc,
+        ImageOptions {
+            block_cache_bytes: cache,
+            ..Default::default()
+        },
+    )?;
+    // Read the root now: a corrupt metadata root is refused before mounting.
+    img.root()?;
+    Ok((Arc::new(img), src))
+}
+
+/// `sheaf mount`.
+pub fn run(a: MountArgs) -> Result<i32> {
+    mount(&a.image, &a.mountpoint, &a.options, a.foreground, false)
+}
+
+fn mount(
+    image: &Path,
+    mountpoint: &Path,
+    options: &[String],
+    foreground: bool,
+    from_fstab: bool,
+) -> Result<i32> {
+    let started = Instant::now();
+    let p = parse_options(options, from_fstab)?;
+    let (img, src) = open_image(image, p.cache_size)?;
+    let mp = check_mountpoint(mountpoint)?;
+    let fsname = image
+        .canonicalize()
+        .unwrap_or_else(|_| image.to_path_buf())
+        .display()
+        .to_string();
+    let cfg = MountConfig {
+        mountpoint: mp.clone(),
+        fsname,
+        fs: FsConfig {
+            uid: p.uid,
+            gid: p.gid,
+            prefetch_threads: usize::from(p.readahead > 0),
+            prefetch_blocks: p.readahead,
+        },
+        threads: p.threads,
+        allow_other: p.allow_other,
+        allow_root: p.allow_root,
+        suid: p.suid,
+        dev: p.dev,
+        exec: p.exec,
+    };
+    let prefix = format!("{}: ", mp.display());
+    let log_target = |stderr: bool| -> Result<logging::Target> {
+        Ok(match &p.log {
+            Some(f) => logging::open_file(f).with_context(|| format!("log file {}", f.display()))?,
+            None if stderr => logging::Target::Stderr,
+            None => logging::Target::Syslog,
+        })
+    };
+    if foreground {
+        logging::init(log_target(true)?, prefix, p.debug);
+        let m = sheaf_mount::serve::mount(&cfg, img, src)?;
+        log::info!(
+            "mounted {} in {:.1} ms",
+            cfg.fsname,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        m.serve().context("serving the mount")?;
+        return Ok(0);
+    }
+    let target = log_target(false)?;
+    // A pipe tells the waiting parent whether the mount came up.
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just returned these descriptors.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: single-threaded here (nothing above starts threads); the child
+    // only continues in Rust code that does not rely on other threads.
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(rd);
+            let mut wr = std::fs::File::from(wr);
+            detach();
+            logging::init(target, prefix, p.debug);
+            match sheaf_mount::serve::mount(&cfg, img, src) {
+                Ok(m) => {
+                    log::info!("mounted {}", cfg.fsname);
+                    let _ = wr.write_all(b"K");
+                    drop(wr);
+                    let code = match m.serve() {
+                        Ok(()) => 0,
+                        Err(e) => {
+                            log::error!("serving failed: {e}");
+                            1
+                        }
+                    };
+                    std::process::exit(code);
+                }
+                Err(e) => {
+                    let _ = write!(wr, "E{e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        _child => {
+            drop(wr);
+            let mut msg = String::new();
+            std::fs::File::from(rd).read_to_string(&mut msg)?;
+            match msg.split_at_checked(1) {
+                Some(("K", _)) => Ok(0),
+                Some(("E", e)) => bail!("{e}"),
+                _ => bail!(
+                    "the mount process for {} exited before the mount was ready (see its log)",
+                    mp.display()
+                ),
+            }
+        }
+    }
+}
+
+/// Become a background process: own session, no terminal, cwd `/`.
+fn detach() {
+    // SAFETY: plain syscalls on descriptors this process owns.
+    unsafe {
+        libc::setsid();
+        let _ = libc::chdir(c"/".as_ptr());
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+}
+
+/// An absolute form of `p` without touching it (a dead mount cannot be stat'ed).
+fn absolute(p: &Path) -> PathBuf {
+    if let Ok(c) = p.canonicalize() {
+        return c;
+    }
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// `sheaf umount`.
+pub fn umount(a: UmountArgs) -> Result<i32> {
+    let mp = absolute(&a.mountpoint);
+    let Some(m) = kernel::mount_at(&mp)? else {
+        bail!("{}: not mounted", a.mountpoint.display());
+    };
+    if m.fstype != "fuse.sheaf" {
+        bail!(
+            "{}: not a sheaf mount ({} from {}); use umount(8)",
+            a.mountpoint.display(),
+            m.fstype,
+            m.source
+        );
+    }
+    let pid: Option<i32> = xattr::get(&mp, sheaf_mount::PID_XATTR)
+        .ok()
+        .flatten()
+        .and_then(|v| String::from_utf8(v).ok()?.parse().ok());
+    kernel::unmount(&mp, a.lazy).map_err(|e| {
+        let s = e.to_string();
+        if s.contains("busy") {
+            anyhow!(
+                "{}: busy (files or directories on it are in use); close them, or use --lazy to detach it now",
+                a.mountpoint.display()
+            )
+        } else {
+            anyhow!("{}: {s}", a.mountpoint.display())
+        }
+    })?;
+    // Wait for the serving process, so that a script's next step sees it gone.
+    if let Some(pid) = pid {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    Ok(0)
+}
+
+/// Whether process `pid` still runs (a zombie waiting for its reaper does not).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+/// `sheaf stats`.
+pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
+    let v = match xattr::get(mountpoint, sheaf_mount::STATS_XATTR) {
+        Ok(Some(v)) => v,
+        Ok(None) => bail!("{}: not the root of a sheaf mount", mountpoint.display()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
+            "{}: the mount's process is gone (run `sheaf umount {}`)",
+            mountpoint.display(),
+            mountpoint.display()
+        ),
+        Err(e) => bail!("{}: {e}", mountpoint.display()),
+    };
+    let s: serde_json::Value = serde_json::from_slice(&v)
+        .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(0);
+    }
+    let u = |k: &str| s[k].as_u64().unwrap_or(0);
+    let bc = &s["block_cache"];
+    let b = |k: &str| bc[k].as_u64().unwrap_or(0);
+    println!("image             {}", s["image"].as_str().unwrap_or("?"));
+    println!("serving pid       {}", u("pid"));
+    println!("uptime            {:.1} s", s["uptime_s"].as_f64().unwrap_or(0.0));
+    println!(
+        "read from image   {} in {} requests",
+        human(u("image_bytes_read")),
+        u("image_reads")
+    );
+    println!("served to readers {}", human(u("bytes_served")));
+    println!(
+        "block cache       {} of {}; {} hits, {} misses (blocks decompressed), {} waits, {} evictions",
+        human(b("size")),
+        human(b("capacity")),
+        b("hits"),
+        b("misses"),
+        b("waits"),
+        b("evictions")
+    );
+    println!(
+        "readahead         {} blocks queued, {} dropped",
+        s["prefetch"]["queued"].as_u64().unwrap_or(0),
+        s["prefetch"]["dropped"].as_u64().unwrap_or(0)
+    );
+    println!("image errors      {}", u("image_errors"));
+    println!(
+        "{:<12} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",
+        "op", "count", "errors", "mean µs", "p50 µs≤", "p99 µs≤", "max µs"
+    );
+    if let Some(ops) = s["ops"].as_object() {
+        for (name, o) in ops {
+            println!(
+                "{:<12} {:>10} {:>7} {:>9.1} {:>9} {:>9} {:>9.0}",
+                name,
+                o["count"].as_u64().unwrap_or(0),
+                o["errors"].as_u64().unwrap_or(0),
+                o["mean_us"].as_f64().unwrap_or(0.0),
+                o["p50_us_le"].as_u64().unwrap_or(0),
+                o["p99_us_le"].as_u64().unwrap_or(0),
+                o["max_us"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// Entry point when run as `mount.fuse.sheaf` / `mount.sheaf` by mount(8):
+/// `mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTS] [-n] [-s] [-f] [-v] [-t TYPE]`.
+pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
+    let mut pos = Vec::new();
+    let mut opts = Vec::new();
+    let mut foreground = false;
+    let mut it = args.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.to_str() {
+            Some("-o") => {
+                let v = it.next().ok_or_else(|| anyhow!("-o needs a value"))?;
+                opts.push(v.into_string().map_err(|_| anyhow!("-o: not UTF-8"))?);
+            }
+            Some(s) if s.starts_with("-o") => opts.push(s[2..].to_string()),
+            Some("-t" | "-N") => {
+                it.next();
+            }
+            Some("-f") => foreground = true,
+            Some("-n" | "-s" | "-v" | "-r" | "-w") => {}
+            Some(s) if s.starts_with('-') && s.len() > 1 => bail!("unknown option {s}"),
+            _ => pos.push(PathBuf::from(a)),
+        }
+    }
+    let [image, mountpoint] = <[PathBuf; 2]>::try_from(pos)
+        .map_err(|_| anyhow!("usage: mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTIONS]"))?;
+    mount(&image, &mountpoint, &opts, foreground, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse_and_refuse_clearly() {
+        let p = parse_options(&["cache_size=1G,uid=5".into(), "allow_other,noexec".into()], false)
+            .unwrap();
+        assert_eq!(p.cache_size, 1 << 30);
+        assert_eq!(p.uid, Some(5));
+        assert!(p.allow_other && !p.exec && !p.suid && !p.dev);
+        let e = |s: &str| parse_options(&[s.into()], false).err().unwrap().to_string();
+        assert!(e("bogus").contains("unknown mount option 'bogus'"));
+        assert!(e("rw").contains("read-only"));
+        assert!(e("uid=x").contains("uid=x"));
+        assert!(e("cache_size").contains("needs a value"));
+        assert!(e("allow_other,allow_root").contains("exclude"));
+        assert!(parse_options(&["defaults,rw,noauto,x-systemd.automount".into()], true).is_ok());
+    }
+}

@@ -1,0 +1,500 @@
+//! The FUSE request handlers.
+//!
+//! An image never changes while mounted, so every reply tells the kernel to
+//! keep it forever: entries, attributes and negative lookups get an infinite
+//! timeout, and `open`/`opendir` answer `ENOSYS`, which makes the kernel stop
+//! sending them at all and treat every open as `FOPEN_KEEP_CACHE` (files) and
+//! `FOPEN_CACHE_DIR` (directories). A second `find` or `cat` never reaches
+//! this process.
+//!
+//! Inode numbers: FUSE's root is 1, so image inode `i` is FUSE inode `i + 1`
+//! (with the image root and inode 0 swapped if the root is not 0). Hardlinks
+//! share one image inode, hence one FUSE inode.
+
+use crate::readahead::Readahead;
+use crate::stats::{Op, Stats};
+use fuser::{
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+};
+use serde_json::json;
+use sheaf_format::records::FileType as Ft;
+use sheaf_read::{CountingSource, Image, Inode, ReadError};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+/// "Forever" for entry and attribute timeouts (the kernel clamps it).
+const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
+/// Entries returned per batch while filling a readdir buffer.
+const DIR_BATCH: usize = 256;
+/// Largest read the kernel is allowed to send (with `FUSE_MAX_PAGES`).
+pub const MAX_READ: u32 = 1 << 20;
+
+/// How the filesystem presents the image.
+#[derive(Debug, Clone, Default)]
+pub struct FsConfig {
+    /// Present every entry as owned by this user.
+    pub uid: Option<u32>,
+    /// Present every entry as owned by this group.
+    pub gid: Option<u32>,
+    /// Prefetch threads (0 disables readahead).
+    pub prefetch_threads: usize,
+    /// Blocks decompressed ahead of a sequential reader.
+    pub prefetch_blocks: u32,
+}
+
+/// A mounted image.
+pub struct SheafFs {
+    img: Arc<Image>,
+    src: Arc<CountingSource>,
+    cfg: FsConfig,
+    stats: Arc<Stats>,
+    readahead: Readahead,
+    started: Instant,
+    pid: u32,
+}
+
+impl SheafFs {
+    /// Serve `img`, whose bytes come through `src` (counted for statistics).
+    pub fn new(img: Arc<Image>, src: Arc<CountingSource>, cfg: FsConfig) -> Self {
+        let stats = Arc::new(Stats::default());
+        let readahead = Readahead::new(
+            img.clone(),
+            stats.clone(),
+            cfg.prefetch_threads,
+            cfg.prefetch_blocks,
+        );
+        SheafFs {
+            img,
+            src,
+            cfg,
+            stats,
+            readahead,
+            started: Instant::now(),
+            pid: std::process::id(),
+        }
+    }
+
+    /// The live counters.
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.stats
+    }
+
+    fn root(&self) -> u32 {
+        self.img.superblock().root_inode
+    }
+
+    /// FUSE inode number of image inode `ino`.
+    fn fuse_ino(&self, ino: u32) -> INodeNo {
+        let root = self.root();
+        INodeNo(if ino == root {
+            1
+        } else if ino == 0 {
+            root as u64 + 1
+        } else {
+            ino as u64 + 1
+        })
+    }
+
+    /// Image inode number of FUSE inode `ino`.
+    fn image_ino(&self, ino: INodeNo) -> Result<u32, Errno> {
+        let root = self.root();
+        match ino.0 {
+            1 => Ok(root),
+            n if n == root as u64 + 1 => Ok(0),
+            n => u32::try_from(n - 1).map_err(|_| Errno::ENOENT),
+        }
+    }
+
+    fn inode(&self, ino: INodeNo) -> Result<Inode, ReadError> {
+        let i = self.image_ino(ino).map_err(|_| ReadError::NoInode(u32::MAX))?;
+        self.img.inode(i)
+    }
+
+    /// The errno for `e`, logging anything that is not a plain "no such entry".
+    fn errno(&self, op: Op, e: &ReadError) -> Errno {
+        let n = e.errno();
+        if n != libc::ENOENT {
+            self.stats.error(op);
+            if n == libc::EIO {
+                self.stats.image_errors.fetch_add(1, Relaxed);
+            }
+            log::error!("{}: {e}", op.name());
+        }
+        Errno::from_i32(n)
+    }
+
+    fn attr(&self, i: &Inode) -> FileAttr {
+        let r = &i.rec;
+        let ft = i.file_type();
+        let kind = match ft {
+            Ft::Regular => FileType::RegularFile,
+            Ft::Directory => FileType::Directory,
+            Ft::Symlink => FileType::Symlink,
+            Ft::CharDevice => FileType::CharDevice,
+            Ft::BlockDevice => FileType::BlockDevice,
+            Ft::Fifo => FileType::NamedPipe,
+            Ft::Socket => FileType::Socket,
+        };
+        let mtime = if r.mtime_sec >= 0 {
+            UNIX_EPOCH + Duration::new(r.mtime_sec as u64, r.mtime_nsec)
+        } else {
+            UNIX_EPOCH - Duration::from_secs(r.mtime_sec.unsigned_abs())
+                + Duration::from_nanos(r.mtime_nsec as u64)
+        };
+        let size = match ft {
+            Ft::Regular | Ft::Symlink | Ft::Directory => r.size,
+            _ => 0,
+        };
+        let rdev = match ft {
+            Ft::CharDevice | Ft::BlockDevice => encode_dev(r.data),
+            _ => 0,
+        };
+        FileAttr {
+            ino: self.fuse_ino(i.ino),
+            size,
+            blocks: size.div_ceil(512),
+            atime: mtime,
+            mtime,
+            ctime: mtime,
+            crtime: mtime,
+            kind,
+            perm: (r.mode & 0o7777) as u16,
+            nlink: r.nlink,
+            uid: self.cfg.uid.unwrap_or(r.uid),
+            gid: self.cfg.gid.unwrap_or(r.gid),
+            rdev,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    /// Live statistics as JSON (the hidden stats xattr).
+    pub fn stats_json(&self) -> serde_json::Value {
+        let b = &self.img.block_cache().stats;
+        let p = &self.img.page_cache().stats;
+        let s = &self.stats;
+        json!({
+            "image": self.img.name(),
+            "pid": self.pid,
+            "uptime_s": self.started.elapsed().as_secs_f64(),
+            "image_reads": self.src.reads.load(Relaxed),
+            "image_bytes_read": self.src.bytes.load(Relaxed),
+            "bytes_served": s.bytes_served.load(Relaxed),
+            "image_errors": s.image_errors.load(Relaxed),
+            "block_cache": {
+                "capacity": self.img.block_cache().capacity(),
+                "size": self.img.block_cache().size(),
+                "hits": b.hits.load(Relaxed),
+                "misses": b.misses.load(Relaxed),
+                "waits": b.waits.load(Relaxed),
+                "evictions": b.evictions.load(Relaxed),
+            },
+            "blocks_decompressed": b.misses.load(Relaxed),
+            "page_cache": {
+                "size": self.img.page_cache().size(),
+                "hits": p.hits.load(Relaxed),
+                "misses": p.misses.load(Relaxed),
+                "waits": p.waits.load(Relaxed),
+            },
+            "prefetch": {
+                "queued": s.prefetch_queued.load(Relaxed),
+                "dropped": s.prefetch_dropped.load(Relaxed),
+            },
+            "ops": s.ops_json(),
+        })
+    }
+
+    /// Value of a hidden xattr of the root, if `name` is one.
+    fn hidden_xattr(&self, ino: INodeNo, name: &[u8]) -> Option<Vec<u8>> {
+        if ino.0 != 1 {
+            return None;
+        }
+        if name == crate::STATS_XATTR.as_bytes() {
+            Some(self.stats_json().to_string().into_bytes())
+        } else if name == crate::PID_XATTR.as_bytes() {
+            Some(self.pid.to_string().into_bytes())
+        } else {
+            None
+        }
+    }
+
+    /// Fill a readdir buffer from `offset`: 0 is ".", 1 is "..", `k + 2` is
+    /// entry `k`. `add` returns true when the buffer is full.
+    fn fill_dir(
+        &self,
+        op: Op,
+        ino: INodeNo,
+        offset: u64,
+        add: &mut dyn FnMut(&Self, Inode, u64, &[u8]) -> bool,
+    ) -> Result<(), ReadError> {
+        let dir = self.inode(ino)?;
+        let mut off = offset;
+        if off == 0 {
+            if add(self, dir, 1, b".") {
+                return Ok(());
+            }
+            off = 1;
+        }
+        if off == 1 {
+            let parent = self.img.inode(dir.rec.parent)?;
+            if add(self, parent, 2, b"..") {
+                return Ok(());
+            }
+            off = 2;
+        }
+        let total = self.img.dir_len(&dir)?;
+        let mut k = off - 2;
+        while k < total {
+            let batch = self.img.read_dir(&dir, k, DIR_BATCH)?;
+            for e in batch {
+                k += 1;
+                let child = if op == Op::Readdirplus {
+                    self.img.inode(e.ino)?
+                } else {
+                    // Plain readdir needs only the number and type.
+                    Inode {
+                        ino: e.ino,
+                        rec: sheaf_format::records::InodeRecord {
+                            mode: (e.file_type.dtype() as u32) << 12,
+                            ..Default::default()
+                        },
+                    }
+                };
+                if add(self, child, k + 2, &e.name) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The kernel's 32-bit `new_encode_dev` form of a 64-bit glibc `dev_t`.
+fn encode_dev(dev: u64) -> u32 {
+    let major = libc::major(dev);
+    let minor = libc::minor(dev);
+    (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)
+}
+
+impl Filesystem for SheafFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let want = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_CACHE_SYMLINKS
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_MAX_PAGES
+            | InitFlags::FUSE_SPLICE_WRITE;
+        let have = config.capabilities() & want;
+        let _ = config.add_capabilities(have);
+        let _ = config.set_max_readahead(MAX_READ);
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _t = self.stats.time(Op::Lookup);
+        let r = self.inode(parent).and_then(|dir| {
+            match self.img.lookup(&dir, name.as_bytes())? {
+                Some(i) => Ok(Some(self.img.inode(i)?)),
+                None => Ok(None),
+            }
+        });
+        match r {
+            Ok(Some(i)) => reply.entry(&FOREVER, &self.attr(&i), Generation(0)),
+            Ok(None) => {
+                // Inode 0 with a timeout is a cached negative entry: repeated
+                // probes (Python's import path search) stay in the kernel.
+                let mut neg = self.attr(&self.img.root().expect("root was read at open"));
+                neg.ino = INodeNo(0);
+                reply.entry(&FOREVER, &neg, Generation(0))
+            }
+            Err(e) => reply.error(self.errno(Op::Lookup, &e)),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _t = self.stats.time(Op::Getattr);
+        match self.inode(ino) {
+            Ok(i) => reply.attr(&FOREVER, &self.attr(&i)),
+            Err(e) => reply.error(self.errno(Op::Getattr, &e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _t = self.stats.time(Op::Readlink);
+        match self.inode(ino).and_then(|i| self.img.read_link(&i)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(self.errno(Op::Readlink, &e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.stats.time(Op::Open);
+        // ENOSYS: the kernel stops sending open and keeps the page cache.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _t = self.stats.time(Op::Open);
+        // ENOSYS: the kernel stops sending opendir and caches listings.
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _t = self.stats.time(Op::Read);
+        let mut buf = vec![0u8; size.min(MAX_READ) as usize];
+        let r = self.inode(ino).and_then(|i| {
+            self.img
+                .read_with(&i, offset, &mut buf, &mut |b| self.readahead.observe(b))
+        });
+        match r {
+            Ok(n) => {
+                self.stats.bytes_served.fetch_add(n as u64, Relaxed);
+                reply.data(&buf[..n])
+            }
+            Err(e) => reply.error(self.errno(Op::Read, &e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let _t = self.stats.time(Op::Readdir);
+        let r = self.fill_dir(Op::Readdir, ino, offset, &mut |fs, i, next, name| {
+            let kind = fs.attr(&i).kind;
+            reply.add(fs.fuse_ino(i.ino), next, kind, OsStr::from_bytes(name))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.errno(Op::Readdir, &e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let _t = self.stats.time(Op::Readdirplus);
+        let r = self.fill_dir(Op::Readdirplus, ino, offset, &mut |fs, i, next, name| {
+            let attr = fs.attr(&i);
+            reply.add(
+                attr.ino,
+                next,
+                OsStr::from_bytes(name),
+                &FOREVER,
+                &attr,
+                Generation(0),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.errno(Op::Readdirplus, &e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _t = self.stats.time(Op::Statfs);
+        let sb = self.img.superblock();
+        let bsize = 4096u32;
+        reply.statfs(
+            self.img.len().div_ceil(bsize as u64),
+            0,
+            0,
+            sb.inode_count,
+            0,
+            bsize,
+            255,
+            bsize,
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _t = self.stats.time(Op::Getxattr);
+        let name = name.as_bytes();
+        let value = match self.hidden_xattr(ino, name) {
+            Some(v) => Ok(Some(v)),
+            None => self.inode(ino).and_then(|i| self.img.xattrs(&i)).map(|set| {
+                set.0
+                    .into_iter()
+                    .find(|(k, _)| k.as_slice() == name)
+                    .map(|(_, v)| v)
+            }),
+        };
+        match value {
+            Ok(Some(v)) => reply_xattr(reply, size, &v),
+            Ok(None) => reply.error(Errno::NO_XATTR),
+            Err(e) => reply.error(self.errno(Op::Getxattr, &e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _t = self.stats.time(Op::Listxattr);
+        match self.inode(ino).and_then(|i| self.img.xattrs(&i)) {
+            Ok(set) => {
+                let mut names = Vec::new();
+                for (k, _) in set.0 {
+                    names.extend_from_slice(&k);
+                    names.push(0);
+                }
+                reply_xattr(reply, size, &names)
+            }
+            Err(e) => reply.error(self.errno(Op::Listxattr, &e)),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let _t = self.stats.time(Op::Access);
+        // Permission bits are checked by the kernel (default_permissions);
+        // this only answers existence and the read-only nature.
+        match self.inode(ino) {
+            Ok(_) if mask.contains(AccessFlags::W_OK) => reply.error(Errno::EROFS),
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(self.errno(Op::Access, &e)),
+        }
+    }
+}
+
+/// Answer a getxattr/listxattr: the size when asked for it, ERANGE when the
+/// caller's buffer is too small, else the bytes.
+fn reply_xattr(reply: ReplyXattr, size: u32, v: &[u8]) {
+    if size == 0 {
+        reply.size(v.len() as u32)
+    } else if (size as usize) < v.len() {
+        reply.error(Errno::ERANGE)
+    } else {
+        reply.data(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_numbers_use_the_kernel_encoding() {
+        assert_eq!(encode_dev(libc::makedev(1, 3)), 0x103);
+        assert_eq!(encode_dev(libc::makedev(259, 0x12345)), 0x12345 & 0xff | 259 << 8 | (0x12300 << 12));
+    }
+}

@@ -1,0 +1,267 @@
+//! Talking to the kernel about mounts: `fusermount3` to mount and unmount
+//! (it is setuid root, so the same path works for root and for users), and
+//! `/proc/self/mountinfo` to see what is mounted where.
+//!
+//! Mounting asks `fusermount3` for `auto_unmount`: it then stays alive
+//! holding one end of a socket whose other end this process keeps; when this
+//! process dies for any reason (kill -9 included) the socket closes and
+//! `fusermount3` unmounts, so no "Transport endpoint is not connected" is
+//! left behind.
+
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, IoSliceMut, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// The setuid helper that mounts and unmounts FUSE filesystems.
+pub const FUSERMOUNT: &str = "fusermount3";
+
+/// A mounted FUSE connection.
+pub struct Connection {
+    /// The `/dev/fuse` descriptor of the connection.
+    pub fd: OwnedFd,
+    /// Our end of the auto-unmount socket; dropping it (or dying) unmounts.
+    pub watchdog: UnixStream,
+    /// The `fusermount3` process that watches the socket.
+    pub helper: Child,
+}
+
+/// Why mounting failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// fusermount3 is not installed.
+    #[error("{FUSERMOUNT} not found (install the fuse3 package)")]
+    NoFusermount,
+    /// fusermount3 refused; its own message.
+    #[error("{0}")]
+    Refused(String),
+    /// Any other system error.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+/// Escape a value for fusermount's comma-separated `-o` list.
+fn escape_opt(s: &str) -> String {
+    s.replace('\\', "\\\\").replace(',', "\\,")
+}
+
+/// Mount a FUSE filesystem at `mountpoint` with kernel/fusermount options
+/// `opts` (already comma-joined; `fsname=` is escaped here).
+pub fn mount(mountpoint: &Path, fsname: &str, opts: &[String]) -> Result<Connection, KernelError> {
+    let (ours, theirs) = UnixStream::pair()?;
+    let mut all = vec![format!("fsname={}", escape_opt(fsname))];
+    all.extend(opts.iter().cloned());
+    all.push("auto_unmount".into());
+    let their_fd: RawFd = theirs.as_raw_fd();
+    let mut cmd = Command::new(FUSERMOUNT);
+    cmd.arg("-o")
+        .arg(all.join(","))
+        .arg("--")
+        .arg(mountpoint)
+        .env("_FUSE_COMMFD", their_fd.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe fcntl between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = libc::fcntl(their_fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(their_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(KernelError::NoFusermount),
+        Err(e) => return Err(e.into()),
+    };
+    drop(theirs);
+    match receive_fd(&ours) {
+        Ok(Some(fd)) => {
+            // fusermount3 stays as the auto-unmount watchdog; relay what it says.
+            if let Some(mut err) = child.stderr.take() {
+                std::thread::spawn(move || {
+                    let mut s = String::new();
+                    let _ = err.read_to_string(&mut s);
+                    for l in s.lines().filter(|l| !l.is_empty()) {
+                        // After a normal unmount the watchdog finds nothing to do.
+                        if l.ends_with("not mounted") {
+                            log::debug!("{l}");
+                        } else {
+                            log::warn!("{l}");
+                        }
+                    }
+                });
+            }
+            Ok(Connection {
+                fd,
+                watchdog: ours,
+                helper: child,
+            })
+        }
+        Ok(None) | Err(_) => {
+            let mut msg = String::new();
+            if let Some(mut err) = child.stderr.take() {
+                let _ = err.read_to_string(&mut msg);
+            }
+            let status = child.wait()?;
+            let line = msg
+                .lines()
+                .map(|l| l.trim_start_matches("fusermount3: ").trim())
+                .find(|l| !l.is_empty())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{FUSERMOUNT} failed ({status})"));
+            Err(KernelError::Refused(line))
+        }
+    }
+}
+
+/// Receive the `/dev/fuse` descriptor that fusermount3 sends (SCM_RIGHTS);
+/// `None` if it closed the socket without sending one.
+fn receive_fd(sock: &UnixStream) -> io::Result<Option<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let mut iov = [IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    loop {
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(msg) => {
+                for c in msg.cmsgs()? {
+                    if let ControlMessageOwned::ScmRights(fds) = c {
+                        if let Some(&fd) = fds.first() {
+                            // SAFETY: the kernel just gave us this descriptor.
+                            return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
+                        }
+                    }
+                }
+                return Ok(None);
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Unmount `mountpoint` (lazily: detach now, finish when no longer busy).
+pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<(), KernelError> {
+    let mut cmd = Command::new(FUSERMOUNT);
+    cmd.arg("-u");
+    if lazy {
+        cmd.arg("-z");
+    }
+    let out = match cmd
+        .arg("--")
+        .arg(mountpoint)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(KernelError::NoFusermount),
+        Err(e) => return Err(e.into()),
+    };
+    if out.status.success() {
+        return Ok(());
+    }
+    let msg = String::from_utf8_lossy(&out.stderr);
+    let line = msg
+        .lines()
+        .map(|l| l.trim_start_matches("fusermount3: ").trim())
+        .find(|l| !l.is_empty())
+        .unwrap_or("unmount failed")
+        .to_string();
+    Err(KernelError::Refused(line))
+}
+
+/// One line of `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// Where it is mounted.
+    pub mountpoint: PathBuf,
+    /// Filesystem type, e.g. `fuse.sheaf`.
+    pub fstype: String,
+    /// Source (for sheaf: the image).
+    pub source: String,
+}
+
+/// Undo mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> OsString {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        if let (b'\\', Some(d)) = (b[i], octal) {
+            let v = (d[0] - b'0') as u32 * 64 + (d[1] - b'0') as u32 * 8 + (d[2] - b'0') as u32;
+            out.push(v as u8);
+            i += 4;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    std::os::unix::ffi::OsStringExt::from_vec(out)
+}
+
+/// Parse mountinfo text.
+pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = f.iter().position(|&x| x == "-") else {
+            continue;
+        };
+        if f.len() < 5 || f.len() < sep + 3 {
+            continue;
+        }
+        v.push(MountEntry {
+            mountpoint: PathBuf::from(unescape(f[4])),
+            fstype: f[sep + 1].to_string(),
+            source: unescape(f[sep + 2]).to_string_lossy().into_owned(),
+        });
+    }
+    v
+}
+
+/// The mount at exactly `path` (the last one, if stacked), if any.
+pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
+    let mut s = String::new();
+    File::open("/proc/self/mountinfo")?.read_to_string(&mut s)?;
+    Ok(parse_mountinfo(&s)
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint.as_os_str().as_bytes() == path.as_os_str().as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_are_parsed_and_unescaped() {
+        let t = "36 35 98:0 / /mnt/a\\040b rw,noatime master:1 - fuse.sheaf /x/img\\040.sheaf ro,user_id=0\n\
+                 37 35 0:5 / /proc rw - proc proc rw\n";
+        let m = parse_mountinfo(t);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].mountpoint, PathBuf::from("/mnt/a b"));
+        assert_eq!(m[0].fstype, "fuse.sheaf");
+        assert_eq!(m[0].source, "/x/img .sheaf");
+        assert_eq!(m[1].fstype, "proc");
+    }
+
+    #[test]
+    fn fsname_commas_are_escaped() {
+        assert_eq!(escape_opt("a,b\\c"), "a\\,b\\\\c");
+    }
+}

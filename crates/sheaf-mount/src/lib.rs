@@ -1,0 +1,29 @@
+//! Serving a sheaf image as a read-only FUSE filesystem.
+//!
+//! Owns the kernel-facing side of a mount: [`fs`] (answers FUSE requests from
+//! an [`sheaf_read::Image`] and tells the kernel to cache everything forever,
+//! since an image never changes), [`readahead`] (detects sequential access and
+//! decompresses the next block in the background), [`stats`] (per-op counters
+//! and latencies, exposed through a hidden xattr on the root), [`kernel`]
+//! (mounting through `fusermount3`, unmounting, reading `/proc/self/mountinfo`)
+//! and [`serve`] (run a session until it is unmounted or signalled).
+//!
+//! It must not know how images are built, where their bytes come from (that is
+//! the [`sheaf_read::Source`] behind the image) or how options are spelled on a
+//! command line: the CLI parses user input into a [`serve::MountConfig`].
+
+pub mod fs;
+pub mod kernel;
+pub mod logging;
+pub mod readahead;
+pub mod serve;
+pub mod stats;
+
+pub use fs::{FsConfig, SheafFs};
+pub use serve::{MountConfig, MountError, Mounted};
+
+/// Name of the hidden xattr on the mount's root that returns live statistics
+/// as JSON (read by `sheaf stats`); it is never listed by `listxattr`.
+pub const STATS_XATTR: &str = "user.sheaf.stats";
+/// Hidden xattr on the root that returns the serving process id.
+pub const PID_XATTR: &str = "user.sheaf.pid";

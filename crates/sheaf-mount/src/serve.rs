@@ -1,0 +1,233 @@
+//! Mount an image and serve it until it is unmounted or the process is told
+//! to stop.
+
+use crate::fs::{FsConfig, SheafFs};
+use crate::kernel::{self, Connection, KernelError};
+use fuser::{Config, Session, SessionACL};
+use sheaf_read::{CountingSource, Image};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Everything a mount needs besides the image.
+#[derive(Debug, Clone)]
+pub struct MountConfig {
+    /// Where to mount (made absolute by [`check_mountpoint`]).
+    pub mountpoint: PathBuf,
+    /// Shown as the mount's source in `/proc/mounts` (the image path).
+    pub fsname: String,
+    /// How entries are presented.
+    pub fs: FsConfig,
+    /// Request-handling threads, each with its own cloned `/dev/fuse` fd.
+    pub threads: usize,
+    /// Let other users access the mount.
+    pub allow_other: bool,
+    /// Let root access the mount.
+    pub allow_root: bool,
+    /// Honour setuid/setgid bits (root only).
+    pub suid: bool,
+    /// Honour device files (root only).
+    pub dev: bool,
+    /// Allow executing programs from the mount.
+    pub exec: bool,
+}
+
+/// Why a mount failed; each renders as one line naming the thing.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The mountpoint is unusable.
+    #[error("{}: {problem}", path.display())]
+    Mountpoint {
+        /// The path given.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// No FUSE device.
+    #[error("/dev/fuse: {0}")]
+    NoFuse(String),
+    /// The kernel or fusermount3 refused.
+    #[error("cannot mount on {}: {cause}", path.display())]
+    Kernel {
+        /// The mountpoint.
+        path: PathBuf,
+        /// Why.
+        cause: KernelError,
+    },
+    /// The FUSE handshake failed.
+    #[error("FUSE handshake on {} failed: {cause}", path.display())]
+    Handshake {
+        /// The mountpoint.
+        path: PathBuf,
+        /// Why.
+        cause: io::Error,
+    },
+}
+
+/// Check that `path` can be mounted on and return it made absolute:
+/// it exists, is a directory, is not a dead FUSE mount and is not already a
+/// mount point.
+pub fn check_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
+    let bad = |problem: String| MountError::Mountpoint {
+        path: path.to_path_buf(),
+        problem,
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(bad("not a directory".into())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(bad("no such directory".into()))
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            return Err(bad(format!(
+                "a dead FUSE mount is still attached (transport endpoint is not connected); \
+                 run `sheaf umount {}` first",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(bad(e.to_string())),
+    }
+    let abs = path.canonicalize().map_err(|e| bad(e.to_string()))?;
+    if let Some(m) = kernel::mount_at(&abs).map_err(|e| bad(e.to_string()))? {
+        return Err(bad(format!(
+            "already a mount point ({} from {}); unmount it first",
+            m.fstype, m.source
+        )));
+    }
+    Ok(abs)
+}
+
+/// Check that the FUSE device exists (permission is fusermount3's business:
+/// it is setuid root and opens the device itself).
+pub fn check_fuse_device() -> Result<(), MountError> {
+    match std::fs::metadata("/dev/fuse") {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(MountError::NoFuse(
+            "missing (load the fuse module, or run the container with --device /dev/fuse)".into(),
+        )),
+        Err(e) => Err(MountError::NoFuse(e.to_string())),
+    }
+}
+
+/// A mounted image that is not served yet.
+pub struct Mounted {
+    session: Session<SheafFs>,
+    conn: Connection,
+    mountpoint: PathBuf,
+    signals: libc::sigset_t,
+}
+
+/// Mount `img` (whose bytes come through `src`) as described by `cfg`. On
+/// return the kernel has accepted the connection: the mount is visible and
+/// requests queue until [`Mounted::serve`] runs.
+pub fn mount(
+    cfg: &MountConfig,
+    img: Arc<Image>,
+    src: Arc<CountingSource>,
+) -> Result<Mounted, MountError> {
+    check_fuse_device()?;
+    // Before any thread starts, so that only the signal thread sees them.
+    let signals = block_stop_signals().map_err(|cause| MountError::Handshake {
+        path: cfg.mountpoint.clone(),
+        cause,
+    })?;
+    let mut opts: Vec<String> = vec!["ro".into(), "default_permissions".into()];
+    opts.push("subtype=sheaf".into());
+    opts.push(if cfg.suid { "suid" } else { "nosuid" }.into());
+    opts.push(if cfg.dev { "dev" } else { "nodev" }.into());
+    if !cfg.exec {
+        opts.push("noexec".into());
+    }
+    let acl = if cfg.allow_other {
+        opts.push("allow_other".into());
+        SessionACL::All
+    } else if cfg.allow_root {
+        opts.push("allow_root".into());
+        SessionACL::RootAndOwner
+    } else {
+        SessionACL::Owner
+    };
+    let conn = kernel::mount(&cfg.mountpoint, &cfg.fsname, &opts).map_err(|cause| {
+        MountError::Kernel {
+            path: cfg.mountpoint.clone(),
+            cause,
+        }
+    })?;
+    let fd = conn.fd.try_clone().map_err(|cause| MountError::Handshake {
+        path: cfg.mountpoint.clone(),
+        cause,
+    })?;
+    let mut fc = Config::default();
+    fc.n_threads = Some(cfg.threads.max(1));
+    fc.clone_fd = true;
+    let fs = SheafFs::new(img, src, cfg.fs.clone());
+    let session = Session::from_fd(fs, fd, acl, fc).map_err(|cause| MountError::Handshake {
+        path: cfg.mountpoint.clone(),
+        cause,
+    })?;
+    Ok(Mounted {
+        session,
+        conn,
+        mountpoint: cfg.mountpoint.clone(),
+        signals,
+    })
+}
+
+impl Mounted {
+    /// Serve requests until the filesystem is unmounted. SIGINT, SIGTERM and
+    /// SIGHUP unmount it (lazily, so open files do not keep it alive).
+    pub fn serve(self) -> io::Result<()> {
+        let Mounted {
+            session,
+            conn,
+            mountpoint,
+            signals,
+        } = self;
+        let mp = mountpoint.clone();
+        std::thread::Builder::new()
+            .name("sheaf-signals".into())
+            .spawn(move || {
+                let mut sig: libc::c_int = 0;
+                // SAFETY: `signals` is an initialised set; `sig` is valid.
+                if unsafe { libc::sigwait(&signals, &mut sig) } != 0 {
+                    return;
+                }
+                log::info!("signal {sig}: unmounting {}", mp.display());
+                if let Err(e) = kernel::unmount(&mp, true) {
+                    // Exiting closes the watchdog socket: fusermount3 unmounts.
+                    log::error!("unmount of {} failed: {e}; exiting", mp.display());
+                    std::process::exit(1);
+                }
+            })?;
+        log::info!("serving {}", mountpoint.display());
+        let r = session.run();
+        let Connection {
+            fd,
+            watchdog,
+            mut helper,
+        } = conn;
+        drop(fd);
+        drop(watchdog);
+        let _ = helper.wait();
+        log::info!("unmounted {}", mountpoint.display());
+        r
+    }
+}
+
+/// Block SIGINT/SIGTERM/SIGHUP in this thread (and so in every thread it
+/// starts later) and return the set, for the thread that waits for them.
+fn block_stop_signals() -> io::Result<libc::sigset_t> {
+    // SAFETY: plain sigset manipulation on a local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        Ok(set)
+    }
+}
