@@ -4,7 +4,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 SHEAF := target/release/sheaf
 
-.PHONY: all build deps test lint demo bench fuzz fuzz-build clean
+.PHONY: all build deps trees test install lint demo bench fuzz fuzz-build clean
 
 all: build
 
@@ -18,9 +18,21 @@ lint: deps
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --all-targets -- -D warnings
 
-# All tests: unit, property, integration (real trees, real tools), lint.
-test: build lint
-	$(CARGO) test --release --locked --workspace
+# Real trees the tests compare against (K: Linux source, P: Python stack).
+BENCH_DATA ?= /var/tmp/sheaf-bench
+trees: deps
+	SHEAF_BENCH_DATA=$(BENCH_DATA) bench/setup.sh K P
+
+# All tests: unit, property, integration (real trees, real FUSE mounts), lint.
+test: build lint trees
+	SHEAF_BENCH_DATA=$(BENCH_DATA) $(CARGO) test --release --locked --workspace
+
+# The binary, plus the helper mount(8) runs for `-t fuse.sheaf` and fstab.
+PREFIX ?= /usr/local
+install: build
+	install -D -m 755 $(SHEAF) $(DESTDIR)$(PREFIX)/bin/sheaf
+	install -d $(DESTDIR)/sbin
+	ln -sf $(PREFIX)/bin/sheaf $(DESTDIR)/sbin/mount.fuse.sheaf
 
 
 demo: build

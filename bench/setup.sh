@@ -6,10 +6,13 @@
 #   M  1,000,000 small files (1000 dirs x 1000 files, 0-200 bytes, deterministic)
 # Each tree is built in NAME.tmp and renamed when complete; a marker .NAME.done sits
 # beside it (outside the tree, so it is not packed).
+# Usage: bench/setup.sh [K] [P] [M]   (default: all three; `make test` asks for K and P)
 set -euo pipefail
+TREES=("$@"); [ ${#TREES[@]} -gt 0 ] || TREES=(K P M)
+want() { [[ " ${TREES[*]} " == *" $1 "* ]]; }
 
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
-PKGS=(squashfs-tools erofs-utils linux-source-6.1 time python3-venv)
+PKGS=(squashfs-tools erofs-utils linux-source-6.1 time python3-venv python3-pip)
 PY_PKGS=(numpy scipy pandas matplotlib scikit-learn sympy h5py numba llvmlite pillow networkx)
 PYTHON=${PYTHON:-python3}
 
@@ -38,7 +41,9 @@ command -v mkfs.erofs >/dev/null || die "mkfs.erofs not found after install"
 mkdir -p "$DATA"
 
 # --- tree K ---------------------------------------------------------------------------
-if [ -f "$DATA/.K.done" ] && [ -d "$DATA/K" ]; then
+if ! want K; then
+    :
+elif [ -f "$DATA/.K.done" ] && [ -d "$DATA/K" ]; then
     log "K: present ($DATA/K)"
 else
     src=$(ls /usr/src/linux-source-6.1.tar.xz 2>/dev/null || true)
@@ -53,7 +58,9 @@ else
 fi
 
 # --- tree P ---------------------------------------------------------------------------
-if [ -f "$DATA/.P.done" ] && [ -d "$DATA/P" ]; then
+if ! want P; then
+    :
+elif [ -f "$DATA/.P.done" ] && [ -d "$DATA/P" ]; then
     log "P: present ($DATA/P)"
 else
     log "P: pip install --target ($("$PYTHON" --version 2>&1)): ${PY_PKGS[*]}"
@@ -66,7 +73,9 @@ else
 fi
 
 # --- tree M ---------------------------------------------------------------------------
-if [ -f "$DATA/.M.done" ] && [ -d "$DATA/M" ]; then
+if ! want M; then
+    :
+elif [ -f "$DATA/.M.done" ] && [ -d "$DATA/M" ]; then
     log "M: present ($DATA/M)"
 else
     log "M: generating 1000 x 1000 small files"
@@ -95,4 +104,4 @@ EOF
     log "M: done ($(find "$DATA/M" -type f | wc -l) files)"
 fi
 
-log "all trees ready under $DATA"
+log "trees ${TREES[*]} ready under $DATA"

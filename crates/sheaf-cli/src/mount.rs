@@ -114,7 +114,8 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
                 Some((k, v)) => (k, Some(v)),
                 None => (opt, None),
             };
-            let need = || val.ok_or_else(|| anyhow!("mount option '{key}' needs a value ({key}=...)"));
+            let need =
+                || val.ok_or_else(|| anyhow!("mount option '{key}' needs a value ({key}=...)"));
             let num = |what: &str| -> Result<u64> {
                 let v = need()?;
                 v.parse::<u64>()
@@ -218,7 +219,9 @@ fn mount(
     let prefix = format!("{}: ", mp.display());
     let log_target = |stderr: bool| -> Result<logging::Target> {
         Ok(match &p.log {
-            Some(f) => logging::open_file(f).with_context(|| format!("log file {}", f.display()))?,
+            Some(f) => {
+                logging::open_file(f).with_context(|| format!("log file {}", f.display()))?
+            }
             None if stderr => logging::Target::Stderr,
             None => logging::Target::Syslog,
         })
@@ -387,7 +390,10 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
     let b = |k: &str| bc[k].as_u64().unwrap_or(0);
     println!("image             {}", s["image"].as_str().unwrap_or("?"));
     println!("serving pid       {}", u("pid"));
-    println!("uptime            {:.1} s", s["uptime_s"].as_f64().unwrap_or(0.0));
+    println!(
+        "uptime            {:.1} s",
+        s["uptime_s"].as_f64().unwrap_or(0.0)
+    );
     println!(
         "read from image   {} in {} requests",
         human(u("image_bytes_read")),
@@ -464,8 +470,11 @@ mod tests {
 
     #[test]
     fn options_parse_and_refuse_clearly() {
-        let p = parse_options(&["cache_size=1G,uid=5".into(), "allow_other,noexec".into()], false)
-            .unwrap();
+        let p = parse_options(
+            &["cache_size=1G,uid=5".into(), "allow_other,noexec".into()],
+            false,
+        )
+        .unwrap();
         assert_eq!(p.cache_size, 1 << 30);
         assert_eq!(p.uid, Some(5));
         assert!(p.allow_other && !p.exec && !p.suid && !p.dev);

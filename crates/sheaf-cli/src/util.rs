@@ -4,9 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Parse a size such as `1M`, `256K`, `4096`, `2MiB`.
 pub fn parse_size(s: &str) -> Result<u32, String> {
-    parse_size64(s).and_then(|n| {
-        u32::try_from(n).map_err(|_| format!("'{s}' is too large (at most 4G-1)"))
-    })
+    parse_size64(s)
+        .and_then(|n| u32::try_from(n).map_err(|_| format!("'{s}' is too large (at most 4G-1)")))
 }
 
 /// Parse a byte size with an optional K/M/G/T suffix (powers of 1024).

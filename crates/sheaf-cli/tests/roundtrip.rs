@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Number of #[test]s below that use the shared fixture.
-const TESTS: usize = 7;
+const TESTS: usize = 8;
 
 /// Offset of the second data run of the sparse file: the hole between the
 /// runs is 4 GiB, more than a u32 can count.
@@ -319,6 +319,20 @@ fn extracted_tree_matches_source_in_every_attribute() {
             "extract as root left attributes unrestored: {}",
             f.extract_stderr
         );
+    }
+}
+
+/// The same comparison against a FUSE mount of the image (`sheaf mount`).
+#[test]
+fn mounted_tree_matches_source_in_every_attribute() {
+    let (f, _done) = fixture();
+    let mp = f.dir.join("mnt");
+    fs::create_dir_all(&mp).unwrap();
+    sheaf(["mount".as_ref(), f.img.as_os_str(), mp.as_os_str()]).ok();
+    let r = std::panic::catch_unwind(|| assert_same_tree(&f.src, &mp, Cmp::all()));
+    sheaf(["umount".as_ref(), "--lazy".as_ref(), mp.as_os_str()]).ok();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
     }
 }
 

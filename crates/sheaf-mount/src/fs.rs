@@ -14,9 +14,9 @@
 use crate::readahead::Readahead;
 use crate::stats::{Op, Stats};
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
 use serde_json::json;
 use sheaf_format::records::FileType as Ft;
@@ -46,6 +46,10 @@ pub struct FsConfig {
     /// Blocks decompressed ahead of a sequential reader.
     pub prefetch_blocks: u32,
 }
+
+/// Receives one directory entry (its inode, the offset of the next entry,
+/// its name); returns true when the reply buffer is full.
+type DirSink<'a> = dyn FnMut(&SheafFs, Inode, u64, &[u8]) -> bool + 'a;
 
 /// A mounted image.
 pub struct SheafFs {
@@ -111,7 +115,9 @@ impl SheafFs {
     }
 
     fn inode(&self, ino: INodeNo) -> Result<Inode, ReadError> {
-        let i = self.image_ino(ino).map_err(|_| ReadError::NoInode(u32::MAX))?;
+        let i = self
+            .image_ino(ino)
+            .map_err(|_| ReadError::NoInode(u32::MAX))?;
         self.img.inode(i)
     }
 
@@ -230,7 +236,7 @@ impl SheafFs {
         op: Op,
         ino: INodeNo,
         offset: u64,
-        add: &mut dyn FnMut(&Self, Inode, u64, &[u8]) -> bool,
+        add: &mut DirSink<'_>,
     ) -> Result<(), ReadError> {
         let dir = self.inode(ino)?;
         let mut off = offset;
@@ -296,12 +302,12 @@ impl Filesystem for SheafFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _t = self.stats.time(Op::Lookup);
-        let r = self.inode(parent).and_then(|dir| {
-            match self.img.lookup(&dir, name.as_bytes())? {
-                Some(i) => Ok(Some(self.img.inode(i)?)),
-                None => Ok(None),
-            }
-        });
+        let r =
+            self.inode(parent)
+                .and_then(|dir| match self.img.lookup(&dir, name.as_bytes())? {
+                    Some(i) => Ok(Some(self.img.inode(i)?)),
+                    None => Ok(None),
+                });
         match r {
             Ok(Some(i)) => reply.entry(&FOREVER, &self.attr(&i), Generation(0)),
             Ok(None) => {
@@ -435,12 +441,15 @@ impl Filesystem for SheafFs {
         let name = name.as_bytes();
         let value = match self.hidden_xattr(ino, name) {
             Some(v) => Ok(Some(v)),
-            None => self.inode(ino).and_then(|i| self.img.xattrs(&i)).map(|set| {
-                set.0
-                    .into_iter()
-                    .find(|(k, _)| k.as_slice() == name)
-                    .map(|(_, v)| v)
-            }),
+            None => self
+                .inode(ino)
+                .and_then(|i| self.img.xattrs(&i))
+                .map(|set| {
+                    set.0
+                        .into_iter()
+                        .find(|(k, _)| k.as_slice() == name)
+                        .map(|(_, v)| v)
+                }),
         };
         match value {
             Ok(Some(v)) => reply_xattr(reply, size, &v),
@@ -495,6 +504,9 @@ mod tests {
     #[test]
     fn device_numbers_use_the_kernel_encoding() {
         assert_eq!(encode_dev(libc::makedev(1, 3)), 0x103);
-        assert_eq!(encode_dev(libc::makedev(259, 0x12345)), 0x12345 & 0xff | 259 << 8 | (0x12300 << 12));
+        assert_eq!(
+            encode_dev(libc::makedev(259, 0x12345)),
+            0x12345 & 0xff | 259 << 8 | (0x12300 << 12)
+        );
     }
 }

@@ -161,12 +161,7 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<(), KernelError> {
     if lazy {
         cmd.arg("-z");
     }
-    let out = match cmd
-        .arg("--")
-        .arg(mountpoint)
-        .stdin(Stdio::null())
-        .output()
-    {
+    let out = match cmd.arg("--").arg(mountpoint).stdin(Stdio::null()).output() {
         Ok(o) => o,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(KernelError::NoFusermount),
         Err(e) => return Err(e.into()),
@@ -201,7 +196,9 @@ fn unescape(s: &str) -> OsString {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         if let (b'\\', Some(d)) = (b[i], octal) {
             let v = (d[0] - b'0') as u32 * 64 + (d[1] - b'0') as u32 * 8 + (d[2] - b'0') as u32;
             out.push(v as u8);

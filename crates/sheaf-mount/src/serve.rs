@@ -147,12 +147,11 @@ pub fn mount(
     } else {
         SessionACL::Owner
     };
-    let conn = kernel::mount(&cfg.mountpoint, &cfg.fsname, &opts).map_err(|cause| {
-        MountError::Kernel {
+    let conn =
+        kernel::mount(&cfg.mountpoint, &cfg.fsname, &opts).map_err(|cause| MountError::Kernel {
             path: cfg.mountpoint.clone(),
             cause,
-        }
-    })?;
+        })?;
     let fd = conn.fd.try_clone().map_err(|cause| MountError::Handshake {
         path: cfg.mountpoint.clone(),
         cause,

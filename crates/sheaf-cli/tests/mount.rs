@@ -1,0 +1,706 @@
+//! `sheaf mount` on real FUSE: trees compared attribute by attribute with
+//! their source, concurrent readers, a non-root user, mount/umount cycles,
+//! kill -9, signals, fstab, statistics and every refusal.
+//!
+//! The real trees K (Linux source) and P (a scientific Python stack) come
+//! from `bench/setup.sh K P`, which `make test` runs and points
+//! `SHEAF_BENCH_DATA` at; run alone without it, those two tests say so and
+//! return.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A mount that is taken down (lazily, ignoring errors) when dropped.
+struct Mounted {
+    mp: PathBuf,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = cmd().arg("umount").arg("--lazy").arg(&self.mp).output();
+    }
+}
+
+fn mount(img: &Path, mp: &Path, opts: &[&str]) -> Mounted {
+    fs::create_dir_all(mp).unwrap();
+    let mut c = cmd();
+    c.arg("mount").arg(img).arg(mp);
+    for o in opts {
+        c.arg("-o").arg(o);
+    }
+    run_cmd(&mut c).ok();
+    Mounted {
+        mp: mp.to_path_buf(),
+    }
+}
+
+/// Whether anything is mounted at `mp` (by /proc/self/mountinfo).
+fn mounted(mp: &Path) -> bool {
+    let mp = mp.canonicalize().unwrap_or_else(|_| mp.to_path_buf());
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .is_some_and(|m| m.replace("\\040", " ") == mp.to_string_lossy())
+    })
+}
+
+/// Process ids of `sheaf mount` processes serving `mp`.
+fn servers(mp: &Path) -> Vec<u32> {
+    let mut v = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cl) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cl.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+        let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+        let mp_s = mp.as_os_str().as_encoded_bytes();
+        if !zombie
+            && args.iter().any(|a| *a == b"mount")
+            && args.iter().any(|a| a.ends_with(mp_s) || mp_s.ends_with(a))
+            && args.first().is_some_and(|a| a.ends_with(b"sheaf"))
+        {
+            v.push(pid);
+        }
+    }
+    v
+}
+
+fn stats(mp: &Path) -> serde_json::Value {
+    json(&sheaf(["stats".as_ref(), "--json".as_ref(), mp.as_os_str()]).ok())
+}
+
+/// A packed copy of `small_tree` plus a few larger files, shared by tests.
+fn sample(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = dir.join("src");
+    fs::create_dir_all(&src).unwrap();
+    small_tree(&src, 11);
+    let mut r = Rng::new(5);
+    for i in 0..6 {
+        write(
+            &src.join(format!("big{i}.bin")),
+            &r.bytes((3 << 20) + i * 77_777),
+        );
+    }
+    let img = dir.join("img.sheaf");
+    build(&src, &img, &[]).ok();
+    (src, img)
+}
+
+fn real_tree(name: &str) -> Option<PathBuf> {
+    let Some(data) = std::env::var_os("SHEAF_BENCH_DATA") else {
+        eprintln!("SHEAF_BENCH_DATA unset: tree {name} not tested (run `make test`)");
+        return None;
+    };
+    let p = PathBuf::from(data).join(name);
+    assert!(
+        p.is_dir(),
+        "{} missing: run bench/setup.sh {name}",
+        p.display()
+    );
+    Some(p)
+}
+
+/// Mount an image of a real tree and compare every entry with the source
+/// (types, modes, owners, sizes, mtimes with nanoseconds, nlink, xattrs,
+/// symlink targets, hardlink identity, contents), then `diff -r`.
+fn real_tree_mounts_identically(name: &str) {
+    let Some(src) = real_tree(name) else { return };
+    let t = tmpdir();
+    let img = t.path().join(format!("{name}.sheaf"));
+    build(&src, &img, &[]).ok();
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &[]);
+    assert_same_tree(&src, &mp, Cmp::all());
+    let d = Command::new("diff")
+        .arg("-r")
+        .arg("--no-dereference")
+        .arg(&src)
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(
+        d.status.success(),
+        "diff -r: {}",
+        String::from_utf8_lossy(&d.stdout)
+    );
+}
+
+#[test]
+fn tree_k_mounts_identically() {
+    real_tree_mounts_identically("K");
+}
+
+#[test]
+fn tree_p_mounts_identically() {
+    real_tree_mounts_identically("P");
+}
+
+#[test]
+fn sixteen_concurrent_random_readers_see_the_source() {
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &["cache_size=8M"]);
+    let files: Vec<Vec<u8>> = walk(&src)
+        .into_iter()
+        .filter(|p| fs::symlink_metadata(join(&src, p)).unwrap().is_file())
+        .collect();
+    assert!(files.len() > 10);
+    std::thread::scope(|s| {
+        for th in 0..16u64 {
+            let (files, src, mp) = (&files, &src, &mp);
+            s.spawn(move || {
+                let mut r = Rng::new(100 + th);
+                for _ in 0..150 {
+                    let p = &files[r.below(files.len() as u64) as usize];
+                    let want = fs::read(join(src, p)).unwrap();
+                    let mut f = fs::File::open(join(mp, p)).unwrap();
+                    let off = r.below(want.len() as u64 + 1);
+                    let len = r.below((want.len() as u64 - off).min(3 << 20) + 1) as usize;
+                    f.seek(SeekFrom::Start(off)).unwrap();
+                    let mut got = vec![0u8; len];
+                    let n = read_full(&mut f, &mut got).unwrap();
+                    assert_eq!(n, len, "{}: short read", lossy(p));
+                    assert!(
+                        got == want[off as usize..off as usize + len],
+                        "{} @{off}+{len}: wrong bytes",
+                        lossy(p)
+                    );
+                }
+            });
+        }
+    });
+    // An 8 MiB cache under 16 readers of 4 MiB blocks must have evicted and
+    // reloaded, so this also exercised eviction and single-flight waits.
+    let s = stats(&mp);
+    assert!(s["block_cache"]["evictions"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["block_cache"]["size"].as_u64().unwrap() <= 8 << 20, "{s}");
+    assert_eq!(s["image_errors"], 0);
+}
+
+#[test]
+fn posix_view_is_read_only_and_complete() {
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &[]);
+    // Writes of every kind fail with EROFS.
+    let f = mp.join("big0.bin");
+    let erofs = |r: std::io::Result<()>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{what}: {e}");
+    };
+    erofs(fs::write(mp.join("new"), b"x"), "create");
+    erofs(
+        fs::OpenOptions::new().write(true).open(&f).map(drop),
+        "open for writing",
+    );
+    erofs(fs::create_dir(mp.join("d")), "mkdir");
+    erofs(fs::remove_file(&f), "unlink");
+    erofs(fs::rename(&f, mp.join("x")), "rename");
+    erofs(
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o777)),
+        "chmod",
+    );
+    erofs(xattr::set(&f, "user.x", b"1"), "setxattr");
+    let c = cstr(&f);
+    assert_eq!(unsafe { libc::access(c.as_ptr(), libc::W_OK) }, -1);
+    assert_eq!(unsafe { libc::access(c.as_ptr(), libc::R_OK) }, 0);
+    // statfs: image size and file count.
+    let mut sfs: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(cstr(&mp).as_ptr(), &mut sfs) }, 0);
+    let inodes: std::collections::BTreeSet<u64> = walk(&src)
+        .iter()
+        .map(|p| fs::symlink_metadata(join(&src, p)).unwrap().ino())
+        .collect();
+    assert_eq!(sfs.f_files, inodes.len() as u64);
+    let img_len = fs::metadata(&img).unwrap().len();
+    assert_eq!(sfs.f_blocks * sfs.f_frsize, img_len.div_ceil(4096) * 4096);
+    assert_ne!(sfs.f_flag & libc::ST_RDONLY, 0);
+    assert_ne!(sfs.f_flag & libc::ST_NOSUID, 0);
+    assert_ne!(sfs.f_flag & libc::ST_NODEV, 0);
+    // Stable inode numbers: the same after the kernel forgets them.
+    let ino = fs::metadata(&f).unwrap().ino();
+    fs::write("/proc/sys/vm/drop_caches", "2").ok();
+    assert_eq!(fs::metadata(&f).unwrap().ino(), ino);
+    let m = fs::metadata(&f).unwrap();
+    assert_eq!(m.blocks(), m.size().div_ceil(512));
+    assert!(m.blksize() >= 512);
+    // Missing names are ENOENT, repeatedly (the second from the kernel's cache).
+    for _ in 0..2 {
+        let e = fs::metadata(mp.join("no-such")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    }
+}
+
+#[test]
+fn uid_gid_options_present_another_owner() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &["uid=4321,gid=8765"]);
+    for p in walk(&mp) {
+        let m = fs::symlink_metadata(join(&mp, &p)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4321, 8765), "{}", lossy(&p));
+    }
+}
+
+#[test]
+fn sequential_reads_decompress_ahead() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let data = Rng::new(3).text(24 << 20);
+    write(&src.join("stream.txt"), &data);
+    let img = t.path().join("s.sheaf");
+    build(&src, &img, &[]).ok();
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &[]);
+    let mut got = Vec::new();
+    fs::File::open(mp.join("stream.txt"))
+        .unwrap()
+        .read_to_end(&mut got)
+        .unwrap();
+    assert!(got == data, "wrong bytes");
+    let s = stats(&mp);
+    assert!(s["prefetch"]["queued"].as_u64().unwrap() >= 3, "{s}");
+    assert!(s["ops"]["read"]["count"].as_u64().unwrap() > 0);
+    assert!(s["bytes_served"].as_u64().unwrap() >= data.len() as u64);
+    assert!(s["blocks_decompressed"].as_u64().unwrap() >= 6, "{s}");
+    assert!(s["image_bytes_read"].as_u64().unwrap() > 0);
+    // The human form names the same things.
+    let h = sheaf(["stats".as_ref(), mp.as_os_str()]).ok().text();
+    for w in ["block cache", "readahead", "read from image", "read "] {
+        assert!(h.contains(w), "{w} missing from:\n{h}");
+    }
+}
+
+#[test]
+fn mount_umount_100_times_leaks_nothing() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let fds = || fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    let start = Instant::now();
+    for i in 0..100 {
+        sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
+        assert!(
+            mp.join("big1.bin").exists(),
+            "cycle {i}: not ready on return"
+        );
+        sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+        assert!(!mounted(&mp), "cycle {i}: still mounted");
+        assert!(servers(&mp).is_empty(), "cycle {i}: server still running");
+    }
+    eprintln!("100 mount/umount cycles: {:?}", start.elapsed());
+    assert_eq!(fds(), before, "descriptors leaked into the test process");
+    assert!(fs::read_dir(&mp).unwrap().next().is_none());
+}
+
+#[test]
+fn kill_9_gives_an_error_not_a_hang_and_the_mountpoint_recovers() {
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &[]);
+    let mut f = fs::File::open(mp.join("big2.bin")).unwrap();
+    let pids = servers(&mp);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    unsafe { libc::kill(pids[0] as i32, libc::SIGKILL) };
+    // A reader with an open file gets an error promptly.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 20];
+        f.seek(SeekFrom::Start(2 << 20)).unwrap();
+        tx.send(f.read(&mut buf).map(|_| ())).unwrap();
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("read hung after kill -9");
+    let e = r.expect_err("read succeeded from a dead mount");
+    assert!(
+        matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::EIO)),
+        "{e}"
+    );
+    // fusermount3's watchdog unmounts; `sheaf umount` is harmless either way.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while mounted(&mp) && Instant::now() < deadline {
+        let _ = cmd().arg("umount").arg(&mp).output();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!mounted(&mp), "mount left behind after kill -9");
+    let _m2 = mount(&img, &mp, &[]);
+    same_content(&src.join("big2.bin"), &mp.join("big2.bin")).unwrap();
+}
+
+#[test]
+fn sigterm_and_sigint_unmount_cleanly() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let _m = mount(&img, &mp, &[]);
+        let pids = servers(&mp);
+        assert_eq!(pids.len(), 1);
+        unsafe { libc::kill(pids[0] as i32, sig) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (mounted(&mp) || !servers(&mp).is_empty()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!mounted(&mp), "signal {sig}: still mounted");
+        assert!(
+            servers(&mp).is_empty(),
+            "signal {sig}: server still running"
+        );
+    }
+}
+
+#[test]
+fn foreground_mode_logs_to_stderr_and_stops_on_umount() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let child = cmd()
+        .arg("mount")
+        .arg("-f")
+        .arg(&img)
+        .arg(&mp)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !mounted(&mp) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(mp.join("big0.bin").exists());
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("mounted"), "{err}");
+}
+
+#[test]
+fn busy_mount_refuses_plain_umount_and_takes_lazy() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &[]);
+    let mut busy = Command::new("sleep")
+        .arg("30")
+        .current_dir(&mp)
+        .spawn()
+        .unwrap();
+    let o = sheaf(["umount".as_ref(), mp.as_os_str()]).fails_with(1);
+    assert!(o.one_err_line().contains("busy"), "{}", o.describe());
+    assert!(mounted(&mp));
+    sheaf(["umount".as_ref(), "--lazy".as_ref(), mp.as_os_str()]).ok();
+    assert!(!mounted(&mp));
+    busy.kill().unwrap();
+    busy.wait().unwrap();
+}
+
+/// Each refusal: exit 1, one line naming the thing, nothing mounted, no server.
+#[test]
+fn every_refusal_is_one_line_and_leaves_nothing() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let notdir = t.path().join("file");
+    write(&notdir, b"x");
+    let short = t.path().join("short.sheaf");
+    fs::write(&short, &fs::read(&img).unwrap()[..4000]).unwrap();
+    let flipped = t.path().join("flipped.sheaf");
+    let mut b = fs::read(&img).unwrap();
+    let n = b.len();
+    b[n - 100] ^= 0x40; // inside the section table / trailer area
+    fs::write(&flipped, &b).unwrap();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec![s(&img), s(&t.path().join("absent"))],
+            "no such directory",
+        ),
+        (vec![s(&img), s(&notdir)], "not a directory"),
+        (vec![s(&t.path().join("none.sheaf")), s(&mp)], "none.sheaf"),
+        (vec![s(&notdir), s(&mp)], "file"),
+        (vec![s(&short), s(&mp)], "short.sheaf"),
+        (vec![s(&flipped), s(&mp)], "flipped.sheaf"),
+        (vec!["-o".into(), "bogus".into(), s(&img), s(&mp)], "bogus"),
+        (vec!["-o".into(), "rw".into(), s(&img), s(&mp)], "read-only"),
+        (
+            vec!["-o".into(), "cache_size=lots".into(), s(&img), s(&mp)],
+            "cache_size",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = sheaf(std::iter::once("mount".to_string()).chain(args.clone())).fails_with(1);
+        let line = o.one_err_line();
+        assert!(line.contains(want), "{args:?}: {line}");
+        assert!(!mounted(&mp), "{args:?}: left a mount");
+        assert!(servers(&mp).is_empty(), "{args:?}: left a server");
+    }
+    // Already mounted.
+    let _m = mount(&img, &mp, &[]);
+    let o = sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).fails_with(1);
+    assert!(
+        o.one_err_line().contains("already a mount point"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(servers(&mp).len(), 1);
+    drop(_m);
+    // umount / stats of something that is not a sheaf mount.
+    let o = sheaf(["umount".as_ref(), mp.as_os_str()]).fails_with(1);
+    assert!(o.one_err_line().contains("not mounted"));
+    let o = sheaf(["umount", "/proc"]).fails_with(1);
+    assert!(o.one_err_line().contains("not a sheaf mount"));
+    let o = sheaf(["stats".as_ref(), mp.as_os_str()]).fails_with(1);
+    assert!(o.one_err_line().contains("not the root of a sheaf mount"));
+}
+
+#[test]
+fn no_fuse_device_is_refused_clearly() {
+    if !is_root() {
+        eprintln!("not root: cannot hide /dev/fuse in a private namespace");
+        return;
+    }
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    // A private mount namespace whose /dev is an empty tmpfs.
+    let script = format!(
+        "mount -t tmpfs none /dev && exec {} mount {} {}",
+        bin(),
+        img.display(),
+        mp.display()
+    );
+    let o = run_cmd(Command::new("unshare").args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+    ]))
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("/dev/fuse: missing"),
+        "{}",
+        o.describe()
+    );
+    assert!(!mounted(&mp));
+}
+
+/// A user who may use /dev/fuse mounts without root; root itself is kept out
+/// unless the user asks for allow_root. Also: a user without access to
+/// /dev/fuse gets fusermount3's reason in one line.
+#[test]
+fn a_non_root_user_mounts_and_unmounts() {
+    if !is_root() {
+        eprintln!("not root: cannot create a test user");
+        return;
+    }
+    let user = "sheaf-mount-test";
+    if Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+    } else {
+        run_cmd(Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", user]))
+            .ok();
+    }
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    // The user owns the tree, so it can walk the source to compare.
+    run_cmd(
+        Command::new("chown")
+            .arg("-R")
+            .arg(format!("{user}:{user}"))
+            .arg(&src),
+    )
+    .ok();
+    build(&src, &img, &["--force"]).ok();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&img, fs::Permissions::from_mode(0o644)).unwrap();
+    let mp = t.path().join("umnt");
+    fs::create_dir(&mp).unwrap();
+    run_cmd(Command::new("chown").arg(user).arg(&mp)).ok();
+    let as_user = |args: &[&std::ffi::OsStr]| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", user, "--regid", user, "--init-groups", "--"])
+            .arg(bin())
+            .args(args);
+        run_cmd(&mut c)
+    };
+    let dev = fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    // Without access to /dev/fuse: a clear refusal.
+    fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o600)).unwrap();
+    let o = as_user(&["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).fails_with(1);
+    assert!(o.one_err_line().contains("/dev/fuse"), "{}", o.describe());
+    assert!(!mounted(&mp));
+    // With the usual 0666: works.
+    fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o666)).unwrap();
+    let r = std::panic::catch_unwind(|| {
+        as_user(&["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
+        assert!(mounted(&mp));
+        // Only the user may enter (no allow_other/allow_root): root is refused.
+        let e = fs::read_dir(&mp).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+        // The user sees the source: same listing with attributes, same bytes.
+        let listing = |dir: &Path| {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid",
+                user,
+                "--regid",
+                user,
+                "--init-groups",
+                "--",
+                "find",
+            ])
+            .arg(dir)
+            .args(["-printf", "%P %y %m %U:%G %T@ %n %l\\n"]);
+            let mut v: Vec<String> = run_cmd(&mut c)
+                .ok()
+                .text()
+                .lines()
+                .map(String::from)
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(listing(&src), listing(&mp));
+        let mut d = Command::new("setpriv");
+        d.args([
+            "--reuid",
+            user,
+            "--regid",
+            user,
+            "--init-groups",
+            "--",
+            "diff",
+            "-r",
+            "--no-dereference",
+        ])
+        .arg(&src)
+        .arg(&mp);
+        run_cmd(&mut d).ok();
+        as_user(&["stats".as_ref(), mp.as_os_str()]).ok();
+        as_user(&["umount".as_ref(), mp.as_os_str()]).ok();
+        assert!(!mounted(&mp));
+    });
+    fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(dev)).unwrap();
+    let _ = Command::new("umount").arg("-l").arg(&mp).output();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// `mount -t fuse.sheaf` and an fstab line, through /sbin/mount.fuse.sheaf.
+#[test]
+fn mount_8_and_fstab_use_the_helper() {
+    if !is_root() {
+        eprintln!("not root: cannot install /sbin/mount.fuse.sheaf");
+        return;
+    }
+    let helper = Path::new("/sbin/mount.fuse.sheaf");
+    let installed_here = fs::symlink_metadata(helper).is_err();
+    if installed_here {
+        std::os::unix::fs::symlink(fs::canonicalize(bin()).unwrap(), helper).unwrap();
+    }
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    let r = std::panic::catch_unwind(|| {
+        run_cmd(
+            Command::new("mount")
+                .args(["-t", "fuse.sheaf", "-o", "cache_size=32M"])
+                .arg(&img)
+                .arg(&mp),
+        )
+        .ok();
+        assert!(mounted(&mp));
+        same_content(&src.join("big3.bin"), &mp.join("big3.bin")).unwrap();
+        run_cmd(Command::new("umount").arg(&mp)).ok();
+        assert!(!mounted(&mp));
+        let fstab = t.path().join("fstab");
+        fs::write(
+            &fstab,
+            format!(
+                "# test\n{} {} fuse.sheaf defaults,noauto,allow_other,x-systemd.automount 0 0\n",
+                img.display(),
+                mp.display()
+            ),
+        )
+        .unwrap();
+        run_cmd(Command::new("mount").arg("-T").arg(&fstab).arg(&mp)).ok();
+        assert!(mounted(&mp));
+        assert!(mp.join("big4.bin").is_file());
+        sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+        assert!(!mounted(&mp));
+    });
+    if installed_here {
+        let _ = fs::remove_file(helper);
+    }
+    let _ = Command::new("umount").arg("-l").arg(&mp).output();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// A flipped byte in a data block: readers of that file get EIO, the log
+/// names the image and the block, other files still read correctly.
+#[test]
+fn a_corrupt_block_is_eio_with_a_log_line() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let a = Rng::new(1).text(6 << 20);
+    write(&src.join("a.txt"), &a);
+    let img = t.path().join("c.sheaf");
+    build(&src, &img, &["-c", "none"]).ok();
+    let mut b = fs::read(&img).unwrap();
+    b[64 + 1000] ^= 1; // the first data block starts right after the 64-byte header
+    fs::write(&img, &b).unwrap();
+    let log = t.path().join("mount.log");
+    let mp = t.path().join("mnt");
+    let _m = mount(&img, &mp, &[&format!("log={}", log.display())]);
+    let e = fs::read(mp.join("a.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    // The second block is intact.
+    let mut f = fs::File::open(mp.join("a.txt")).unwrap();
+    f.seek(SeekFrom::Start(5 << 20)).unwrap();
+    let mut tail = Vec::new();
+    f.read_to_end(&mut tail).unwrap();
+    assert!(tail == a[5 << 20..]);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("c.sheaf") && text.contains("data block 0"),
+        "log:\n{text}"
+    );
+    assert!(stats(&mp)["image_errors"].as_u64().unwrap() >= 1);
+}
