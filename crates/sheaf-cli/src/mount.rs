@@ -5,7 +5,7 @@ use crate::util::{human, parse_size64};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sheaf_mount::serve::{check_mountpoint, MountConfig};
-use sheaf_mount::{kernel, logging, FsConfig};
+use sheaf_mount::{kernel, logging, FsConfig, Readdirplus};
 use sheaf_read::{CountingSource, FileSource, Image, ImageOptions, Source};
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -19,6 +19,7 @@ Mount options (-o, comma-separated, repeatable):
   cache_size=SIZE   decompressed-block cache (default 256M; e.g. 64M, 2G)
   threads=N         request threads (default: 2 per core, 4..16)
   readahead=N       blocks decompressed ahead of a sequential reader (default 1; 0 = off)
+  readdirplus=WHEN  list directories with attributes: auto (default), always, never
   uid=N, gid=N      present every entry as owned by this user / group
   allow_other       let other users in (non-root: needs user_allow_other in /etc/fuse.conf)
   allow_root        let root in
@@ -76,6 +77,7 @@ struct Parsed {
     cache_size: usize,
     threads: usize,
     readahead: u32,
+    readdirplus: Readdirplus,
     uid: Option<u32>,
     gid: Option<u32>,
     allow_other: bool,
@@ -98,6 +100,7 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
         cache_size: 256 << 20,
         threads: default_threads(),
         readahead: 1,
+        readdirplus: Readdirplus::default(),
         uid: None,
         gid: None,
         allow_other: false,
@@ -135,6 +138,14 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
                     }
                 }
                 "readahead" => p.readahead = num("readahead")?.min(64) as u32,
+                "readdirplus" => {
+                    p.readdirplus = match need()? {
+                        "auto" => Readdirplus::Auto,
+                        "always" | "yes" => Readdirplus::Always,
+                        "never" | "no" => Readdirplus::Never,
+                        v => bail!("mount option readdirplus={v}: use auto, always or never"),
+                    }
+                }
                 "uid" => p.uid = Some(num("uid")? as u32),
                 "gid" => p.gid = Some(num("gid")? as u32),
                 "allow_other" => p.allow_other = true,
@@ -208,6 +219,7 @@ fn mount(
             gid: p.gid,
             prefetch_threads: usize::from(p.readahead > 0),
             prefetch_blocks: p.readahead,
+            readdirplus: p.readdirplus,
         },
         threads: p.threads,
         allow_other: p.allow_other,

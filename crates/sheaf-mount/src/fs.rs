@@ -45,6 +45,23 @@ pub struct FsConfig {
     pub prefetch_threads: usize,
     /// Blocks decompressed ahead of a sequential reader.
     pub prefetch_blocks: u32,
+    /// How directories are listed.
+    pub readdirplus: Readdirplus,
+}
+
+/// Whether directory listings also return every child's attributes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Readdirplus {
+    /// Always (`ls -l` and `stat` of every entry need no further requests,
+    /// but the kernel instantiates an inode for every entry listed).
+    Always,
+    /// The kernel decides per directory (plus for the first batch, and when
+    /// entries of the directory are being stat'ed).
+    #[default]
+    Auto,
+    /// Never: listings return names and types only; entries are looked up
+    /// when used.
+    Never,
 }
 
 /// Receives one directory entry (its inode, the offset of the next entry,
@@ -289,7 +306,12 @@ fn encode_dev(dev: u64) -> u32 {
 
 impl Filesystem for SheafFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let want = InitFlags::FUSE_DO_READDIRPLUS
+        let plus = match self.cfg.readdirplus {
+            Readdirplus::Always => InitFlags::FUSE_DO_READDIRPLUS,
+            Readdirplus::Auto => InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO,
+            Readdirplus::Never => InitFlags::empty(),
+        };
+        let want = plus
             | InitFlags::FUSE_CACHE_SYMLINKS
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_MAX_PAGES

@@ -19,7 +19,7 @@ pub mod readahead;
 pub mod serve;
 pub mod stats;
 
-pub use fs::{FsConfig, SheafFs};
+pub use fs::{FsConfig, Readdirplus, SheafFs};
 pub use serve::{MountConfig, MountError, Mounted};
 
 /// Name of the hidden xattr on the mount's root that returns live statistics
