@@ -42,6 +42,7 @@ bench: build
 	scripts/deps.sh bench
 	bench/setup.sh
 	bench/run.sh
+	bench/mount.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

@@ -7,7 +7,7 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3
       findutils:find)
 case "${1:-}" in
-  bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv:) ;;
+  bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll) ;;
 esac
 missing=()
 for w in "${want[@]}"; do
