@@ -78,6 +78,12 @@ fn validate(opts: &BuildOptions) -> Result<(), BuildError> {
             opts.block_size
         )));
     }
+    if !ok(opts.pack_size, MIN_BLOCK, opts.block_size) {
+        return Err(BuildError::Option(format!(
+            "pack size must be a power of two from 4K to the block size ({}), not {}",
+            opts.block_size, opts.pack_size
+        )));
+    }
     if !ok(opts.page_size, MIN_PAGE, MAX_PAGE) {
         return Err(BuildError::Option(format!(
             "page size must be a power of two from 4K to 1M, not {}",
@@ -179,6 +185,7 @@ pub fn build(
         threads,
         progress.clone(),
     );
+    packer.set_pack_size(opts.pack_size);
 
     let mut tree = match input {
         Input::Dir(src) => {
@@ -342,6 +349,7 @@ pub fn build(
         "builder": format!("sheaf {}", env!("CARGO_PKG_VERSION")),
         "compression": opts.compression.describe(),
         "block_size": opts.block_size,
+        "pack_size": opts.pack_size,
         "page_size": opts.page_size,
         "owner": opts.owner.map(|(u, g)| format!("{u}:{g}")),
         "mtime": opts.mtime,

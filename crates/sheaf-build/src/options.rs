@@ -6,6 +6,8 @@ use thiserror::Error;
 
 /// Default data block size: 4 MiB (chosen by measurement, see docs/design.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
+/// Default pack-block size (see [`BuildOptions::pack_size`]).
+pub const DEFAULT_PACK_SIZE: u32 = DEFAULT_BLOCK_SIZE;
 /// Default metadata page size.
 pub const DEFAULT_PAGE_SIZE: u32 = 1 << 16;
 
@@ -87,6 +89,10 @@ pub struct BuildOptions {
     pub compression: Compression,
     /// Data block size (power of two, 4 KiB..=64 MiB).
     pub block_size: u32,
+    /// Size of the blocks that small files and tails are packed into
+    /// (power of two, 4 KiB..=`block_size`): smaller makes a cold read of one
+    /// small file cheaper, larger compresses better.
+    pub pack_size: u32,
     /// Metadata page size (power of two, 4 KiB..=1 MiB).
     pub page_size: u32,
     /// Worker threads for compression (0 = all cores).
@@ -110,6 +116,7 @@ impl Default for BuildOptions {
         BuildOptions {
             compression: Compression::default(),
             block_size: DEFAULT_BLOCK_SIZE,
+            pack_size: DEFAULT_PACK_SIZE,
             page_size: DEFAULT_PAGE_SIZE,
             threads: 0,
             exclude: Vec::new(),

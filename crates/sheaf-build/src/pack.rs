@@ -116,6 +116,7 @@ struct Done {
 /// Packs file data into blocks and streams them to the compressors and writer.
 pub struct Packer<W: Write + Send + 'static> {
     block_size: usize,
+    pack_size: usize,
     /// All chunks; `block` holds a block *sequence number* until [`Packer::finish`].
     pub chunks: Vec<Chunk>,
     pack: Vec<u8>,
@@ -176,6 +177,7 @@ impl<W: Write + Send + 'static> Packer<W> {
         let writer = std::thread::spawn(move || write_in_order(out, done_rx, tok_tx, &prog));
         Packer {
             block_size: block_size as usize,
+            pack_size: block_size as usize,
             chunks: Vec::new(),
             pack: Vec::with_capacity(block_size as usize),
             pack_seq: None,
@@ -190,6 +192,12 @@ impl<W: Write + Send + 'static> Packer<W> {
             progress,
             buf: vec![0; block_size as usize],
         }
+    }
+
+    /// Pack small files and tails into blocks of `n` bytes (at most the
+    /// block size) instead of full-size blocks.
+    pub fn set_pack_size(&mut self, n: u32) {
+        self.pack_size = (n as usize).clamp(1, self.block_size);
     }
 
     /// Make room for `files` more files, when the count is known in
@@ -254,7 +262,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                     s
                 }
             };
-            let n = data.len().min(self.block_size - self.pack.len());
+            let n = data.len().min(self.pack_size - self.pack.len());
             self.chunks.push(Chunk {
                 file_offset,
                 block: seq,
@@ -264,7 +272,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             self.pack.extend_from_slice(&data[..n]);
             data = &data[n..];
             file_offset += n as u64;
-            if self.pack.len() == self.block_size {
+            if self.pack.len() == self.pack_size {
                 self.flush_pack()?;
             }
         }
@@ -273,7 +281,7 @@ impl<W: Write + Send + 'static> Packer<W> {
 
     fn flush_pack(&mut self) -> Result<(), BuildError> {
         if let Some(seq) = self.pack_seq.take() {
-            let data = std::mem::replace(&mut self.pack, Vec::with_capacity(self.block_size));
+            let data = std::mem::replace(&mut self.pack, Vec::with_capacity(self.pack_size));
             self.emit(seq, data)?;
         }
         Ok(())

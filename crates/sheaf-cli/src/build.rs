@@ -35,6 +35,11 @@ pub struct BuildArgs {
     /// better; smaller makes random reads and lazy fetches cheaper.
     #[arg(long, default_value = "4M", value_name = "SIZE")]
     block_size: String,
+    /// Size of the blocks small files are packed into, a power of two from
+    /// 4K to the block size (default: the block size). Smaller makes a cold
+    /// read of one small file cheaper; larger compresses better.
+    #[arg(long, value_name = "SIZE")]
+    pack_size: Option<String>,
     /// Metadata page size, a power of two from 4K to 1M.
     #[arg(long, default_value = "64K", value_name = "SIZE", hide = true)]
     page_size: String,
@@ -86,9 +91,14 @@ pub fn run(a: BuildArgs) -> Result<i32> {
         ),
         _ => None,
     };
+    let block_size = parse_size(&a.block_size).map_err(|e| anyhow::anyhow!("--block-size: {e}"))?;
     let opts = BuildOptions {
         compression,
-        block_size: parse_size(&a.block_size).map_err(|e| anyhow::anyhow!("--block-size: {e}"))?,
+        block_size,
+        pack_size: match &a.pack_size {
+            Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--pack-size: {e}"))?,
+            None => sheaf_build::options::DEFAULT_PACK_SIZE.min(block_size),
+        },
         page_size: parse_size(&a.page_size).map_err(|e| anyhow::anyhow!("--page-size: {e}"))?,
         threads: a.threads.unwrap_or(0),
         exclude: a.exclude,

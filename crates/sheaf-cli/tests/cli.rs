@@ -55,6 +55,26 @@ fn output_does_not_depend_on_thread_count() {
     }
 }
 
+/// Smaller pack blocks for small files: more, smaller blocks, same tree.
+#[test]
+fn pack_size_cuts_small_files_into_smaller_blocks() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    parallel_tree(&src);
+    let mut blocks = Vec::new();
+    for pack in ["1M", "64K"] {
+        let img = t.path().join(format!("p{pack}.sheaf"));
+        build(&src, &img, &["--block-size", "1M", "--pack-size", pack]).ok();
+        let v = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+        blocks.push(v["blocks"].as_u64().unwrap());
+        let out = t.path().join(format!("out{pack}"));
+        extract(&img, &out).ok();
+        assert_same_tree(&src, &out, Cmp::all());
+    }
+    assert!(blocks[1] > blocks[0], "blocks: {blocks:?}");
+}
+
 #[test]
 fn source_date_epoch_and_owner_make_builds_of_copies_identical() {
     let t = tmpdir();
@@ -281,6 +301,10 @@ fn bad_codec_block_size_and_owner_are_one_line_errors() {
         &["--block-size", "1000"],
         &["--block-size", "lots"],
         &["--block-size", "0"],
+        &["--pack-size", "8M"],
+        &["--block-size", "64K", "--pack-size", "128K"],
+        &["--pack-size", "3K"],
+        &["--pack-size", "x"],
         &["--owner", "root"],
         &["--owner", "1:x"],
         &["--exclude", "a[b"],
