@@ -78,7 +78,7 @@ fn validate(opts: &BuildOptions) -> Result<(), BuildError> {
             opts.block_size
         )));
     }
-    if !ok(opts.pack_size, MIN_BLOCK, opts.block_size) {
+    if opts.pack_size != 0 && !ok(opts.pack_size, MIN_BLOCK, opts.block_size) {
         return Err(BuildError::Option(format!(
             "pack size must be a power of two from 4K to the block size ({}), not {}",
             opts.block_size, opts.pack_size
@@ -185,7 +185,9 @@ pub fn build(
         threads,
         progress.clone(),
     );
-    packer.set_pack_size(opts.pack_size);
+    if opts.pack_size != 0 {
+        packer.set_pack_size(opts.pack_size);
+    }
 
     let mut tree = match input {
         Input::Dir(src) => {
@@ -349,7 +351,7 @@ pub fn build(
         "builder": format!("sheaf {}", env!("CARGO_PKG_VERSION")),
         "compression": opts.compression.describe(),
         "block_size": opts.block_size,
-        "pack_size": opts.pack_size,
+        "pack_size": if opts.pack_size == 0 { opts.block_size } else { opts.pack_size },
         "page_size": opts.page_size,
         "owner": opts.owner.map(|(u, g)| format!("{u}:{g}")),
         "mtime": opts.mtime,

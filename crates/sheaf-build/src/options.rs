@@ -6,8 +6,8 @@ use thiserror::Error;
 
 /// Default data block size: 4 MiB (chosen by measurement, see docs/design.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
-/// Default pack-block size (see [`BuildOptions::pack_size`]).
-pub const DEFAULT_PACK_SIZE: u32 = DEFAULT_BLOCK_SIZE;
+/// Default pack-block size: 0, the block size (see [`BuildOptions::pack_size`]).
+pub const DEFAULT_PACK_SIZE: u32 = 0;
 /// Default metadata page size.
 pub const DEFAULT_PAGE_SIZE: u32 = 1 << 16;
 
@@ -90,8 +90,8 @@ pub struct BuildOptions {
     /// Data block size (power of two, 4 KiB..=64 MiB).
     pub block_size: u32,
     /// Size of the blocks that small files and tails are packed into
-    /// (power of two, 4 KiB..=`block_size`): smaller makes a cold read of one
-    /// small file cheaper, larger compresses better.
+    /// (power of two, 4 KiB..=`block_size`; 0 = the block size): smaller
+    /// makes a cold read of one small file cheaper, larger compresses better.
     pub pack_size: u32,
     /// Metadata page size (power of two, 4 KiB..=1 MiB).
     pub page_size: u32,

@@ -97,7 +97,7 @@ pub fn run(a: BuildArgs) -> Result<i32> {
         block_size,
         pack_size: match &a.pack_size {
             Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--pack-size: {e}"))?,
-            None => sheaf_build::options::DEFAULT_PACK_SIZE.min(block_size),
+            None => sheaf_build::options::DEFAULT_PACK_SIZE,
         },
         page_size: parse_size(&a.page_size).map_err(|e| anyhow::anyhow!("--page-size: {e}"))?,
         threads: a.threads.unwrap_or(0),

@@ -10,6 +10,7 @@ use std::io::Read;
 
 thread_local! {
     static ZSTD_CCTX: RefCell<Option<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(None) };
+    static ZSTD_DCTX: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
 /// Compression codec of one block or page.
@@ -109,35 +110,60 @@ impl Codec {
 
     /// Decompress `data` which must expand to exactly `ulen` bytes.
     pub fn decompress(self, data: &[u8], ulen: usize) -> Result<Vec<u8>, FormatError> {
+        let mut out = Vec::new();
+        self.decompress_into(data, ulen, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Codec::decompress`] into `out` (cleared first), reusing its
+    /// allocation: readers recycle evicted multi-MiB block buffers this way
+    /// instead of fragmenting the heap with fresh ones.
+    pub fn decompress_into(
+        self,
+        data: &[u8],
+        ulen: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
         let err = |d: String| FormatError::Decompress {
             codec: self.name(),
             detail: d,
         };
-        let out = match self {
-            Codec::None => data.to_vec(),
-            Codec::Zstd => {
-                let mut d = zstd::bulk::Decompressor::new().map_err(|e| err(e.to_string()))?;
-                d.decompress(data, ulen).map_err(|e| err(e.to_string()))?
-            }
+        out.clear();
+        out.reserve_exact(ulen);
+        match self {
+            Codec::None => out.extend_from_slice(data),
+            Codec::Zstd => ZSTD_DCTX.with(|slot| {
+                // One context per thread: a fresh one allocates its tables.
+                let mut slot = slot.borrow_mut();
+                if slot.is_none() {
+                    *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| err(e.to_string()))?);
+                }
+                let d = slot.as_mut().expect("just set");
+                // Writes at most the spare capacity, which is about `ulen`.
+                d.decompress_to_buffer(data, out)
+                    .map(drop)
+                    .map_err(|e| err(e.to_string()))
+            })?,
             Codec::Lz4 => {
-                lz4_flex::block::decompress(data, ulen).map_err(|e| err(e.to_string()))?
+                out.resize(ulen, 0);
+                let n =
+                    lz4_flex::block::decompress_into(data, out).map_err(|e| err(e.to_string()))?;
+                out.truncate(n);
             }
             Codec::Xz => {
-                let mut out = Vec::with_capacity(ulen);
                 xz2::read::XzDecoder::new(data)
                     .take(ulen as u64 + 1)
-                    .read_to_end(&mut out)
+                    .read_to_end(out)
                     .map_err(|e| err(e.to_string()))?;
-                out
             }
-        };
+        }
         if out.len() != ulen {
             return Err(err(format!(
                 "expanded to {} bytes, expected {ulen}",
                 out.len()
             )));
         }
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -268,11 +268,24 @@ impl Image {
         max_ulen: u32,
         what: &dyn Fn() -> String,
     ) -> Result<Vec<u8>, ReadError> {
+        self.load_ref_into(r, max_ulen, what, Vec::new())
+    }
+
+    /// [`Image::load_ref`] decoding into `data`'s allocation.
+    fn load_ref_into(
+        &self,
+        r: &BlockRef,
+        max_ulen: u32,
+        what: &dyn Fn() -> String,
+        mut data: Vec<u8>,
+    ) -> Result<Vec<u8>, ReadError> {
         let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
         r.validate(self.table_offset, max_ulen).map_err(err)?;
         let mut stored = vec![0u8; r.clen as usize];
         read_at(&*self.src, &mut stored, r.offset)?;
-        let data = r.codec.decompress(&stored, r.ulen as usize).map_err(err)?;
+        r.codec
+            .decompress_into(&stored, r.ulen as usize, &mut data)
+            .map_err(err)?;
         if sheaf_format::digest(&data) != r.hash {
             return Err(err(FormatError::HashMismatch(format!(
                 "{} at offset {}",
@@ -318,7 +331,7 @@ impl Image {
     }
 
     /// Decoded page, through the page cache.
-    pub fn page(&self, id: StreamId, level: usize, idx: u64) -> Result<Arc<[u8]>, ReadError> {
+    pub fn page(&self, id: StreamId, level: usize, idx: u64) -> Result<Arc<Vec<u8>>, ReadError> {
         let r = self.page_ref(id, level, idx)?;
         let want = self.page_len(id, level, idx);
         let what = || format!("{} page {idx} (level {level})", id.name());
@@ -330,7 +343,7 @@ impl Image {
             ));
         }
         self.pages
-            .get_or_load(&r.hash, || self.load_ref(&r, want, &what))
+            .get_or_load(&r.hash, |buf| self.load_ref_into(&r, want, &what, buf))
     }
 
     fn read_level(
@@ -537,11 +550,12 @@ impl Image {
     }
 
     /// Data block `id`, decoded and verified, through the block cache.
-    pub fn block(&self, id: u32) -> Result<Arc<[u8]>, ReadError> {
+    pub fn block(&self, id: u32) -> Result<Arc<Vec<u8>>, ReadError> {
         let r = self.block_ref(id)?;
         let what = || format!("data block {id}");
-        self.blocks
-            .get_or_load(&r.hash, || self.load_ref(&r, self.sb.block_size, &what))
+        self.blocks.get_or_load(&r.hash, |buf| {
+            self.load_ref_into(&r, self.sb.block_size, &what, buf)
+        })
     }
 
     /// The ref of data block `id`.
