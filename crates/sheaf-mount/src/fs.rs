@@ -29,8 +29,11 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// "Forever" for entry and attribute timeouts (the kernel clamps it).
 const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
-/// Entries returned per batch while filling a readdir buffer.
-const DIR_BATCH: usize = 256;
+/// Entries decoded per batch while filling a readdir buffer (the kernel asks
+/// for 4 KiB: about 100 plain entries or 25 with attributes).
+const DIR_BATCH: usize = 128;
+/// The same for readdirplus.
+const DIR_BATCH_PLUS: usize = 32;
 /// Largest read the kernel is allowed to send (with `FUSE_MAX_PAGES`).
 pub const MAX_READ: u32 = 1 << 20;
 
@@ -273,21 +276,30 @@ impl SheafFs {
         let total = self.img.dir_len(&dir)?;
         let mut k = off - 2;
         while k < total {
-            let batch = self.img.read_dir(&dir, k, DIR_BATCH)?;
-            for e in batch {
-                k += 1;
-                let child = if op == Op::Readdirplus {
-                    self.img.inode(e.ino)?
-                } else {
-                    // Plain readdir needs only the number and type.
-                    Inode {
+            let want = if op == Op::Readdirplus {
+                DIR_BATCH_PLUS
+            } else {
+                DIR_BATCH
+            };
+            let batch = self.img.read_dir(&dir, k, want)?;
+            let children = if op == Op::Readdirplus {
+                let inos: Vec<u32> = batch.iter().map(|e| e.ino).collect();
+                self.img.inodes(&inos)?
+            } else {
+                // Plain readdir needs only the number and type.
+                batch
+                    .iter()
+                    .map(|e| Inode {
                         ino: e.ino,
                         rec: sheaf_format::records::InodeRecord {
                             mode: (e.file_type.dtype() as u32) << 12,
                             ..Default::default()
                         },
-                    }
-                };
+                    })
+                    .collect()
+            };
+            for (e, child) in batch.iter().zip(children) {
+                k += 1;
                 if add(self, child, k + 2, &e.name) {
                     return Ok(());
                 }

@@ -457,19 +457,101 @@ impl Image {
     }
 
     /// Entries `[from, from+max)` of a directory, in name order.
+    ///
+    /// Reads the dirent records in one range and, when the names lie close
+    /// together in the heap (the builder writes a directory's names in
+    /// order), the names in one range too: a listing costs a few page-cache
+    /// lookups, not several per entry.
     pub fn read_dir(&self, dir: &Inode, from: u64, max: usize) -> Result<Vec<DirEntry>, ReadError> {
         let (start, n) = self.dir_range(dir)?;
         let end = n.min(from.saturating_add(max as u64));
-        let mut v = Vec::with_capacity(end.saturating_sub(from) as usize);
-        for i in from..end {
-            let d = self.dirent(start + i)?;
+        if from >= end {
+            return Ok(Vec::new());
+        }
+        let count = (end - from) as usize;
+        let len = DirentRecord::LEN;
+        let raw = self.read_stream(StreamId::Dirents, (start + from) * len as u64, count * len)?;
+        let mut recs = Vec::with_capacity(count);
+        for (i, b) in raw.chunks_exact(len).enumerate() {
+            let d = DirentRecord::decode(b).map_err(|e| {
+                ReadError::format(
+                    self.name(),
+                    &format!(
+                        "{} record {}",
+                        StreamId::Dirents.name(),
+                        start + from + i as u64
+                    ),
+                    e,
+                )
+            })?;
+            recs.push(d);
+        }
+        let lo = recs.iter().map(|d| d.name_offset).min().unwrap_or(0);
+        let hi = recs
+            .iter()
+            .map(|d| d.name_offset.saturating_add(d.name_len as u64))
+            .max()
+            .unwrap_or(0);
+        let wanted: u64 = recs.iter().map(|d| d.name_len as u64).sum();
+        // One range if it is not mostly bytes we do not need.
+        let names = if hi - lo <= wanted * 2 + 4096 {
+            Some(self.heap(lo, (hi - lo) as usize)?)
+        } else {
+            None
+        };
+        let mut v = Vec::with_capacity(count);
+        for d in recs {
+            let name = match &names {
+                Some(h) => {
+                    let s = (d.name_offset - lo) as usize;
+                    h[s..s + d.name_len as usize].to_vec()
+                }
+                None => self.dirent_name(&d)?,
+            };
             v.push(DirEntry {
-                name: self.dirent_name(&d)?,
+                name,
                 ino: d.inode,
                 file_type: FileType::from_dtype(d.dtype).expect("validated"),
             });
         }
         Ok(v)
+    }
+
+    /// Stat several inodes; consecutive numbers (a directory's children, by
+    /// the builder's breadth-first numbering) are read as one range.
+    pub fn inodes(&self, inos: &[u32]) -> Result<Vec<Inode>, ReadError> {
+        let mut out = Vec::with_capacity(inos.len());
+        let mut i = 0;
+        while i < inos.len() {
+            let mut j = i + 1;
+            while j < inos.len() && inos[j] as u64 == inos[j - 1] as u64 + 1 {
+                j += 1;
+            }
+            let first = inos[i];
+            let n = j - i;
+            if first as u64 + n as u64 > self.sb.inode_count {
+                // Let the single-inode path produce the precise error.
+                for &ino in &inos[i..j] {
+                    out.push(self.inode(ino)?);
+                }
+            } else {
+                let len = InodeRecord::LEN;
+                let raw = self.read_stream(StreamId::Inodes, first as u64 * len as u64, n * len)?;
+                for (k, b) in raw.chunks_exact(len).enumerate() {
+                    let ino = first + k as u32;
+                    let rec = InodeRecord::decode(b).map_err(|e| {
+                        ReadError::format(
+                            self.name(),
+                            &format!("{} record {ino}", StreamId::Inodes.name()),
+                            e,
+                        )
+                    })?;
+                    out.push(Inode { ino, rec });
+                }
+            }
+            i = j;
+        }
+        Ok(out)
     }
 
     /// Find `name` in a directory by binary search.
