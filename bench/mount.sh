@@ -17,7 +17,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
 IMAGES=$DATA/images
-MOUNTS=${MOUNTS:-"sqfs-kernel squashfuse_ll erofs-kernel sheaf"}
+MOUNTS=${MOUNTS:-"sqfs-kernel squashfuse_ll erofs-kernel sheaf sheaf-p128k"}
 SHEAF_OPTS=${SHEAF_OPTS:-}   # extra -o options for sheaf mount (experiments)
 PYTHON=${PYTHON:-python3}
 IMPORT="import numpy, scipy.linalg, scipy.sparse, pandas, sklearn.ensemble, matplotlib.pyplot, sympy, h5py, networkx"
@@ -47,14 +47,16 @@ image() { # image KIND TREE -> path
         sqfs)  img=$IMAGES/$t.sqfs ;;
         erofs) img=$IMAGES/$t.erofs ;;
         sheaf) img=$IMAGES/$t.sheaf ;;
+        sheaf-p128k) img=$IMAGES/$t-p128k.sheaf ;;
     esac
-    if { [ "$kind" = sheaf ] && [ "${REBUILD_SHEAF:-1}" = 1 ]; } || [ ! -f "$img" ]; then
+    if { [ "$kind" = sheaf-p128k ] && [ "${REBUILD_SHEAF:-1}" = 1 ]; } || { [ "$kind" = sheaf ] && [ "${REBUILD_SHEAF:-1}" = 1 ]; } || [ ! -f "$img" ]; then
         log "building $kind image of $t"
         rm -f "$img"
         case $kind in
             sqfs)  mksquashfs "$DATA/$t" "$img.tmp" -noappend -comp zstd -quiet -no-progress >/dev/null && mv "$img.tmp" "$img" ;;
             erofs) mkfs.erofs -zlz4hc "$img.tmp" "$DATA/$t" >/dev/null && mv "$img.tmp" "$img" ;;
             sheaf) "$SHEAF" build -q "$DATA/$t" -o "$img" ;;
+            sheaf-p128k) "$SHEAF" build -q --pack-size 128K "$DATA/$t" -o "$img" ;;
         esac
     fi
     echo "$img"
@@ -69,12 +71,13 @@ mount_as() { # mount_as KIND TREE
         squashfuse_ll) squashfuse_ll "$(image sqfs "$t")" "$MP" ;;
         erofs-kernel)  mount -t erofs -o loop,ro "$(image erofs "$t")" "$MP" ;;
         sheaf)         "$SHEAF" mount ${SHEAF_OPTS:+-o "$SHEAF_OPTS"} "$(image sheaf "$t")" "$MP" ;;
+        sheaf-p128k)   "$SHEAF" mount ${SHEAF_OPTS:+-o "$SHEAF_OPTS"} "$(image sheaf-p128k "$t")" "$MP" ;;
     esac
     CUR=$kind
 }
 umount_any() {
     case $CUR in
-        sheaf) "$SHEAF" umount "$MP" ;;
+        sheaf|sheaf-p128k) "$SHEAF" umount "$MP" ;;
         "") ;;
         *) umount "$MP" ;;
     esac
@@ -82,7 +85,7 @@ umount_any() {
 }
 server_pid() {
     case $CUR in
-        sheaf) pgrep -f "sheaf mount .* $MP\$" | head -1 ;;
+        sheaf|sheaf-p128k) pgrep -f "sheaf mount .* $MP\$" | head -1 ;;
         squashfuse_ll) pgrep -f "squashfuse_ll .* $MP\$" | head -1 ;;
         *) echo "" ;;
     esac
@@ -112,12 +115,14 @@ mount_time() { # KIND [cold]
 for k in $MOUNTS; do
     case $k in sqfs-kernel|squashfuse_ll) image sqfs K >/dev/null; image sqfs P >/dev/null ;;
                erofs-kernel) image erofs K >/dev/null ;;
-               sheaf) image sheaf K >/dev/null; image sheaf P >/dev/null ;; esac
+               sheaf) image sheaf K >/dev/null; image sheaf P >/dev/null ;;
+               sheaf-p128k) image sheaf-p128k K >/dev/null; image sheaf-p128k P >/dev/null ;; esac
 done
 # Images exist now; from here on just name them.
 image() { # cached from here on
     local kind=$1 t=$2
-    case $kind in sqfs) echo "$IMAGES/$t.sqfs" ;; erofs) echo "$IMAGES/$t.erofs" ;; sheaf) echo "$IMAGES/$t.sheaf" ;; esac
+    case $kind in sqfs) echo "$IMAGES/$t.sqfs" ;; erofs) echo "$IMAGES/$t.erofs" ;; sheaf) echo "$IMAGES/$t.sheaf" ;;
+                  sheaf-p128k) echo "$IMAGES/$t-p128k.sheaf" ;; esac
 }
 
 # The same 5000 files for everyone.
@@ -162,7 +167,10 @@ mbs() { calc '%.0f' 'a/(b/1e9)/1e6' "$(g "$1,tar_bytes")" "$(g "$1,tar_ns")"; }
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2/1048576 }' /proc/meminfo), kernel $(uname -r)."
     echo "sheaf $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'); squashfuse $(dpkg-query -W -f='${Version}' squashfuse 2>/dev/null);"
-    echo "images: squashfs zstd (mksquashfs default level), erofs lz4hc, sheaf default (zstd:12, 4 MiB blocks)."
+    echo "images: squashfs zstd (mksquashfs default level), erofs lz4hc, sheaf default (zstd:12, 4 MiB blocks),"
+    echo "sheaf-p128k (the same with --pack-size 128K: small files in 128 KiB blocks)."
+    echo
+    echo "Image sizes (K / P, MB): $(for k in sqfs erofs sheaf sheaf-p128k; do for t in K P; do f=$(image $k $t); [ -f "$f" ] && printf '%s %s %.1f; ' "$k" "$t" "$(stat -c %s "$f" | awk '{ print $1/1e6 }')"; done; done)"
     echo "Cold = fresh mount after dropping the page cache; one run each; times in seconds.${SHEAF_OPTS:+ sheaf -o $SHEAF_OPTS.}"
     echo
     echo "| mount | mount ms (median of 5; warm / page cache dropped) | K cold find (K entries/s) | K warm find | K read-all MB/s | K random 5000 s | peak RSS MiB (read-all / random) | P import cold s | P import warm s |"
@@ -187,6 +195,9 @@ mbs() { calc '%.0f' 'a/(b/1e9)/1e6' "$(g "$1,tar_bytes")" "$(g "$1,tar_ns")"; }
         fi
         x=$(calc '%.2f' '(a/b)' "$(mbs $s)" "$(mbs $q)"); echo "| cold read-all ≥ 0.9× kernel squashfs throughput | $x | $(v "$x" ge 0.9) |"
         x=$(r 'a/b' "$(g $s,random)" "$(g $q,random)"); echo "| 5000 random files ≤ 0.5× kernel squashfs time | $x | $(v "$x" le 0.5) |"
+        if [[ " $MOUNTS " == *" sheaf-p128k "* ]]; then
+            x=$(r 'a/b' "$(g sheaf-p128k,random)" "$(g $q,random)"); echo "| the same, image built with --pack-size 128K | $x | $(v "$x" le 0.5) |"
+        fi
         x=$(r 'a/b' "$(g $s,imp_cold)" "$(g $q,imp_cold)"); echo "| Python import cold ≤ 1.1× kernel squashfs time | $x | $(v "$x" le 1.1) |"
         x=$(calc '%.1f' a/1000 "$(g $s,mount_us)"); echo "| mount ready ≤ 20 ms | $x ms | $(v "$x" le 20) |"
         x=$(calc '%.0f' a/1024 "$(g $s,rss_tar)"); echo "| mount process peak RSS (read-all) ≤ 64 MiB + block cache (256 MiB default) | $x MiB | $(v "$x" le 320) |"

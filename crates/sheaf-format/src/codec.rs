@@ -128,6 +128,10 @@ impl Codec {
             codec: self.name(),
             detail: d,
         };
+        if out.capacity() > 2 * ulen + 4096 {
+            // A recycled buffer much larger than needed would pin its memory.
+            *out = Vec::new();
+        }
         out.clear();
         out.reserve_exact(ulen);
         match self {

@@ -126,6 +126,10 @@ pub fn mount(
     src: Arc<CountingSource>,
 ) -> Result<Mounted, MountError> {
     check_fuse_device()?;
+    // One malloc arena: request threads free blocks other threads allocated,
+    // and per-thread arenas each kept their own freed multi-MiB holes.
+    // SAFETY: an allocator tuning call, before other threads exist.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     // Before any thread starts, so that only the signal thread sees them.
     let signals = block_stop_signals().map_err(|cause| MountError::Handshake {
         path: cfg.mountpoint.clone(),

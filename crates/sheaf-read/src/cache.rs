@@ -45,8 +45,8 @@ struct Inner {
     size: usize,
 }
 
-/// Evicted buffers kept for the next load.
-const SPARE_BUFFERS: usize = 4;
+/// Evicted buffers kept for the next load, as a fraction of the capacity.
+const SPARE_FRACTION: usize = 16;
 
 /// The cache.
 pub struct Cache {
@@ -151,8 +151,9 @@ impl Cache {
                     .get_mut(key)
                     .filter(|e| Arc::ptr_eq(&e.slot, &slot))
                 {
-                    e.size = d.len();
-                    inner.size += d.len();
+                    // Count what the value pins, not just its length.
+                    e.size = d.capacity();
+                    inner.size += d.capacity();
                 }
                 self.evict(inner, key);
                 Ok(d)
@@ -182,7 +183,9 @@ impl Cache {
         if let Some(mut buf) = v.take().and_then(|a| Arc::try_unwrap(a).ok()) {
             buf.clear();
             let mut spare = self.spare.lock().expect("spare lock");
-            if spare.len() < SPARE_BUFFERS {
+            let held: usize = spare.iter().map(|b| b.capacity()).sum();
+            // At least one, so a small cache of large blocks still recycles.
+            if spare.is_empty() || held + buf.capacity() <= self.capacity / SPARE_FRACTION {
                 spare.push(buf);
             }
         }
