@@ -44,6 +44,10 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
             "clamp_mtime": build["clamp_mtime"],
             "exclude": build["exclude"],
         },
+        "signatures": img.signatures().iter().map(|s| match sheaf_trust::describe(s) {
+            Ok((alg, fp, ns)) => serde_json::json!({"algorithm": alg, "key": fp, "namespace": ns}),
+            Err(e) => serde_json::json!({"error": e.to_string()}),
+        }).collect::<Vec<_>>(),
         "sections": img.sections().iter().map(|s| serde_json::json!({
             "kind": s.kind.id(), "required": s.required(), "offset": s.offset, "length": s.length,
         })).collect::<Vec<_>>(),
@@ -55,6 +59,26 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
     let mut o = std::io::stdout().lock();
     writeln!(o, "image:        {} ({})", path.display(), human(img.len()))?;
     writeln!(o, "root digest:  {}", hex(&img.root_digest()))?;
+    if img.signatures().is_empty() {
+        writeln!(o, "signatures:   none")?;
+    }
+    for (i, s) in img.signatures().iter().enumerate() {
+        let d = match sheaf_trust::describe(s) {
+            Ok((alg, fp, ns)) => {
+                format!("{alg} {fp} (namespace {ns}; not verified: use sheaf verify)")
+            }
+            Err(e) => e.to_string(),
+        };
+        writeln!(
+            o,
+            "{}{d}",
+            if i == 0 {
+                "signatures:   "
+            } else {
+                "              "
+            }
+        )?;
+    }
     let types = v["entries_by_type"]
         .as_object()
         .map(|m| {

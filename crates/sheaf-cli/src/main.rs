@@ -6,6 +6,7 @@ mod build;
 mod extract;
 mod inspect;
 mod mount;
+mod trust;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +52,23 @@ enum Cmd {
     /// replaces an existing file. Ownership is restored when running as root;
     /// attributes that cannot be restored are counted and reported.
     Extract(extract::ExtractArgs),
+    /// Sign an image's root digest with an OpenSSH key (appended, or --detached).
+    Sign(trust::SignArgs),
+    /// Check an image's signatures against an allowed_signers file.
+    Verify(trust::VerifyArgs),
+    /// Print the exact message signatures sign (for ssh-keygen -Y sign/verify).
+    Root {
+        /// The image.
+        image: PathBuf,
+    },
+    /// Write a new ed25519 key pair and print its allowed_signers line.
+    Keygen {
+        /// Private key file to create (the public key goes to FILE.pub).
+        file: PathBuf,
+        /// The principal for the allowed_signers line.
+        #[arg(long, default_value = "sheaf-signer")]
+        identity: String,
+    },
     /// Mount an image read-only on a directory (no root needed) and return
     /// once it is ready; serves it from a background process.
     Mount(mount::MountArgs),
@@ -123,6 +141,10 @@ fn main() {
             json,
         } => inspect::check(&image, threads, json),
         Cmd::Mount(a) => mount::run(a),
+        Cmd::Sign(a) => trust::sign(a),
+        Cmd::Verify(a) => trust::verify(a),
+        Cmd::Root { image } => trust::root(&image),
+        Cmd::Keygen { file, identity } => trust::keygen(&file, &identity),
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json),
     };

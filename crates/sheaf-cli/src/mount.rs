@@ -60,6 +60,17 @@ pub struct MountArgs {
     /// mount is ready and serve it from a background process).
     #[arg(short = 'f', long)]
     foreground: bool,
+    /// Refuse the image unless a signature is trusted by --signers (also set
+    /// site-wide by `[signatures] require = true` in /etc/sheaf/config.toml
+    /// or $SHEAF_CONFIG).
+    #[arg(long)]
+    require_signature: bool,
+    /// OpenSSH allowed_signers file of trusted keys.
+    #[arg(long, value_name = "FILE")]
+    signers: Option<PathBuf>,
+    /// Require the signing key to be trusted for this principal.
+    #[arg(long, value_name = "NAME")]
+    identity: Option<String>,
 }
 
 /// Arguments of `sheaf umount`.
@@ -192,7 +203,15 @@ fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSour
 
 /// `sheaf mount`.
 pub fn run(a: MountArgs) -> Result<i32> {
-    mount(&a.image, &a.mountpoint, &a.options, a.foreground, false)
+    let policy = crate::trust::Policy::load(a.require_signature, a.signers, a.identity)?;
+    mount(
+        &a.image,
+        &a.mountpoint,
+        &a.options,
+        a.foreground,
+        false,
+        &policy,
+    )
 }
 
 fn mount(
@@ -201,10 +220,21 @@ fn mount(
     options: &[String],
     foreground: bool,
     from_fstab: bool,
+    policy: &crate::trust::Policy,
 ) -> Result<i32> {
     let started = Instant::now();
     let p = parse_options(options, from_fstab)?;
     let (img, src) = open_image(image, p.cache_size)?;
+    let signer = policy
+        .enforce(&img, image)?
+        .map(|v| {
+            format!(
+                "; signature trusted: {} ({})",
+                v.principals.join(", "),
+                v.fingerprint
+            )
+        })
+        .unwrap_or_default();
     let mp = check_mountpoint(mountpoint)?;
     let fsname = image
         .canonicalize()
@@ -242,7 +272,7 @@ fn mount(
         logging::init(log_target(true)?, prefix, p.debug);
         let m = sheaf_mount::serve::mount(&cfg, img, src)?;
         log::info!(
-            "mounted {} in {:.1} ms",
+            "mounted {} in {:.1} ms{signer}",
             cfg.fsname,
             started.elapsed().as_secs_f64() * 1e3
         );
@@ -269,7 +299,7 @@ fn mount(
             logging::init(target, prefix, p.debug);
             match sheaf_mount::serve::mount(&cfg, img, src) {
                 Ok(m) => {
-                    log::info!("mounted {}", cfg.fsname);
+                    log::info!("mounted {}{signer}", cfg.fsname);
                     let _ = wr.write_all(b"K");
                     drop(wr);
                     let code = match m.serve() {
@@ -473,7 +503,8 @@ pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
     }
     let [image, mountpoint] = <[PathBuf; 2]>::try_from(pos)
         .map_err(|_| anyhow!("usage: mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTIONS]"))?;
-    mount(&image, &mountpoint, &opts, foreground, true)
+    let policy = crate::trust::Policy::load(false, None, None)?;
+    mount(&image, &mountpoint, &opts, foreground, true, &policy)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use crate::cache::Cache;
 use crate::error::ReadError;
 use crate::source::Source;
+use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use sheaf_format::superblock::level_lengths;
 use sheaf_format::{
     BlockRef, ChunkRecord, Digest, DirentRecord, FileType, FormatError, Header, InodeRecord,
@@ -70,6 +71,14 @@ pub struct Image {
     levels: [Vec<u64>; 5],
     pages: Cache,
     blocks: Arc<Cache>,
+    /// Where the image's own bytes end (before any signature block).
+    image_len: u64,
+    signatures: Vec<Vec<u8>>,
+}
+
+/// The text signed for an image with root digest `root`.
+pub fn signed_message(root: &Digest) -> String {
+    format!("sheaf-root-v1 blake3:{}\n", sheaf_format::hex(root))
 }
 
 impl std::fmt::Debug for Image {
@@ -106,10 +115,35 @@ impl Image {
         let mut head = [0u8; HEADER_LEN];
         read_at(&*src, &mut head, 0)?;
         Header::decode(&head).map_err(|e| fmt("header", e))?;
+        let file_len = len;
         let tail_len = TAIL_READ.min(len - HEADER_LEN as u64);
-        let tail_start = len - tail_len;
+        let mut tail_start = len - tail_len;
         let mut tail = vec![0u8; tail_len as usize];
         read_at(&*src, &mut tail, tail_start)?;
+        // A signed image ends with a signature block after its trailer.
+        let mut signatures = Vec::new();
+        let len = if SigFooter::present(&tail) {
+            let f = SigFooter::decode(&tail[tail.len() - SIG_FOOTER_LEN..], file_len)
+                .map_err(|e| fmt("signature block", e))?;
+            let mut block = vec![0u8; f.len as usize];
+            read_at(&*src, &mut block, f.offset)?;
+            signatures =
+                signatures::decode_entries(&block, &f).map_err(|e| fmt("signature block", e))?;
+            if f.image_len < (HEADER_LEN + TRAILER_LEN) as u64 {
+                return Err(fmt(
+                    "signature block",
+                    FormatError::invalid("signature footer", "image length too small"),
+                ));
+            }
+            // Re-read the image's own tail if the block pushed it out.
+            let want = TAIL_READ.min(f.image_len - HEADER_LEN as u64);
+            tail_start = f.image_len - want;
+            tail = vec![0u8; want as usize];
+            read_at(&*src, &mut tail, tail_start)?;
+            f.image_len
+        } else {
+            len
+        };
         let trailer = Trailer::decode(&tail[tail.len() - TRAILER_LEN..], len)
             .map_err(|e| fmt("trailer", e))?;
         // Bytes [off, off+n) from the tail buffer if there, else from the source.
@@ -179,7 +213,22 @@ impl Image {
             sb,
             pages: Cache::new(opts.page_cache_bytes),
             blocks: Arc::new(Cache::new(opts.block_cache_bytes)),
+            image_len: len,
+            signatures,
         })
+    }
+
+    /// Signatures appended to the image (OpenSSH `SSHSIG` PEM texts), in
+    /// the order they were added. Not verified here: see `sheaf-trust`.
+    pub fn signatures(&self) -> &[Vec<u8>] {
+        &self.signatures
+    }
+
+    /// The message a signature signs: the root digest, in a fixed text form
+    /// that `sheaf root` prints, so `ssh-keygen -Y sign/verify` can sign and
+    /// check it too.
+    pub fn signed_message(&self) -> String {
+        signed_message(&self.root_digest)
     }
 
     /// The source's name (path or URL).
@@ -194,9 +243,13 @@ impl Image {
     pub fn root_digest(&self) -> Digest {
         self.root_digest
     }
-    /// Image file size.
+    /// Image file size (including any signature block).
     pub fn len(&self) -> u64 {
         self.src.len()
+    }
+    /// Where the image's own bytes end: its length without signatures.
+    pub fn image_len(&self) -> u64 {
+        self.image_len
     }
     /// Whether the image file is empty (never, for an opened image).
     pub fn is_empty(&self) -> bool {

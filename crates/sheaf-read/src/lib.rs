@@ -18,7 +18,7 @@ pub mod verify;
 
 pub use cache::Cache;
 pub use error::ReadError;
-pub use image::{DirEntry, Image, ImageOptions, Inode};
+pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
 pub use source::{CountingSource, FileSource, MemSource, Source};
 
 use std::path::Path;
