@@ -529,3 +529,174 @@ fn keygen_makes_a_key_and_its_allowed_signers_line() {
     // ssh-keygen reads the key it wrote.
     run_cmd(Command::new("ssh-keygen").arg("-y").arg("-f").arg(&key)).ok();
 }
+
+/// A passphrase-protected key is used through the agent it was added to.
+#[test]
+fn a_passphrase_protected_key_signs_through_the_agent() {
+    let t = tmpdir();
+    let img = image(t.path());
+    let key = t.path().join("locked");
+    run_cmd(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "correct horse", "-f"])
+            .arg(&key),
+    )
+    .ok();
+    // Without an agent: one line saying what to do.
+    let o = run_cmd(
+        cmd()
+            .arg("sign")
+            .arg(&img)
+            .arg("-k")
+            .arg(&key)
+            .env_remove("SSH_AUTH_SOCK"),
+    )
+    .fails_with(1);
+    assert!(o.one_err_line().contains("ssh-add"), "{}", o.describe());
+    let askpass = t.path().join("askpass");
+    fs::write(&askpass, "#!/bin/sh\necho 'correct horse'\n").unwrap();
+    chmod(&askpass, 0o755);
+    let sock = t.path().join("a.sock");
+    let mut agent = Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let r = std::panic::catch_unwind(|| {
+        run_cmd(
+            Command::new("ssh-add")
+                .arg(&key)
+                .env("SSH_AUTH_SOCK", &sock)
+                .env("SSH_ASKPASS", &askpass)
+                .env("SSH_ASKPASS_REQUIRE", "force")
+                .env("DISPLAY", ":0")
+                .stdin(Stdio::null()),
+        )
+        .ok();
+        run_cmd(
+            cmd()
+                .arg("sign")
+                .arg(&img)
+                .arg("-k")
+                .arg(&key)
+                .env("SSH_AUTH_SOCK", &sock),
+        )
+        .ok();
+        let pubkey = fs::read_to_string(format!("{}.pub", key.display())).unwrap();
+        let body: Vec<&str> = pubkey.split_whitespace().take(2).collect();
+        let allowed = t.path().join("allowed_locked");
+        fs::write(&allowed, format!("ops {}\n", body.join(" "))).unwrap();
+        verify(&img, &allowed, &["--identity", "ops"]).ok();
+    });
+    agent.kill().unwrap();
+    agent.wait().unwrap();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// Damaged signature blocks: refused in one line, never a panic.
+#[test]
+fn a_damaged_signature_block_is_refused_cleanly() {
+    let t = tmpdir();
+    let keys = Keys::new(t.path());
+    let img = image(t.path());
+    sheaf([
+        "sign".as_ref(),
+        img.as_os_str(),
+        "-k".as_ref(),
+        keys.key("ed").as_os_str(),
+    ])
+    .ok();
+    let good = fs::read(&img).unwrap();
+    let n = good.len();
+    type Damage = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Damage)> = vec![
+        ("count", Box::new(|b: &mut Vec<u8>| b[n - 32] = 0xff)),
+        ("image length", Box::new(|b: &mut Vec<u8>| b[n - 17] = 0x7f)),
+        (
+            "entries offset",
+            Box::new(|b: &mut Vec<u8>| b[n - 9] = 0x7f),
+        ),
+        (
+            "entries length",
+            Box::new(|b: &mut Vec<u8>| b[n - 8] ^= 0x01),
+        ),
+        (
+            "entry length",
+            Box::new(|b: &mut Vec<u8>| {
+                let own = u64::from_le_bytes(b[n - 24..n - 16].try_into().unwrap()) as usize;
+                b[own + 3] = 0x7f;
+            }),
+        ),
+        ("truncated", Box::new(|b: &mut Vec<u8>| b.truncate(n - 5))),
+    ];
+    for (what, f) in cases {
+        let mut b = good.clone();
+        f(&mut b);
+        let bad = t.path().join("bad.sheaf");
+        fs::write(&bad, &b).unwrap();
+        for sub in ["info", "check"] {
+            let o = run_cmd(cmd().arg(sub).arg(&bad));
+            o.no_panic();
+            assert_eq!(o.code, 1, "{what} ({sub}): {}", o.describe());
+            assert!(
+                o.one_err_line().contains("bad.sheaf"),
+                "{what}: {}",
+                o.describe()
+            );
+        }
+    }
+}
+
+/// A damaged metadata page other than the root: only the lookups that need
+/// it fail (EIO); the rest of the tree stays usable.
+#[test]
+fn a_damaged_inner_metadata_page_fails_only_what_needs_it() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    // 3000 files: their inode records span three 64 KiB pages.
+    for i in 0..3000 {
+        write(&src.join(format!("f{i:04}")), format!("{i}\n").as_bytes());
+    }
+    let marker: i64 = 1_234_567_891;
+    set_all_mtimes(&src, |_, p| {
+        if p == b"f2999" {
+            (marker, 0)
+        } else {
+            (1_600_000_000, 0)
+        }
+    });
+    let img = t.path().join("m.sheaf");
+    build(&src, &img, &["-c", "none"]).ok();
+    let mut b = fs::read(&img).unwrap();
+    let needle = marker.to_le_bytes();
+    let at = b
+        .windows(8)
+        .position(|w| w == needle)
+        .expect("inode record of f2999 in a raw page");
+    b[at] ^= 0x01;
+    fs::write(&img, &b).unwrap();
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
+    let r = std::panic::catch_unwind(|| {
+        let e = fs::metadata(mp.join("f2999")).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+        assert_eq!(fs::read(mp.join("f0001")).unwrap(), b"1\n");
+        assert_eq!(fs::read(mp.join("f0500")).unwrap(), b"500\n");
+    });
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
