@@ -620,24 +620,30 @@ fn a_damaged_signature_block_is_refused_cleanly() {
     let n = good.len();
     type Damage = Box<dyn Fn(&mut Vec<u8>)>;
     let cases: Vec<(&str, Damage)> = vec![
-        ("count", Box::new(|b: &mut Vec<u8>| b[n - 32] = 0xff)),
-        ("image length", Box::new(|b: &mut Vec<u8>| b[n - 17] = 0x7f)),
+        ("count", Box::new(move |b: &mut Vec<u8>| b[n - 32] = 0xff)),
+        (
+            "image length",
+            Box::new(move |b: &mut Vec<u8>| b[n - 17] = 0x7f),
+        ),
         (
             "entries offset",
-            Box::new(|b: &mut Vec<u8>| b[n - 9] = 0x7f),
+            Box::new(move |b: &mut Vec<u8>| b[n - 9] = 0x7f),
         ),
         (
             "entries length",
-            Box::new(|b: &mut Vec<u8>| b[n - 8] ^= 0x01),
+            Box::new(move |b: &mut Vec<u8>| b[n - 8] ^= 0x01),
         ),
         (
             "entry length",
-            Box::new(|b: &mut Vec<u8>| {
+            Box::new(move |b: &mut Vec<u8>| {
                 let own = u64::from_le_bytes(b[n - 24..n - 16].try_into().unwrap()) as usize;
                 b[own + 3] = 0x7f;
             }),
         ),
-        ("truncated", Box::new(|b: &mut Vec<u8>| b.truncate(n - 5))),
+        (
+            "truncated",
+            Box::new(move |b: &mut Vec<u8>| b.truncate(n - 5)),
+        ),
     ];
     for (what, f) in cases {
         let mut b = good.clone();
