@@ -404,6 +404,31 @@ fn tampering_is_caught_where_it_matters() {
         "{}",
         o.describe()
     );
+    // A flipped byte in the superblock (the metadata root): refused too.
+    let info = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+    let sb = info["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == 1)
+        .unwrap()["offset"]
+        .as_u64()
+        .unwrap() as usize;
+    let mut b2 = fs::read(&img).unwrap();
+    b2[sb + 20] ^= 1;
+    let rootless = t.path().join("rootless.sheaf");
+    fs::write(&rootless, &b2).unwrap();
+    let o = run_cmd(
+        cmd()
+            .arg("mount")
+            .arg("--require-signature")
+            .arg("--signers")
+            .arg(&allowed)
+            .arg(&rootless)
+            .arg(&mp),
+    )
+    .fails_with(1);
+    assert!(o.one_err_line().contains("superblock"), "{}", o.describe());
     // Replaced signature (an untrusted key's): refused.
     let replaced = t.path().join("replaced.sheaf");
     fs::copy(&stripped, &replaced).unwrap();
