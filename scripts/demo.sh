@@ -66,7 +66,17 @@ touch "$W/mnt/new" 2>&1 | sed 's/^/writes refused: /' || true
 "$S" umount "$W/mnt"
 grep -q " $W/mnt " /proc/mounts && { echo "still mounted"; exit 1; } || echo "unmounted, server gone"
 
+step "9. sign with an SSH key, verify against allowed_signers, mount only if trusted"
+ssh-keygen -q -t ed25519 -N "" -C demo -f "$W/key"
+echo "demo@example.org $(cut -d' ' -f1-2 "$W/key.pub")" > "$W/allowed_signers"
+"$S" sign "$W/demo.sheaf" -k "$W/key" --identity demo@example.org
+"$S" verify "$W/demo.sheaf" --signers "$W/allowed_signers"
+"$S" root "$W/demo.sheaf" | ssh-keygen -Y verify -f "$W/allowed_signers" -I demo@example.org -n sheaf \
+    -s <("$S" sign "$W/demo.sheaf" -k "$W/key" --detached >/dev/null && cat "$W/demo.sheaf.sig") \
+    && echo "(ssh-keygen agrees)"
+"$S" mount --require-signature --signers "$W/allowed_signers" "$W/bad.sheaf" "$W/mnt" 2>&1 || echo "(unsigned copy refused, exit $?)"
+
 step "report"
 src=$(du -sb "$W/src" | cut -f1); img=$(stat -c %s "$W/demo.sheaf")
 printf 'source %s bytes (apparent), image %s bytes, built in %.2f s; round trip exact;\n' "$src" "$img" "$(echo "$t1 - $t0" | bc)"
-printf 'mounted in %d ms, identical to the source, unmounted cleanly.\n' $(( (m1 - m0) / 1000000 ))
+printf 'mounted in %d ms, identical to the source, unmounted cleanly; signed and verified with an SSH key.\n' $(( (m1 - m0) / 1000000 ))

@@ -7,6 +7,7 @@ use sheaf_format::{
     BlockRef, ChunkRecord, Codec, DirentRecord, Header, InodeRecord, SectionEntry, Superblock,
     Trailer, XattrSet,
 };
+use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use std::sync::Arc;
 
 /// Decode every fixed structure from `data`.
@@ -20,6 +21,18 @@ pub fn records(data: &[u8]) {
     let _ = ChunkRecord::decode(data);
     let _ = DirentRecord::decode(data);
     let _ = XattrSet::decode(data);
+    // The signature footer and entries, as a reader meets them at a file's end.
+    if let Ok(f) = SigFooter::decode(data, data.len() as u64 + SIG_FOOTER_LEN as u64) {
+        let _ = signatures::decode_entries(data, &f);
+    }
+    if data.len() >= SIG_FOOTER_LEN {
+        let tail = &data[data.len() - SIG_FOOTER_LEN..];
+        if let Ok(f) = SigFooter::decode(tail, data.len() as u64) {
+            let start = (f.offset as usize).min(data.len());
+            let end = (start + f.len as usize).min(data.len());
+            let _ = signatures::decode_entries(&data[start..end], &f);
+        }
+    }
 }
 
 /// Decompress `data[2..]` with the codec named by `data[0]`, to a length

@@ -211,6 +211,15 @@ fn mutated_images_never_panic() {
         };
         seeds.push(build_tree(d.path(), 40, &o));
     }
+    // A signed image: mutations near its end hit the signature footer.
+    let mut signed = seeds[0].clone();
+    let own = signed.len() as u64;
+    let sigs = vec![b"-----BEGIN SSH SIGNATURE-----\nnot checked here\n".to_vec(); 2];
+    signed.extend(sheaf_format::signatures::encode_block(&sigs, own, own));
+    let img = Image::open(Arc::new(MemSource::new(signed.clone(), "signed"))).unwrap();
+    assert_eq!(img.signatures(), &sigs[..]);
+    assert_eq!(img.image_len(), own);
+    seeds.push(signed);
     let mut rng = Rng(0x5eed);
     for round in 0..3000 {
         let mut b = seeds[round % seeds.len()].clone();
