@@ -3,11 +3,11 @@
 //! arbitrary bytes and must never panic, hang or allocate without bound.
 
 use crate::{Image, ImageOptions, MemSource};
+use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use sheaf_format::{
     BlockRef, ChunkRecord, Codec, DirentRecord, Header, InodeRecord, SectionEntry, Superblock,
     Trailer, XattrSet,
 };
-use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use std::sync::Arc;
 
 /// Decode every fixed structure from `data`.
