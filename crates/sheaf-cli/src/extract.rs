@@ -9,9 +9,10 @@
 //! followed.
 
 use crate::util::human;
+use crate::util::open_image as open_path;
 use anyhow::{bail, Context, Result};
 use sheaf_format::FileType;
-use sheaf_read::{open_path, Image, Inode};
+use sheaf_read::{Image, Inode};
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs;

@@ -1,9 +1,10 @@
 //! Read-only commands: `info`, `ls`, `cat`, `check`.
 
 use crate::util::human;
+use crate::util::open_image as open_path;
 use anyhow::{bail, Result};
 use sheaf_format::{hex, FileType, StreamId};
-use sheaf_read::{open_path, Image, Inode};
+use sheaf_read::{Image, Inode};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};

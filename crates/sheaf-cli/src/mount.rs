@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sheaf_mount::serve::{check_mountpoint, MountConfig};
 use sheaf_mount::{kernel, logging, FsConfig, Readdirplus};
-use sheaf_read::{CountingSource, FileSource, Image, ImageOptions, Source};
+use sheaf_read::{CountingSource, Image, ImageOptions, Source};
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -186,8 +186,7 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
 
 /// Open an image for mounting, counting the bytes read from it.
 fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSource>)> {
-    let file = FileSource::open(path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let src = Arc::new(CountingSource::new(Arc::new(file)));
+    let src = Arc::new(CountingSource::new(crate::util::image_source(path)?));
     let dynsrc: Arc<dyn Source> = src.clone();
     let img = Image::open_with(
         dynsrc,
@@ -236,11 +235,15 @@ fn mount(
         })
         .unwrap_or_default();
     let mp = check_mountpoint(mountpoint)?;
-    let fsname = image
-        .canonicalize()
-        .unwrap_or_else(|_| image.to_path_buf())
-        .display()
-        .to_string();
+    let fsname = if sheaf_net::is_url(&image.to_string_lossy()) {
+        image.display().to_string()
+    } else {
+        image
+            .canonicalize()
+            .unwrap_or_else(|_| image.to_path_buf())
+            .display()
+            .to_string()
+    };
     let cfg = MountConfig {
         mountpoint: mp.clone(),
         fsname,

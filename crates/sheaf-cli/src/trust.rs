@@ -89,7 +89,7 @@ fn all_signatures(img: &Image, path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
 
 /// `sheaf sign`.
 pub fn sign(a: SignArgs) -> Result<i32> {
-    let img = sheaf_read::open_path(&a.image)?;
+    let img = crate::util::open_image(&a.image)?;
     let msg = img.signed_message();
     let pem = sheaf_trust::sign(&a.key, msg.as_bytes())?;
     let who = a.identity.as_deref().unwrap_or("key");
@@ -192,7 +192,7 @@ pub fn check_image(
 
 /// `sheaf verify`.
 pub fn verify(a: VerifyArgs) -> Result<i32> {
-    let img = sheaf_read::open_path(&a.image)?;
+    let img = crate::util::open_image(&a.image)?;
     let c = check_image(&img, &a.image, &a.signers, a.identity.as_deref())?;
     let root = sheaf_format::hex(&img.root_digest());
     let mut damaged = None;
@@ -254,7 +254,7 @@ pub fn verify(a: VerifyArgs) -> Result<i32> {
 
 /// `sheaf root`: the exact message a signature signs.
 pub fn root(image: &Path) -> Result<i32> {
-    let img = sheaf_read::open_path(image)?;
+    let img = crate::util::open_image(image)?;
     print!("{}", img.signed_message());
     Ok(0)
 }

@@ -67,6 +67,27 @@ pub fn stderr_is_tty() -> bool {
     unsafe { libc::isatty(2) == 1 }
 }
 
+/// The bytes of an image named on the command line: a local file, or an
+/// `http(s)://` URL read with Range requests.
+pub fn image_source(
+    arg: &std::path::Path,
+) -> anyhow::Result<std::sync::Arc<dyn sheaf_read::Source>> {
+    let s = arg.to_string_lossy();
+    if sheaf_net::is_url(&s) {
+        let src = sheaf_net::HttpSource::open(&s, sheaf_net::HttpOptions::default())
+            .map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
+        return Ok(std::sync::Arc::new(src));
+    }
+    let f =
+        sheaf_read::FileSource::open(arg).map_err(|e| anyhow::anyhow!("{}: {e}", arg.display()))?;
+    Ok(std::sync::Arc::new(f))
+}
+
+/// Open an image named on the command line (file or URL).
+pub fn open_image(arg: &std::path::Path) -> anyhow::Result<sheaf_read::Image> {
+    Ok(sheaf_read::Image::open(image_source(arg)?)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

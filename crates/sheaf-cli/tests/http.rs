@@ -1,0 +1,202 @@
+//! Images read over HTTP from a real nginx started on loopback by the test:
+//! every command works on a URL as on a file, a mount over HTTP equals the
+//! source, and a dead or lying server gives a clear error, never wrong bytes.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+struct Nginx {
+    child: Child,
+    port: u16,
+    www: PathBuf,
+}
+
+impl Nginx {
+    fn start(dir: &Path) -> Nginx {
+        let www = dir.join("www");
+        let tmp = dir.join("nginx-tmp");
+        fs::create_dir_all(&www).unwrap();
+        fs::create_dir_all(&tmp).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let t = tmp.display();
+        let conf = dir.join("nginx.conf");
+        fs::write(
+            &conf,
+            format!(
+                "daemon off;\nmaster_process off;\npid {t}/nginx.pid;\nerror_log {t}/error.log;\n\
+                 events {{ worker_connections 64; }}\n\
+                 http {{ access_log off; client_body_temp_path {t}; proxy_temp_path {t};\n\
+                 fastcgi_temp_path {t}; uwsgi_temp_path {t}; scgi_temp_path {t};\n\
+                 server {{ listen 127.0.0.1:{port}; root {}; }} }}\n",
+                www.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .spawn()
+            .expect("nginx (apt-get install nginx-light)");
+        for _ in 0..300 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Nginx { child, port, www }
+    }
+    fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}", self.port)
+    }
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn served(dir: &Path) -> (Nginx, PathBuf, PathBuf) {
+    let ng = Nginx::start(dir);
+    let src = dir.join("src");
+    fs::create_dir_all(&src).unwrap();
+    small_tree(&src, 21);
+    write(&src.join("big.bin"), &Rng::new(2).bytes(9 << 20));
+    let img = ng.www.join("img.sheaf");
+    build(&src, &img, &[]).ok();
+    (ng, src, img)
+}
+
+#[test]
+fn every_command_reads_a_url_like_a_file() {
+    let t = tmpdir();
+    let (ng, src, img) = served(t.path());
+    let url = ng.url("img.sheaf");
+    for args in [vec!["info", "--json"], vec!["ls", "-l", "-R"]] {
+        let local = sheaf(
+            [args[0]]
+                .into_iter()
+                .chain([img.to_str().unwrap()])
+                .chain(args[1..].iter().copied()),
+        )
+        .ok()
+        .text();
+        let remote = sheaf(
+            [args[0]]
+                .into_iter()
+                .chain([url.as_str()])
+                .chain(args[1..].iter().copied()),
+        )
+        .ok()
+        .text();
+        // The image name differs; everything else is the same.
+        assert_eq!(
+            local.replace(img.to_str().unwrap(), "IMG"),
+            remote.replace(&url, "IMG"),
+            "{args:?}"
+        );
+    }
+    sheaf(["check", url.as_str()]).ok();
+    let cat = sheaf(["cat", url.as_str(), "big.bin"]).ok();
+    assert!(cat.stdout == fs::read(src.join("big.bin")).unwrap());
+    let out = t.path().join("out");
+    sheaf(["extract", url.as_str(), "-C", out.to_str().unwrap()]).ok();
+    assert_same_tree(
+        &src,
+        &out,
+        Cmp {
+            owner: is_root(),
+            ..Cmp::all()
+        },
+    );
+}
+
+#[test]
+fn a_mount_over_http_equals_the_source() {
+    let t = tmpdir();
+    let (ng, src, _img) = served(t.path());
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    sheaf([
+        "mount".as_ref(),
+        ng.url("img.sheaf").as_ref(),
+        mp.as_os_str(),
+    ])
+    .ok();
+    let r = std::panic::catch_unwind(|| {
+        assert_same_tree(&src, &mp, Cmp::all());
+        let s = json(&sheaf(["stats".as_ref(), "--json".as_ref(), mp.as_os_str()]).ok());
+        assert!(s["image"].as_str().unwrap().starts_with("http://"));
+        assert!(s["image_reads"].as_u64().unwrap() > 0);
+    });
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[test]
+fn missing_dead_and_lying_servers_are_clear_errors() {
+    let t = tmpdir();
+    let (mut ng, src, img) = served(t.path());
+    // 404.
+    let o = run_cmd(cmd().arg("info").arg(ng.url("nope.sheaf"))).fails_with(1);
+    assert!(
+        o.one_err_line().contains("nope.sheaf: HTTP 404"),
+        "{}",
+        o.describe()
+    );
+    // A server that changes a byte of the image: the reader's hashes catch it.
+    let mut b = fs::read(&img).unwrap();
+    b[64 + 5000] ^= 0x20;
+    fs::write(ng.www.join("lying.sheaf"), &b).unwrap();
+    let o = run_cmd(cmd().arg("cat").arg(ng.url("lying.sheaf")).arg("big.bin")).fails_with(1);
+    assert!(o.one_err_line().contains("lying.sheaf"), "{}", o.describe());
+    assert!(o.stdout.len() < 9 << 20, "wrong bytes were written");
+    // The server dies under a mount: readers get EIO promptly, not a hang.
+    let mp = t.path().join("mnt");
+    fs::create_dir(&mp).unwrap();
+    sheaf([
+        "mount".as_ref(),
+        ng.url("img.sheaf").as_ref(),
+        mp.as_os_str(),
+    ])
+    .ok();
+    let big_before = fs::metadata(mp.join("big.bin")).unwrap().len();
+    ng.stop();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let f = mp.join("big.bin");
+    std::thread::spawn(move || tx.send(fs::read(f)).unwrap());
+    let r = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a read hung after the server died");
+    match r {
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}"),
+        Ok(data) => panic!(
+            "read {} of {big_before} bytes from a dead server",
+            data.len()
+        ),
+    }
+    sheaf(["umount".as_ref(), "--lazy".as_ref(), mp.as_os_str()]).ok();
+    // No server at all: one line, after bounded retries.
+    let o = run_cmd(cmd().arg("info").arg(ng.url("img.sheaf"))).fails_with(1);
+    assert!(
+        o.one_err_line().contains("Connection refused"),
+        "{}",
+        o.describe()
+    );
+    let _ = src;
+}
