@@ -100,6 +100,16 @@ fn sample(dir: &Path) -> (PathBuf, PathBuf) {
     (src, img)
 }
 
+/// An image of a tree holding one file `name` with `data`.
+fn one_file_image(dir: &Path, name: &str, data: &[u8], extra: &[&str]) -> PathBuf {
+    let src = dir.join("src");
+    fs::create_dir(&src).unwrap();
+    write(&src.join(name), data);
+    let img = dir.join("one.sheaf");
+    build(&src, &img, extra).ok();
+    img
+}
+
 fn real_tree(name: &str) -> Option<PathBuf> {
     let Some(data) = std::env::var_os("SHEAF_BENCH_DATA") else {
         eprintln!("SHEAF_BENCH_DATA unset: tree {name} not tested (run `make test`)");
@@ -262,12 +272,8 @@ fn uid_gid_options_present_another_owner() {
 #[test]
 fn sequential_reads_decompress_ahead() {
     let t = tmpdir();
-    let src = t.path().join("src");
-    fs::create_dir(&src).unwrap();
     let data = Rng::new(3).text(24 << 20);
-    write(&src.join("stream.txt"), &data);
-    let img = t.path().join("s.sheaf");
-    build(&src, &img, &[]).ok();
+    let img = one_file_image(t.path(), "stream.txt", &data, &[]);
     let mp = t.path().join("mnt");
     let _m = mount(&img, &mp, &[]);
     let mut got = Vec::new();
@@ -677,12 +683,8 @@ fn mount_8_and_fstab_use_the_helper() {
 #[test]
 fn a_corrupt_block_is_eio_with_a_log_line() {
     let t = tmpdir();
-    let src = t.path().join("src");
-    fs::create_dir(&src).unwrap();
     let a = Rng::new(1).text(6 << 20);
-    write(&src.join("a.txt"), &a);
-    let img = t.path().join("c.sheaf");
-    build(&src, &img, &["-c", "none"]).ok();
+    let img = one_file_image(t.path(), "a.txt", &a, &["-c", "none"]);
     let mut b = fs::read(&img).unwrap();
     b[64 + 1000] ^= 1; // the first data block starts right after the 64-byte header
     fs::write(&img, &b).unwrap();
@@ -699,7 +701,7 @@ fn a_corrupt_block_is_eio_with_a_log_line() {
     assert!(tail == a[5 << 20..]);
     let text = fs::read_to_string(&log).unwrap();
     assert!(
-        text.contains("c.sheaf") && text.contains("data block 0"),
+        text.contains("one.sheaf") && text.contains("data block 0"),
         "log:\n{text}"
     );
     assert!(stats(&mp)["image_errors"].as_u64().unwrap() >= 1);

@@ -52,6 +52,24 @@ impl Keys {
     }
 }
 
+/// A real ssh-agent listening on `sock`, ready when this returns.
+fn start_agent(sock: &Path) -> std::process::Child {
+    let agent = Command::new("ssh-agent")
+        .arg("-D")
+        .arg("-a")
+        .arg(sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if sock.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    agent
+}
+
 fn image(dir: &Path) -> PathBuf {
     let src = dir.join("src");
     fs::create_dir_all(&src).unwrap();
@@ -167,19 +185,7 @@ fn a_key_in_ssh_agent_signs_without_leaving_it() {
     let keys = Keys::new(t.path());
     let img = image(t.path());
     let sock = t.path().join("agent.sock");
-    let mut agent = Command::new("ssh-agent")
-        .arg("-D")
-        .arg("-a")
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let mut agent = start_agent(&sock);
     let r = std::panic::catch_unwind(|| {
         run_cmd(
             Command::new("ssh-add")
@@ -582,19 +588,7 @@ fn a_passphrase_protected_key_signs_through_the_agent() {
     fs::write(&askpass, "#!/bin/sh\necho 'correct horse'\n").unwrap();
     chmod(&askpass, 0o755);
     let sock = t.path().join("a.sock");
-    let mut agent = Command::new("ssh-agent")
-        .arg("-D")
-        .arg("-a")
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if sock.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let mut agent = start_agent(&sock);
     let r = std::panic::catch_unwind(|| {
         run_cmd(
             Command::new("ssh-add")
