@@ -18,6 +18,10 @@ use std::path::PathBuf;
 /// modes, nanosecond mtimes and xattrs. Data is split into hashed blocks
 /// (BLAKE3), deduplicated and compressed; metadata is paged so that a reader
 /// touches only what it needs. Every byte read is checked against its hash.
+///
+/// Commands that read an image take a local file or an http(s):// URL (read
+/// with Range requests from any static web server, fetching only what is
+/// needed). Images can be signed with OpenSSH keys and mounted without root.
 #[derive(Parser, Debug)]
 #[command(name = "sheaf", version, propagate_version = true)]
 struct Cli {

@@ -49,7 +49,7 @@ Examples:
 #[derive(Args, Debug)]
 #[command(after_long_help = MOUNT_OPTIONS_HELP)]
 pub struct MountArgs {
-    /// The image to mount.
+    /// The image to mount: a file, or an http(s):// URL (fetched lazily).
     image: PathBuf,
     /// An existing, empty directory to mount it on.
     mountpoint: PathBuf,
