@@ -439,9 +439,28 @@ impl Image {
         len: usize,
         decode: fn(&[u8]) -> Result<T, FormatError>,
     ) -> Result<T, ReadError> {
-        let b = self.read_stream(id, idx * len as u64, len)?;
-        decode(&b)
-            .map_err(|e| ReadError::format(self.name(), &format!("{} record {idx}", id.name()), e))
+        let mut v = self.records(id, idx, 1, len, decode)?;
+        Ok(v.pop().expect("one record"))
+    }
+
+    /// Records `[first, first+count)` of a stream, read as one range.
+    fn records<T>(
+        &self,
+        id: StreamId,
+        first: u64,
+        count: usize,
+        len: usize,
+        decode: fn(&[u8]) -> Result<T, FormatError>,
+    ) -> Result<Vec<T>, ReadError> {
+        let raw = self.read_stream(id, first * len as u64, count * len)?;
+        raw.chunks_exact(len)
+            .zip(first..)
+            .map(|(b, idx)| {
+                decode(b).map_err(|e| {
+                    ReadError::format(self.name(), &format!("{} record {idx}", id.name()), e)
+                })
+            })
+            .collect()
     }
 
     /// Stat one inode.
@@ -522,23 +541,13 @@ impl Image {
             return Ok(Vec::new());
         }
         let count = (end - from) as usize;
-        let len = DirentRecord::LEN;
-        let raw = self.read_stream(StreamId::Dirents, (start + from) * len as u64, count * len)?;
-        let mut recs = Vec::with_capacity(count);
-        for (i, b) in raw.chunks_exact(len).enumerate() {
-            let d = DirentRecord::decode(b).map_err(|e| {
-                ReadError::format(
-                    self.name(),
-                    &format!(
-                        "{} record {}",
-                        StreamId::Dirents.name(),
-                        start + from + i as u64
-                    ),
-                    e,
-                )
-            })?;
-            recs.push(d);
-        }
+        let recs = self.records(
+            StreamId::Dirents,
+            start + from,
+            count,
+            DirentRecord::LEN,
+            DirentRecord::decode,
+        )?;
         let lo = recs.iter().map(|d| d.name_offset).min().unwrap_or(0);
         let hi = recs
             .iter()
@@ -588,19 +597,14 @@ impl Image {
                     out.push(self.inode(ino)?);
                 }
             } else {
-                let len = InodeRecord::LEN;
-                let raw = self.read_stream(StreamId::Inodes, first as u64 * len as u64, n * len)?;
-                for (k, b) in raw.chunks_exact(len).enumerate() {
-                    let ino = first + k as u32;
-                    let rec = InodeRecord::decode(b).map_err(|e| {
-                        ReadError::format(
-                            self.name(),
-                            &format!("{} record {ino}", StreamId::Inodes.name()),
-                            e,
-                        )
-                    })?;
-                    out.push(Inode { ino, rec });
-                }
+                let recs = self.records(
+                    StreamId::Inodes,
+                    first as u64,
+                    n,
+                    InodeRecord::LEN,
+                    InodeRecord::decode,
+                )?;
+                out.extend((first..).zip(recs).map(|(ino, rec)| Inode { ino, rec }));
             }
             i = j;
         }
