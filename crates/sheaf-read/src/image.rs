@@ -125,21 +125,32 @@ impl Image {
         let len = if SigFooter::present(&tail) {
             let f = SigFooter::decode(&tail[tail.len() - SIG_FOOTER_LEN..], file_len)
                 .map_err(|e| fmt("signature block", e))?;
-            let mut block = vec![0u8; f.len as usize];
-            read_at(&*src, &mut block, f.offset)?;
-            signatures =
-                signatures::decode_entries(&block, &f).map_err(|e| fmt("signature block", e))?;
             if f.image_len < (HEADER_LEN + TRAILER_LEN) as u64 {
                 return Err(fmt(
                     "signature block",
                     FormatError::invalid("signature footer", "image length too small"),
                 ));
             }
-            // Re-read the image's own tail if the block pushed it out.
+            // Bytes [off, off+n) from the tail already read, else from the
+            // source: a few signatures usually sit in the tail with the trailer.
+            let range = |off: u64, n: u64| -> Result<Vec<u8>, ReadError> {
+                if off >= tail_start {
+                    let s = (off - tail_start) as usize;
+                    Ok(tail[s..s + n as usize].to_vec())
+                } else {
+                    let mut b = vec![0u8; n as usize];
+                    read_at(&*src, &mut b, off)?;
+                    Ok(b)
+                }
+            };
+            let block = range(f.offset, f.len)?;
+            signatures =
+                signatures::decode_entries(&block, &f).map_err(|e| fmt("signature block", e))?;
+            // The image's own tail, which the signature block moved back.
             let want = TAIL_READ.min(f.image_len - HEADER_LEN as u64);
-            tail_start = f.image_len - want;
-            tail = vec![0u8; want as usize];
-            read_at(&*src, &mut tail, tail_start)?;
+            let start = f.image_len - want;
+            tail = range(start, want)?;
+            tail_start = start;
             f.image_len
         } else {
             len
