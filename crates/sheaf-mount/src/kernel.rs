@@ -113,13 +113,7 @@ pub fn mount(mountpoint: &Path, fsname: &str, opts: &[String]) -> Result<Connect
                 let _ = err.read_to_string(&mut msg);
             }
             let status = child.wait()?;
-            let line = msg
-                .lines()
-                .map(|l| l.trim_start_matches("fusermount3: ").trim())
-                .find(|l| !l.is_empty())
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("{FUSERMOUNT} failed ({status})"));
-            Err(KernelError::Refused(line))
+            Err(refusal(&msg, &format!("{FUSERMOUNT} failed ({status})")))
         }
     }
 }
@@ -169,14 +163,21 @@ pub fn unmount(mountpoint: &Path, lazy: bool) -> Result<(), KernelError> {
     if out.status.success() {
         return Ok(());
     }
-    let msg = String::from_utf8_lossy(&out.stderr);
-    let line = msg
+    Err(refusal(
+        &String::from_utf8_lossy(&out.stderr),
+        "unmount failed",
+    ))
+}
+
+/// fusermount3's first message line, without its program-name prefix
+/// (`fallback` if it said nothing).
+fn refusal(stderr: &str, fallback: &str) -> KernelError {
+    let line = stderr
         .lines()
         .map(|l| l.trim_start_matches("fusermount3: ").trim())
         .find(|l| !l.is_empty())
-        .unwrap_or("unmount failed")
-        .to_string();
-    Err(KernelError::Refused(line))
+        .unwrap_or(fallback);
+    KernelError::Refused(line.to_string())
 }
 
 /// One line of `/proc/self/mountinfo`.
