@@ -6,6 +6,7 @@ mod build;
 mod extract;
 mod inspect;
 mod mount;
+mod remote;
 mod trust;
 mod util;
 
@@ -27,6 +28,8 @@ use std::path::PathBuf;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    #[command(flatten)]
+    remote: util::RemoteArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -86,6 +89,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Write an image as a static, content-addressed repository for web
+    /// servers, caching proxies and CDNs (mount https://HOST/DIR/NAME).
+    Publish(remote::PublishArgs),
+    /// Inspect or trim the node cache of remote images.
+    Cache(remote::CacheArgs),
     /// Verify every metadata page and data block against its hash.
     ///
     /// Exits 0 if the image is intact, 1 with a list of problems otherwise.
@@ -133,7 +141,10 @@ fn main() {
     };
     // A closed stdout (e.g. `sheaf cat ... | head`) is not an error.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    util::set_remote_args(cli.remote);
     let r = match cli.cmd {
+        Cmd::Publish(a) => remote::publish(a),
+        Cmd::Cache(a) => remote::cache(a),
         Cmd::Build(a) => build::run(a),
         Cmd::Info { image, json } => inspect::info(&image, json),
         Cmd::Ls(a) => inspect::ls(a),

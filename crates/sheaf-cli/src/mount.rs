@@ -27,6 +27,12 @@ Mount options (-o, comma-separated, repeatable):
   noexec            forbid running programs from the mount
   log=FILE          append messages to FILE (default: syslog, `journalctl -t sheaf`)
   debug             log every request (with -f: to stderr)
+  record=FILE       at unmount, write the paths of the files read, in first-read order
+  prefetch=FILE     fetch the blocks of the files listed in FILE (one path per line,
+                    e.g. from record=) in the background, with large parallel requests
+  prefetch_metadata=on|off
+                    fetch all metadata pages in the background at mount (default: on
+                    for URLs, off for files)
   ro, defaults, auto, noauto, user, users, nouser, nofail, _netdev, x-*, comment=*
                     accepted for fstab and ignored (the mount is always read-only)
 
@@ -34,6 +40,10 @@ The mount is read-only: writes fail with EROFS. The kernel caches entries,
 attributes, listings and file pages forever (the image never changes).
 
 Logs: with -f, stderr; otherwise the file given with log=FILE, else syslog.
+
+Remote images (URLs) use the node cache and network flags shared by all
+commands: --cache-dir, --cache-size, --no-cache, --mirror, --proxy, --timeout,
+--failback (see 'sheaf --help'); from fstab, set SHEAF_CACHE_DIR / SHEAF_PROXY.
 
 In /etc/fstab (mount(8) runs /sbin/mount.fuse.sheaf, a link to this program
 installed by `make install`):
@@ -98,6 +108,9 @@ struct Parsed {
     exec: bool,
     log: Option<PathBuf>,
     debug: bool,
+    record: Option<PathBuf>,
+    prefetch: Option<PathBuf>,
+    prefetch_metadata: Option<bool>,
 }
 
 fn default_threads() -> usize {
@@ -121,6 +134,9 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
         exec: true,
         log: None,
         debug: false,
+        record: None,
+        prefetch: None,
+        prefetch_metadata: None,
     };
     for list in lists {
         for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
@@ -169,6 +185,18 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
                 "noexec" => p.exec = false,
                 "log" => p.log = Some(PathBuf::from(need()?)),
                 "debug" => p.debug = true,
+                "record" => p.record = Some(absolute(Path::new(need()?))),
+                "prefetch" => p.prefetch = Some(PathBuf::from(need()?)),
+                "prefetch_metadata" => {
+                    p.prefetch_metadata = Some(match need()? {
+                        "on" | "yes" | "1" => true,
+                        "off" | "no" | "0" => false,
+                        v => bail!("mount option prefetch_metadata={v}: use on or off"),
+                    })
+                }
+                "cache_dir" | "cache_quota" | "mirror" | "proxy" | "timeout" => {
+                    bail!("'{key}' is a flag, not a mount option: use --{} (or the SHEAF_CACHE_DIR / SHEAF_PROXY environment variables from fstab)", key.replace('_', "-"))
+                }
                 "ro" | "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail"
                 | "_netdev" | "async" | "atime" | "noatime" | "relatime" | "nodiratime" => {}
                 "rw" if from_fstab => {}
@@ -184,17 +212,41 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
     Ok(p)
 }
 
+/// The data blocks of the files listed in `list` (one path per line, as
+/// `-o record=` writes), in order; unknown paths are skipped.
+fn prefetch_list(img: &Image, list: &Path) -> Result<Vec<u32>> {
+    let text = std::fs::read(list).with_context(|| format!("prefetch list {}", list.display()))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut blocks = Vec::new();
+    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let Ok(ino) = img.resolve(line) else { continue };
+        if ino.file_type() == sheaf_format::FileType::Regular {
+            for b in img.file_blocks(&ino)? {
+                if seen.insert(b) {
+                    blocks.push(b);
+                }
+            }
+        }
+    }
+    Ok(blocks)
+}
+
 /// Open an image for mounting, counting the bytes read from it.
 fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSource>)> {
-    let src = Arc::new(CountingSource::new(crate::util::image_source(path)?));
-    let dynsrc: Arc<dyn Source> = src.clone();
-    let img = Image::open_with(
-        dynsrc,
+    let mut counting = None;
+    let img = crate::util::open_image_with(
+        path,
         ImageOptions {
             block_cache_bytes: cache,
             ..Default::default()
         },
+        |inner| {
+            let c = Arc::new(CountingSource::new(inner));
+            counting = Some(c.clone());
+            c as Arc<dyn Source>
+        },
     )?;
+    let src = counting.expect("wrap is called");
     // Read the root now: a corrupt metadata root is refused before mounting.
     img.root()?;
     Ok((Arc::new(img), src))
@@ -235,7 +287,8 @@ fn mount(
         })
         .unwrap_or_default();
     let mp = check_mountpoint(mountpoint)?;
-    let fsname = if sheaf_net::is_url(&image.to_string_lossy()) {
+    let remote = sheaf_net::is_url(&image.to_string_lossy());
+    let fsname = if remote {
         image.display().to_string()
     } else {
         image
@@ -253,6 +306,12 @@ fn mount(
             prefetch_threads: usize::from(p.readahead > 0),
             prefetch_blocks: p.readahead,
             readdirplus: p.readdirplus,
+            prefetch_metadata: p.prefetch_metadata.unwrap_or(remote),
+            prefetch_list: match &p.prefetch {
+                Some(f) => prefetch_list(&img, f)?,
+                None => Vec::new(),
+            },
+            record: p.record.clone(),
         },
         threads: p.threads,
         allow_other: p.allow_other,

@@ -1,6 +1,8 @@
 //! Small helpers shared by commands.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Parse a size such as `1M`, `256K`, `4096`, `2MiB`.
 pub fn parse_size(s: &str) -> Result<u32, String> {
@@ -67,25 +69,147 @@ pub fn stderr_is_tty() -> bool {
     unsafe { libc::isatty(2) == 1 }
 }
 
-/// The bytes of an image named on the command line: a local file, or an
-/// `http(s)://` URL read with Range requests.
-pub fn image_source(
-    arg: &std::path::Path,
-) -> anyhow::Result<std::sync::Arc<dyn sheaf_read::Source>> {
-    let s = arg.to_string_lossy();
-    if sheaf_net::is_url(&s) {
-        let src = sheaf_net::HttpSource::open(&s, sheaf_net::HttpOptions::default())
-            .map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
-        return Ok(std::sync::Arc::new(src));
+/// How remote images are reached and cached: flags every command takes.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RemoteArgs {
+    /// Node cache for remote images: pages and blocks by digest, shared by
+    /// all images, versions and processes [default: /var/cache/sheaf for
+    /// root, else $XDG_CACHE_HOME/sheaf or ~/.cache/sheaf]
+    #[arg(long, global = true, value_name = "DIR", env = "SHEAF_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Size quota of the node cache; least recently used objects go first.
+    #[arg(long, global = true, value_name = "SIZE", env = "SHEAF_CACHE_SIZE", default_value = "10G", value_parser = parse_size64)]
+    pub cache_size: u64,
+    /// Do not use the node cache (remote images only; each read is fetched).
+    #[arg(long, global = true)]
+    pub no_cache: bool,
+    /// Another URL of the same image or repository, tried when the first
+    /// fails (repeatable; back to the first after --failback seconds).
+    #[arg(long = "mirror", global = true, value_name = "URL")]
+    pub mirrors: Vec<String>,
+    /// Proxies to try in order, separated by ';' or ','; DIRECT means none
+    /// [default: http_proxy / https_proxy / no_proxy from the environment]
+    #[arg(long, global = true, value_name = "LIST", env = "SHEAF_PROXY")]
+    pub proxy: Option<String>,
+    /// Longest a remote read may take over all retries and failovers; past
+    /// it the read fails (EIO in a mount) and the reason is logged.
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 60.0)]
+    pub timeout: f64,
+    /// After failing over to a mirror or proxy, return to the first after
+    /// this many seconds.
+    #[arg(long, global = true, value_name = "SECS", default_value_t = 300.0)]
+    pub failback: f64,
+}
+
+static REMOTE: std::sync::OnceLock<RemoteArgs> = std::sync::OnceLock::new();
+
+/// Record the remote flags of this invocation (once, from `main`).
+pub fn set_remote_args(a: RemoteArgs) {
+    let _ = REMOTE.set(a);
+}
+
+/// The remote flags of this invocation.
+pub fn remote_args() -> RemoteArgs {
+    REMOTE.get().cloned().unwrap_or_else(|| RemoteArgs {
+        cache_size: sheaf_net::cache::DEFAULT_QUOTA,
+        timeout: 60.0,
+        failback: 300.0,
+        ..Default::default()
+    })
+}
+
+/// Network settings from the flags.
+pub fn http_options(a: &RemoteArgs) -> anyhow::Result<sheaf_net::HttpOptions> {
+    let secs = |v: f64, what: &str| {
+        std::time::Duration::try_from_secs_f64(v)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| anyhow::anyhow!("--{what} {v}: not a positive number of seconds"))
+    };
+    let deadline = secs(a.timeout, "timeout")?;
+    Ok(sheaf_net::HttpOptions {
+        deadline,
+        request_timeout: deadline.min(std::time::Duration::from_secs(30)),
+        connect_timeout: deadline.min(std::time::Duration::from_secs(10)),
+        failback: secs(a.failback, "failback")?,
+        mirrors: a.mirrors.clone(),
+        proxies: a
+            .proxy
+            .iter()
+            .flat_map(|l| l.split([';', ',']))
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// The node cache named by the flags (None with --no-cache).
+pub fn disk_cache(a: &RemoteArgs) -> anyhow::Result<Option<Arc<sheaf_net::DiskCache>>> {
+    if a.no_cache {
+        return Ok(None);
     }
-    let f =
-        sheaf_read::FileSource::open(arg).map_err(|e| anyhow::anyhow!("{}: {e}", arg.display()))?;
-    Ok(std::sync::Arc::new(f))
+    let Some(dir) = a.cache_dir.clone().or_else(sheaf_net::default_cache_dir) else {
+        return Ok(None);
+    };
+    let c = sheaf_net::DiskCache::open(&dir, a.cache_size)
+        .map_err(|e| anyhow::anyhow!("node cache: {e}"))?;
+    Ok(Some(Arc::new(c)))
+}
+
+/// An image named on the command line, opened: a local file, or an
+/// `http(s)://` URL (a whole image read with Range requests, or a published
+/// repository), using the node cache. `wrap` may interpose on the source
+/// (e.g. to count reads).
+pub fn open_image_with(
+    arg: &Path,
+    opts: sheaf_read::ImageOptions,
+    wrap: impl FnOnce(Arc<dyn sheaf_read::Source>) -> Arc<dyn sheaf_read::Source>,
+) -> anyhow::Result<sheaf_read::Image> {
+    let s = arg.to_string_lossy();
+    if !sheaf_net::is_url(&s) {
+        let f = sheaf_read::FileSource::open(arg)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", arg.display()))?;
+        return Ok(sheaf_read::Image::open_with(wrap(Arc::new(f)), opts)?);
+    }
+    let a = remote_args();
+    let cache = disk_cache(&a)?;
+    let src = sheaf_net::RemoteSource::open(&s, http_options(&a)?, cache.as_deref())
+        .map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
+    if let Some(t) = src.offline_since() {
+        let age = t.elapsed().unwrap_or_default().as_secs();
+        eprintln!(
+            "sheaf: warning: {s} is unreachable; using the index cached {} ago",
+            human_duration(age)
+        );
+    }
+    let online = src.offline_since().is_none();
+    let mut img = sheaf_read::Image::open_with(wrap(Arc::new(src)), opts)?;
+    if let Some(c) = cache {
+        if online {
+            // Best effort: without it only offline re-opens are lost.
+            if let Ok(idx) = img.index() {
+                let _ = c.save_index(&s, &idx);
+            }
+        }
+        img = img.with_store(c);
+    }
+    Ok(img)
 }
 
 /// Open an image named on the command line (file or URL).
-pub fn open_image(arg: &std::path::Path) -> anyhow::Result<sheaf_read::Image> {
-    Ok(sheaf_read::Image::open(image_source(arg)?)?)
+pub fn open_image(arg: &Path) -> anyhow::Result<sheaf_read::Image> {
+    open_image_with(arg, Default::default(), |s| s)
+}
+
+/// "3 h", "2 d": an age for messages.
+pub fn human_duration(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s} s"),
+        s if s < 7200 => format!("{} min", s / 60),
+        s if s < 172_800 => format!("{} h", s / 3600),
+        s => format!("{} d", s / 86400),
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ pub mod codec;
 pub mod error;
 pub mod layout;
 pub mod records;
+pub mod remote;
 pub mod signatures;
 pub mod superblock;
 

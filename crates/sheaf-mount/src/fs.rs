@@ -50,6 +50,14 @@ pub struct FsConfig {
     pub prefetch_blocks: u32,
     /// How directories are listed.
     pub readdirplus: Readdirplus,
+    /// Fetch every metadata page in the background at mount (remote images:
+    /// a few large requests instead of a round trip per page on demand).
+    pub prefetch_metadata: bool,
+    /// Data blocks to fetch in the background at mount, in order.
+    pub prefetch_list: Vec<u32>,
+    /// Write the paths of the files read, in first-read order, to this file
+    /// at unmount (for `-o prefetch=` and `sheaf build --prefetch`).
+    pub record: Option<std::path::PathBuf>,
 }
 
 /// Whether directory listings also return every child's attributes.
@@ -80,6 +88,8 @@ pub struct SheafFs {
     readahead: Readahead,
     started: Instant,
     pid: u32,
+    /// Files read so far, in first-read order (with `record`).
+    recorded: Option<std::sync::Mutex<(std::collections::HashSet<u32>, Vec<u32>)>>,
 }
 
 impl SheafFs {
@@ -93,6 +103,7 @@ impl SheafFs {
             cfg.prefetch_blocks,
         );
         SheafFs {
+            recorded: cfg.record.as_ref().map(|_| Default::default()),
             img,
             src,
             cfg,
@@ -100,6 +111,68 @@ impl SheafFs {
             readahead,
             started: Instant::now(),
             pid: std::process::id(),
+        }
+    }
+
+    /// Start the background fetch of metadata and listed blocks.
+    fn start_prefetch(&self) {
+        if !self.cfg.prefetch_metadata && self.cfg.prefetch_list.is_empty() {
+            return;
+        }
+        let (img, list, meta) = (
+            self.img.clone(),
+            self.cfg.prefetch_list.clone(),
+            self.cfg.prefetch_metadata,
+        );
+        let stats = self.stats.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sheaf-prefetch".into())
+            .spawn(move || {
+                let t = Instant::now();
+                let mut bytes = 0;
+                if meta {
+                    match img.prefetch_metadata(4) {
+                        Ok(n) => bytes += n,
+                        Err(e) => log::warn!("prefetch of metadata stopped: {e}"),
+                    }
+                }
+                if !list.is_empty() {
+                    match img.prefetch_blocks(&list, 4) {
+                        Ok(n) => bytes += n,
+                        Err(e) => log::warn!("prefetch of listed blocks stopped: {e}"),
+                    }
+                }
+                stats.prefetch_bytes.fetch_add(bytes, Relaxed);
+                log::info!(
+                    "prefetched {bytes} bytes ({} listed blocks) in {:.2} s",
+                    list.len(),
+                    t.elapsed().as_secs_f64()
+                );
+            });
+        if let Err(e) = spawned {
+            log::warn!("no prefetch thread: {e}");
+        }
+    }
+
+    /// Write the recorded file list (paths relative to the image root).
+    fn write_record(&self) {
+        let (Some(path), Some(rec)) = (&self.cfg.record, &self.recorded) else {
+            return;
+        };
+        let order = rec.lock().expect("record lock").1.clone();
+        let r = (|| -> Result<usize, Box<dyn std::error::Error>> {
+            let paths = self.img.paths_of(&order)?;
+            let mut out = String::new();
+            for p in paths.iter().flatten() {
+                out.push_str(&String::from_utf8_lossy(p));
+                out.push('\n');
+            }
+            std::fs::write(path, out)?;
+            Ok(paths.iter().flatten().count())
+        })();
+        match r {
+            Ok(n) => log::info!("recorded {n} files read to {}", path.display()),
+            Err(e) => log::error!("recording to {}: {e}", path.display()),
         }
     }
 
@@ -230,7 +303,10 @@ impl SheafFs {
             "prefetch": {
                 "queued": s.prefetch_queued.load(Relaxed),
                 "dropped": s.prefetch_dropped.load(Relaxed),
+                "background_bytes": s.prefetch_bytes.load(Relaxed),
             },
+            "remote": sheaf_read::Source::stats_json(&*self.src),
+            "disk_cache": self.img.store().map(|c| c.stats_json()),
             "ops": s.ops_json(),
         })
     }
@@ -331,7 +407,12 @@ impl Filesystem for SheafFs {
         let have = config.capabilities() & want;
         let _ = config.add_capabilities(have);
         let _ = config.set_max_readahead(MAX_READ);
+        self.start_prefetch();
         Ok(())
+    }
+
+    fn destroy(&mut self) {
+        self.write_record();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -396,6 +477,14 @@ impl Filesystem for SheafFs {
     ) {
         let _t = self.stats.time(Op::Read);
         let mut buf = vec![0u8; size.min(MAX_READ) as usize];
+        if let Some(rec) = &self.recorded {
+            if let Ok(i) = self.image_ino(ino) {
+                let mut g = rec.lock().expect("record lock");
+                if g.0.insert(i) {
+                    g.1.push(i);
+                }
+            }
+        }
         let r = self.inode(ino).and_then(|i| {
             self.img
                 .read_with(&i, offset, &mut buf, &mut |b| self.readahead.observe(b))

@@ -129,6 +129,8 @@ pub struct Stats {
     pub prefetch_queued: AtomicU64,
     /// Prefetches dropped because the queue was full.
     pub prefetch_dropped: AtomicU64,
+    /// Bytes fetched by the background prefetch at mount.
+    pub prefetch_bytes: AtomicU64,
     /// Errors reading the image (I/O or a failed hash check).
     pub image_errors: AtomicU64,
 }

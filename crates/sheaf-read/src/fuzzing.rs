@@ -3,6 +3,7 @@
 //! arbitrary bytes and must never panic, hang or allocate without bound.
 
 use crate::{Image, ImageOptions, MemSource};
+use sheaf_format::remote::{self, ImageIndex};
 use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use sheaf_format::{
     BlockRef, ChunkRecord, Codec, DirentRecord, Header, InodeRecord, SectionEntry, Superblock,
@@ -21,6 +22,15 @@ pub fn records(data: &[u8]) {
     let _ = ChunkRecord::decode(data);
     let _ = DirentRecord::decode(data);
     let _ = XattrSet::decode(data);
+    // Objects and image indexes, as a node cache or repository serves them;
+    // also with the index magic prepended so mutations reach past it.
+    let _ = remote::decode_object(data);
+    if let Ok(i) = ImageIndex::decode(data) {
+        let _ = i.read(&mut [0u8; 64], 0);
+    }
+    let mut with_magic = remote::INDEX_MAGIC.to_vec();
+    with_magic.extend_from_slice(data);
+    let _ = ImageIndex::decode(&with_magic);
     // The signature footer and entries, as a reader meets them at a file's end.
     if let Ok(f) = SigFooter::decode(data, data.len() as u64 + SIG_FOOTER_LEN as u64) {
         let _ = signatures::decode_entries(data, &f);

@@ -2,7 +2,8 @@
 
 use crate::cache::Cache;
 use crate::error::ReadError;
-use crate::source::Source;
+use crate::source::{ObjectStore, Source};
+use sheaf_format::remote::{self, ImageIndex};
 use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use sheaf_format::superblock::level_lengths;
 use sheaf_format::{
@@ -74,7 +75,18 @@ pub struct Image {
     /// Where the image's own bytes end (before any signature block).
     image_len: u64,
     signatures: Vec<Vec<u8>>,
+    /// The byte ranges `open` read: with objects, enough to open again.
+    index: ImageIndex,
+    store: Option<Arc<dyn ObjectStore>>,
 }
+
+/// Most times one page or block is read again through another route after
+/// failing verification.
+const MAX_REROUTES: u32 = 8;
+/// Most bytes one coalesced prefetch read asks for.
+const MAX_PREFETCH_READ: u64 = 8 << 20;
+/// Largest gap of unwanted bytes a coalesced read may span.
+const MAX_PREFETCH_GAP: u64 = 64 << 10;
 
 /// The text signed for an image with root digest `root`.
 pub fn signed_message(root: &Digest) -> String {
@@ -112,14 +124,20 @@ impl Image {
                 ),
             ));
         }
+        let mut index = ImageIndex {
+            file_len: len,
+            ranges: Vec::new(),
+        };
         let mut head = [0u8; HEADER_LEN];
         read_at(&*src, &mut head, 0)?;
+        index.add(0, &head);
         Header::decode(&head).map_err(|e| fmt("header", e))?;
         let file_len = len;
         let tail_len = TAIL_READ.min(len - HEADER_LEN as u64);
         let mut tail_start = len - tail_len;
         let mut tail = vec![0u8; tail_len as usize];
         read_at(&*src, &mut tail, tail_start)?;
+        index.add(tail_start, &tail);
         // A signed image ends with a signature block after its trailer.
         let mut signatures = Vec::new();
         let len = if SigFooter::present(&tail) {
@@ -144,6 +162,7 @@ impl Image {
                 }
             };
             let block = range(f.offset, f.len)?;
+            index.add(f.offset, &block);
             signatures =
                 signatures::decode_entries(&block, &f).map_err(|e| fmt("signature block", e))?;
             // The image's own tail, which the signature block moved back.
@@ -151,6 +170,7 @@ impl Image {
             let start = f.image_len - want;
             tail = range(start, want)?;
             tail_start = start;
+            index.add(tail_start, &tail);
             f.image_len
         } else {
             len
@@ -158,13 +178,14 @@ impl Image {
         let trailer = Trailer::decode(&tail[tail.len() - TRAILER_LEN..], len)
             .map_err(|e| fmt("trailer", e))?;
         // Bytes [off, off+n) from the tail buffer if there, else from the source.
-        let fetch = |off: u64, n: usize| -> Result<Vec<u8>, ReadError> {
+        let mut fetch = |off: u64, n: usize| -> Result<Vec<u8>, ReadError> {
             if off >= tail_start {
                 let s = (off - tail_start) as usize;
                 Ok(tail[s..s + n].to_vec())
             } else {
                 let mut b = vec![0u8; n];
                 read_at(&*src, &mut b, off)?;
+                index.add(off, &b);
                 Ok(b)
             }
         };
@@ -226,7 +247,36 @@ impl Image {
             blocks: Arc::new(Cache::new(opts.block_cache_bytes)),
             image_len: len,
             signatures,
+            index,
+            store: None,
         })
+    }
+
+    /// Consult and fill `store` (a node's disk cache) for pages and blocks.
+    pub fn with_store(mut self, store: Arc<dyn ObjectStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The object store in use, if any.
+    pub fn store(&self) -> Option<&Arc<dyn ObjectStore>> {
+        self.store.as_ref()
+    }
+
+    /// The byte ranges needed to open this image again without it (header,
+    /// tail, signature block) plus every section, read and verified now if
+    /// `open` did not already hold them. With the objects of all refs, this
+    /// index stands in for the image (`sheaf publish`, offline re-mounts).
+    pub fn index(&self) -> Result<ImageIndex, ReadError> {
+        let mut idx = self.index.clone();
+        for s in &self.sections {
+            let mut probe = vec![0u8; s.length.min(1 << 20) as usize];
+            if s.length > 1 << 20 || !idx.read(&mut probe, s.offset) {
+                let b = self.check_section(s)?;
+                idx.add(s.offset, &b);
+            }
+        }
+        Ok(idx)
     }
 
     /// Signatures appended to the image (OpenSSH `SSHSIG` PEM texts), in
@@ -336,6 +386,10 @@ impl Image {
     }
 
     /// [`Image::load_ref`] decoding into `data`'s allocation.
+    ///
+    /// Order: the object store (a bad object there is dropped), then the
+    /// source; bytes from the source that fail verification make it switch
+    /// route (mirror, proxy) and read again while it has routes left.
     fn load_ref_into(
         &self,
         r: &BlockRef,
@@ -345,19 +399,220 @@ impl Image {
     ) -> Result<Vec<u8>, ReadError> {
         let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
         r.validate(self.table_offset, max_ulen).map_err(err)?;
-        let mut stored = vec![0u8; r.clen as usize];
-        read_at(&*self.src, &mut stored, r.offset)?;
-        r.codec
-            .decompress_into(&stored, r.ulen as usize, &mut data)
-            .map_err(err)?;
-        if sheaf_format::digest(&data) != r.hash {
-            return Err(err(FormatError::HashMismatch(format!(
-                "{} at offset {}",
-                what(),
-                r.offset
-            ))));
+        if let Some(store) = &self.store {
+            if let Some(obj) = store.get(&r.hash) {
+                match remote::decode_object(&obj)
+                    .and_then(|(codec, b)| self.decode_checked(r, codec, b, &mut data))
+                {
+                    Ok(()) => return Ok(data),
+                    Err(_) => store.remove(&r.hash),
+                }
+            }
         }
-        Ok(data)
+        let mut routes_left = MAX_REROUTES;
+        loop {
+            let (codec, stored) = self
+                .src
+                .read_object(r)
+                .map_err(|e| io_error(&*self.src, e, r.offset, r.clen as usize))?;
+            match self.decode_checked(r, codec, &stored, &mut data) {
+                Ok(()) => {
+                    if let Some(store) = &self.store {
+                        store.put(&r.hash, &remote::encode_object(codec, &stored));
+                    }
+                    return Ok(data);
+                }
+                Err(_) if routes_left > 0 && self.src.reject(r.offset) => routes_left -= 1,
+                Err(FormatError::HashMismatch(_)) => {
+                    return Err(err(FormatError::HashMismatch(format!(
+                        "{} at offset {}",
+                        what(),
+                        r.offset
+                    ))))
+                }
+                Err(e) => return Err(err(e)),
+            }
+        }
+    }
+
+    /// Decompress `stored` into `data` and check it is what `r` names.
+    fn decode_checked(
+        &self,
+        r: &BlockRef,
+        codec: sheaf_format::Codec,
+        stored: &[u8],
+        data: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        codec.decompress_into(stored, r.ulen as usize, data)?;
+        if data.len() != r.ulen as usize || sheaf_format::digest(data) != r.hash {
+            return Err(FormatError::HashMismatch(String::new()));
+        }
+        Ok(())
+    }
+
+    /// Fetch the objects of `refs` that neither `cache` nor the store holds,
+    /// with few, large, parallel reads: adjacent ranges are coalesced (up to
+    /// 8 MiB, skipping gaps up to 64 KiB) and up to `parallel` reads run at
+    /// once. Verified objects go to the store, or decoded into `cache` when
+    /// there is no store. Returns the bytes fetched.
+    fn prefetch_refs(
+        &self,
+        mut refs: Vec<BlockRef>,
+        cache: &Cache,
+        parallel: usize,
+    ) -> Result<u64, ReadError> {
+        refs.retain(|r| {
+            !cache.contains(&r.hash) && !self.store.as_ref().is_some_and(|s| s.contains(&r.hash))
+        });
+        refs.sort_by_key(|r| r.offset);
+        refs.dedup_by_key(|r| r.hash);
+        // Groups of refs fetched with one read each.
+        let mut groups: Vec<Vec<BlockRef>> = Vec::new();
+        for r in refs {
+            match groups.last_mut() {
+                Some(g) if self.src.ranged() => {
+                    let first = g[0].offset;
+                    let last = g.last().expect("non-empty");
+                    let end = last.offset + last.clen as u64;
+                    if r.offset >= end
+                        && r.offset - end <= MAX_PREFETCH_GAP
+                        && r.offset + r.clen as u64 - first <= MAX_PREFETCH_READ
+                    {
+                        g.push(r);
+                    } else {
+                        groups.push(vec![r]);
+                    }
+                }
+                _ => groups.push(vec![r]),
+            }
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let fetched = std::sync::atomic::AtomicU64::new(0);
+        let first_err = std::sync::Mutex::new(None);
+        let work = || loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(g) = groups.get(i) else { break };
+            if let Err(e) = self.prefetch_group(g, cache, &fetched) {
+                first_err.lock().expect("lock").get_or_insert(e);
+                break;
+            }
+        };
+        std::thread::scope(|sc| {
+            for _ in 1..parallel.max(1).min(groups.len()) {
+                sc.spawn(work);
+            }
+            work();
+        });
+        match first_err.into_inner().expect("lock") {
+            Some(e) => Err(e),
+            None => Ok(fetched.into_inner()),
+        }
+    }
+
+    /// One coalesced read (or one object) of [`Image::prefetch_refs`].
+    fn prefetch_group(
+        &self,
+        g: &[BlockRef],
+        cache: &Cache,
+        fetched: &std::sync::atomic::AtomicU64,
+    ) -> Result<(), ReadError> {
+        let keep = |r: &BlockRef, codec, stored: &[u8]| -> Result<(), ReadError> {
+            match &self.store {
+                Some(store) => {
+                    let mut data = Vec::new();
+                    // Unverified bytes are not kept; the on-demand path
+                    // will fetch (and fail over) for this one later.
+                    if self.decode_checked(r, codec, stored, &mut data).is_ok() {
+                        store.put(&r.hash, &remote::encode_object(codec, stored));
+                    }
+                }
+                None => {
+                    let _ = cache.get_or_load(&r.hash, |mut buf| {
+                        self.decode_checked(r, codec, stored, &mut buf)
+                            .map(|()| buf)
+                    });
+                }
+            }
+            Ok(())
+        };
+        if g.len() == 1 || !self.src.ranged() {
+            for r in g {
+                let (codec, stored) = self
+                    .src
+                    .read_object(r)
+                    .map_err(|e| io_error(&*self.src, e, r.offset, r.clen as usize))?;
+                fetched.fetch_add(stored.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                keep(r, codec, &stored)?;
+            }
+            return Ok(());
+        }
+        let start = g[0].offset;
+        let last = g.last().expect("non-empty");
+        let mut buf = vec![0u8; (last.offset + last.clen as u64 - start) as usize];
+        read_at(&*self.src, &mut buf, start)?;
+        fetched.fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        for r in g {
+            let s = (r.offset - start) as usize;
+            keep(r, r.codec, &buf[s..s + r.clen as usize])?;
+        }
+        Ok(())
+    }
+
+    /// Every metadata page ref (all streams, all levels) and data block ref,
+    /// each with the largest uncompressed length it may have.
+    pub fn object_refs(&self) -> Result<Vec<(BlockRef, u32)>, ReadError> {
+        let mut v = Vec::new();
+        for id in StreamId::ALL {
+            for level in 0..self.stream_levels(id) {
+                for i in 0..self.page_count(id, level) {
+                    v.push((self.page_ref(id, level, i)?, self.sb.page_size));
+                }
+            }
+        }
+        for id in 0..self.sb.block_count as u32 {
+            v.push((self.block_ref(id)?, self.sb.block_size));
+        }
+        Ok(v)
+    }
+
+    /// The object (`[codec][stored bytes]`) for `r`, read from the source and
+    /// verified (for `sheaf publish`).
+    pub fn object(&self, r: &BlockRef, max_ulen: u32) -> Result<Vec<u8>, ReadError> {
+        let what = || format!("object {}", sheaf_format::hex(&r.hash));
+        let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
+        r.validate(self.table_offset, max_ulen).map_err(err)?;
+        let (codec, stored) = self
+            .src
+            .read_object(r)
+            .map_err(|e| io_error(&*self.src, e, r.offset, r.clen as usize))?;
+        self.decode_checked(r, codec, &stored, &mut Vec::new())
+            .map_err(err)?;
+        Ok(remote::encode_object(codec, &stored))
+    }
+
+    /// Fetch data blocks `ids` ahead of use (see [`Image::prefetch_refs`]).
+    pub fn prefetch_blocks(&self, ids: &[u32], parallel: usize) -> Result<u64, ReadError> {
+        let refs = ids
+            .iter()
+            .map(|&id| self.block_ref(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.prefetch_refs(refs, &self.blocks, parallel)
+    }
+
+    /// Fetch every metadata page, top level first (each level's refs live in
+    /// the level above). Pages are written contiguously, so over HTTP this is
+    /// a few large requests instead of one round trip per page on demand.
+    pub fn prefetch_metadata(&self, parallel: usize) -> Result<u64, ReadError> {
+        let mut total = 0;
+        for id in StreamId::ALL {
+            for level in (0..self.stream_levels(id)).rev() {
+                let refs = (0..self.page_count(id, level))
+                    .map(|i| self.page_ref(id, level, i))
+                    .collect::<Result<Vec<_>, _>>()?;
+                total += self.prefetch_refs(refs, &self.pages, parallel)?;
+            }
+        }
+        Ok(total)
     }
 
     /// The ref of page `idx` of `level` of a stream.
@@ -638,6 +893,60 @@ impl Image {
         Ok(None)
     }
 
+    /// A path (relative to the root, no leading `/`) for each of `inos`, by
+    /// one walk of the tree that stops once all are found; `None` for an
+    /// inode no directory names. A hardlinked file gets one of its names.
+    pub fn paths_of(&self, inos: &[u32]) -> Result<Vec<Option<Vec<u8>>>, ReadError> {
+        let mut want: std::collections::HashMap<u32, Option<Vec<u8>>> =
+            inos.iter().map(|&i| (i, None)).collect();
+        let mut left = want.len();
+        let mut queue = std::collections::VecDeque::from([(self.root()?, Vec::new())]);
+        while let Some((dir, path)) = queue.pop_front() {
+            if left == 0 {
+                break;
+            }
+            let n = self.dir_len(&dir)?;
+            let mut from = 0;
+            while from < n {
+                let batch = self.read_dir(&dir, from, 4096)?;
+                from += batch.len() as u64;
+                for e in batch {
+                    let mut p = path.clone();
+                    if !p.is_empty() {
+                        p.push(b'/');
+                    }
+                    p.extend_from_slice(&e.name);
+                    if let Some(slot @ None) = want.get_mut(&e.ino) {
+                        *slot = Some(p.clone());
+                        left -= 1;
+                    }
+                    if e.file_type == FileType::Directory {
+                        queue.push_back((self.inode(e.ino)?, p));
+                    }
+                }
+            }
+        }
+        Ok(inos.iter().map(|i| want[i].clone()).collect())
+    }
+
+    /// The data blocks a regular file uses, in file order (no repeats).
+    pub fn file_blocks(&self, ino: &Inode) -> Result<Vec<u32>, ReadError> {
+        let (start, n) = self.file_chunks(ino)?;
+        let mut v: Vec<u32> = Vec::new();
+        for c in self.records(
+            StreamId::Chunks,
+            start,
+            n as usize,
+            ChunkRecord::LEN,
+            ChunkRecord::decode,
+        )? {
+            if !c.is_hole() && v.last() != Some(&c.block) {
+                v.push(c.block);
+            }
+        }
+        Ok(v)
+    }
+
     /// Resolve a `/`-separated path from the root, without following symlinks.
     pub fn resolve(&self, path: &[u8]) -> Result<Inode, ReadError> {
         let mut cur = self.root()?;
@@ -801,21 +1110,22 @@ impl Image {
 }
 
 fn read_at(src: &dyn Source, buf: &mut [u8], off: u64) -> Result<(), ReadError> {
-    src.read_exact_at(buf, off).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            ReadError::format(
-                src.name(),
-                "file",
-                FormatError::invalid(
-                    "image",
-                    format!("truncated (needed bytes {off}+{})", buf.len()),
-                ),
-            )
-        } else {
-            ReadError::Io {
-                image: src.name().to_string(),
-                cause: e,
-            }
+    src.read_exact_at(buf, off)
+        .map_err(|e| io_error(src, e, off, buf.len()))
+}
+
+/// A source's failure to deliver bytes `[off, off+n)` as a [`ReadError`].
+fn io_error(src: &dyn Source, e: std::io::Error, off: u64, n: usize) -> ReadError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        ReadError::format(
+            src.name(),
+            "file",
+            FormatError::invalid("image", format!("truncated (needed bytes {off}+{n})")),
+        )
+    } else {
+        ReadError::Io {
+            image: src.name().to_string(),
+            cause: e,
         }
-    })
+    }
 }

@@ -19,7 +19,7 @@ pub mod verify;
 pub use cache::Cache;
 pub use error::ReadError;
 pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
-pub use source::{CountingSource, FileSource, MemSource, Source};
+pub use source::{CountingSource, FileSource, MemSource, ObjectStore, Source};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //! reader yields an error, not SIGBUS). Remote sources (HTTP, a cache) will
 //! implement the same trait.
 
+use sheaf_format::{BlockRef, Codec, Digest};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -22,6 +23,46 @@ pub trait Source: Send + Sync {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Name used in messages (a path or URL).
     fn name(&self) -> &str;
+    /// The stored bytes of the page or block `r` names, with their codec.
+    /// By default the range `r` points at; a source that holds objects by
+    /// digest (a published repository) fetches the object instead.
+    fn read_object(&self, r: &BlockRef) -> io::Result<(Codec, Vec<u8>)> {
+        let mut b = vec![0u8; r.clen as usize];
+        self.read_exact_at(&mut b, r.offset)?;
+        Ok((r.codec, b))
+    }
+    /// Whether [`Source::read_object`] reads byte ranges of the image, so the
+    /// reader may fetch adjacent objects with one larger read.
+    fn ranged(&self) -> bool {
+        true
+    }
+    /// Bytes just read failed verification. A source with other routes to the
+    /// same image (mirrors, proxies) switches to the next one and returns
+    /// true: the reader then reads again. Default: no other route.
+    fn reject(&self, _offset: u64) -> bool {
+        false
+    }
+    /// Counters for `sheaf stats`, as JSON fields (default none).
+    fn stats_json(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
+
+/// A content-addressed store of objects (pages and blocks as stored, named
+/// by the digest of their uncompressed bytes; see `sheaf_format::remote`).
+/// The reader verifies everything it gets, so a store may be shared,
+/// stale or damaged without harm: a bad object is removed and fetched again.
+pub trait ObjectStore: Send + Sync {
+    /// The object named `hash`, encoded (`[codec][stored bytes]`), if held.
+    fn get(&self, hash: &Digest) -> Option<Vec<u8>>;
+    /// Whether the object is held (cheap; no read).
+    fn contains(&self, hash: &Digest) -> bool;
+    /// Keep an encoded object (best effort: a full disk only costs a refetch).
+    fn put(&self, hash: &Digest, object: &[u8]);
+    /// Drop an object that failed verification.
+    fn remove(&self, hash: &Digest);
+    /// Counters for `sheaf stats`, as JSON fields.
+    fn stats_json(&self) -> serde_json::Value;
 }
 
 /// A local image file read with `pread`.
@@ -136,5 +177,20 @@ impl Source for CountingSource {
     }
     fn name(&self) -> &str {
         self.inner.name()
+    }
+    fn read_object(&self, r: &BlockRef) -> io::Result<(Codec, Vec<u8>)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.reads.fetch_add(1, Relaxed);
+        self.bytes.fetch_add(r.clen as u64, Relaxed);
+        self.inner.read_object(r)
+    }
+    fn ranged(&self) -> bool {
+        self.inner.ranged()
+    }
+    fn reject(&self, offset: u64) -> bool {
+        self.inner.reject(offset)
+    }
+    fn stats_json(&self) -> Option<serde_json::Value> {
+        self.inner.stats_json()
     }
 }

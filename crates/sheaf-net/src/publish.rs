@@ -1,0 +1,125 @@
+//! `sheaf publish`: write an image as a static, content-addressed layout
+//! that any web server can serve and any caching proxy can cache.
+//!
+//! ```text
+//! DIR/NAME              image index (format.md §13)
+//! DIR/objects/ab/abcd…  one object per distinct page or block
+//! ```
+//!
+//! Objects never change once written, so a proxy may cache them forever;
+//! only the small index changes between versions. Publishing a new version
+//! into the same DIR writes only objects not already there. The index is
+//! written last, so a client never sees an index whose objects are missing.
+
+use rayon::prelude::*;
+use sheaf_format::remote::object_path;
+use sheaf_read::{Image, ReadError};
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// What a publish did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PublishReport {
+    /// Objects written now.
+    pub written: u64,
+    /// Bytes of those objects.
+    pub written_bytes: u64,
+    /// Objects already present (from earlier versions or shared content).
+    pub reused: u64,
+    /// Bytes of the index.
+    pub index_bytes: u64,
+}
+
+/// Why a publish failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The name cannot be an index file name.
+    #[error("'{0}' cannot be a published name (one path component, not 'objects', not starting with '.')")]
+    BadName(String),
+    /// Reading the image failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Writing the layout failed.
+    #[error("{path}: {cause}")]
+    Write {
+        /// What was being written.
+        path: String,
+        /// Why it failed.
+        cause: io::Error,
+    },
+}
+
+fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PublishError> {
+    let werr = |p: &Path, cause| PublishError::Write {
+        path: p.display().to_string(),
+        cause,
+    };
+    let tmp = dir.join(format!(
+        ".tmp.{}.{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let r = (|| {
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, dest)
+    })();
+    if let Err(e) = r {
+        let _ = fs::remove_file(&tmp);
+        return Err(werr(dest, e));
+    }
+    Ok(())
+}
+
+/// Publish `img` into `dir` under `name`; `progress` gets (done, total).
+pub fn publish(
+    img: &Image,
+    dir: &Path,
+    name: &str,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<PublishReport, PublishError> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') || name == "objects" {
+        return Err(PublishError::BadName(name.to_string()));
+    }
+    fs::create_dir_all(dir.join("objects")).map_err(|cause| PublishError::Write {
+        path: dir.display().to_string(),
+        cause,
+    })?;
+    let mut refs = img.object_refs()?;
+    refs.sort_by_key(|(r, _)| r.hash);
+    refs.dedup_by_key(|(r, _)| r.hash);
+    let total = refs.len() as u64;
+    let (written, bytes, reused, done) = (
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+        AtomicU64::new(0),
+    );
+    refs.par_iter().try_for_each(|(r, max)| {
+        let dest = dir.join(object_path(&r.hash));
+        if dest.exists() {
+            reused.fetch_add(1, Relaxed);
+        } else {
+            let obj = img.object(r, *max)?;
+            write_atomic(dir, &dest, &obj)?;
+            written.fetch_add(1, Relaxed);
+            bytes.fetch_add(obj.len() as u64, Relaxed);
+        }
+        progress(done.fetch_add(1, Relaxed) + 1, total);
+        Ok::<(), PublishError>(())
+    })?;
+    let index = img.index()?.encode();
+    write_atomic(dir, &dir.join(name), &index)?;
+    Ok(PublishReport {
+        written: written.into_inner(),
+        written_bytes: bytes.into_inner(),
+        reused: reused.into_inner(),
+        index_bytes: index.len() as u64,
+    })
+}

@@ -1,0 +1,205 @@
+//! [`RemoteSource`]: an image at a URL, in either form.
+//!
+//! * **Whole image** (`https://host/img.sheaf`): byte ranges with `Range`
+//!   requests.
+//! * **Published repository** (`https://host/repo/NAME`, written by
+//!   `sheaf publish`): NAME is an image index; pages and blocks are
+//!   immutable objects under `repo/objects/`, fetched whole by digest, which
+//!   caching proxies and CDNs cache well.
+//!
+//! Which one is learned from the first bytes. When the server cannot be
+//! reached at all and the node cache holds the index last seen at the URL,
+//! the image opens from that (offline); pages and blocks then come from the
+//! cache alone.
+
+use crate::cache::DiskCache;
+use crate::http::{Http, HttpOptions, Want};
+use serde_json::json;
+use sheaf_format::remote::{object_path, ImageIndex};
+use sheaf_format::{BlockRef, Codec, HEADER_LEN};
+use sheaf_read::Source;
+use std::io;
+use std::time::SystemTime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Whole,
+    Repo,
+}
+
+/// An image read over HTTP(S), or offline from a cached index.
+pub struct RemoteSource {
+    name: String,
+    form: Form,
+    len: u64,
+    /// Ranges known without asking: the whole index of a repository or an
+    /// offline image, or the header bytes the probe brought.
+    index: ImageIndex,
+    /// None when offline.
+    http: Option<Http>,
+    /// When the cached index used offline was saved.
+    offline_since: Option<SystemTime>,
+}
+
+/// Whether an error means "the server is unreachable" (so a cached index
+/// may stand in) rather than "the server answered no".
+fn unreachable(e: &io::Error) -> bool {
+    !matches!(
+        e.kind(),
+        io::ErrorKind::NotFound
+            | io::ErrorKind::PermissionDenied
+            | io::ErrorKind::InvalidData
+            | io::ErrorKind::InvalidInput
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
+impl RemoteSource {
+    /// Open the image at `url`; with a `cache`, fall back to the index it
+    /// holds for `url` when the network is down.
+    pub fn open(url: &str, opts: HttpOptions, cache: Option<&DiskCache>) -> io::Result<Self> {
+        let http = Http::new(url, opts)?;
+        match Self::probe(&http) {
+            Ok((form, len, index)) => Ok(RemoteSource {
+                name: url.to_string(),
+                form,
+                len,
+                index,
+                http: Some(http),
+                offline_since: None,
+            }),
+            Err(e) if unreachable(&e) => match cache.and_then(|c| c.load_index(url)) {
+                Some((index, when)) => Ok(RemoteSource {
+                    name: url.to_string(),
+                    form: Form::Repo,
+                    len: index.file_len,
+                    index,
+                    http: None,
+                    offline_since: Some(when),
+                }),
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// First request: the header (or an index, whole).
+    fn probe(http: &Http) -> io::Result<(Form, u64, ImageIndex)> {
+        let (head, total) = http.get(Want::Probe(HEADER_LEN as u64))?;
+        if ImageIndex::is_index(&head) {
+            let all = if head.len() as u64 >= total {
+                head
+            } else {
+                http.get(Want::Range(0, total - 1))?.0
+            };
+            let index = ImageIndex::decode(&all).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("image index: {e}"))
+            })?;
+            return Ok((Form::Repo, index.file_len, index));
+        }
+        let mut index = ImageIndex {
+            file_len: total,
+            ranges: Vec::new(),
+        };
+        if head.len() == HEADER_LEN {
+            index.add(0, &head);
+        }
+        Ok((Form::Whole, total, index))
+    }
+
+    /// When offline, the time the cached index was saved.
+    pub fn offline_since(&self) -> Option<SystemTime> {
+        self.offline_since
+    }
+
+    /// Whether this is a published repository (objects fetched by digest).
+    pub fn is_repository(&self) -> bool {
+        self.form == Form::Repo && self.http.is_some()
+    }
+
+    fn offline_error(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::NotConnected,
+            "offline (server unreachable) and not in the node cache",
+        )
+    }
+}
+
+impl Source for RemoteSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if buf.is_empty() || self.index.read(buf, offset) {
+            return Ok(());
+        }
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|e| e > self.len)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read beyond the end of the image",
+            ));
+        }
+        match (&self.http, self.form) {
+            (Some(h), Form::Whole) => {
+                let (b, _) = h.get(Want::Range(offset, offset + buf.len() as u64 - 1))?;
+                buf.copy_from_slice(&b);
+                Ok(())
+            }
+            (Some(_), Form::Repo) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "bytes {offset}+{} are neither in the published index nor an object",
+                    buf.len()
+                ),
+            )),
+            (None, _) => Err(self.offline_error()),
+        }
+    }
+
+    fn read_object(&self, r: &BlockRef) -> io::Result<(Codec, Vec<u8>)> {
+        match (&self.http, self.form) {
+            (Some(h), Form::Repo) => {
+                let (b, _) = h.get(Want::Object(&object_path(&r.hash)))?;
+                let (codec, stored) = sheaf_format::remote::decode_object(&b).map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("object: {e}"))
+                })?;
+                Ok((codec, stored.to_vec()))
+            }
+            (Some(_), Form::Whole) => {
+                let mut b = vec![0u8; r.clen as usize];
+                self.read_exact_at(&mut b, r.offset)?;
+                Ok((r.codec, b))
+            }
+            (None, _) => Err(self.offline_error()),
+        }
+    }
+
+    fn ranged(&self) -> bool {
+        self.form == Form::Whole
+    }
+
+    fn reject(&self, _offset: u64) -> bool {
+        self.http.as_ref().is_some_and(|h| h.reject())
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn stats_json(&self) -> Option<serde_json::Value> {
+        let mut v = match &self.http {
+            Some(h) => h.stats_json(),
+            None => json!({}),
+        };
+        v["remote_form"] = json!(match self.form {
+            Form::Whole => "image",
+            Form::Repo => "repository",
+        });
+        v["offline"] = json!(self.http.is_none());
+        Some(v)
+    }
+}
