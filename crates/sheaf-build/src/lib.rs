@@ -26,6 +26,7 @@ use sheaf_format::{
     Header, SectionEntry, SectionKind, StreamDesc, StreamId, Superblock, Trailer, HEADER_LEN,
     SECTION_FLAG_REQUIRED,
 };
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::os::unix::fs::OpenOptionsExt;
@@ -99,7 +100,10 @@ fn validate(opts: &BuildOptions) -> Result<(), BuildError> {
 /// (docs/design.md). Returns the file nodes in packing order and the entry
 /// index that [`Tree::path`] needs (paths are rebuilt one at a time so that
 /// memory stays per-entry, not per-path).
-fn packing_order(tree: &Tree) -> (Vec<NodeId>, Vec<u32>) {
+///
+/// Files named in `prefetch` come first, in its order, so a workload's
+/// blocks are contiguous and fetched with few large requests.
+fn packing_order(tree: &Tree, prefetch: &HashMap<&[u8], usize>) -> (Vec<NodeId>, Vec<u32>) {
     let index = tree.entry_index();
     let name_of = |id: NodeId| -> &[u8] {
         let p = tree.nodes[id as usize].parent;
@@ -126,13 +130,63 @@ fn packing_order(tree: &Tree) -> (Vec<NodeId>, Vec<u32>) {
         .map(|(i, n)| (i as NodeId, group(n.parent)))
         .collect();
     let stem = |n: &'_ [u8]| -> usize { n.iter().position(|&b| b == b'.').unwrap_or(n.len()) };
+    let ranks = prefetch_ranks(tree, &index, prefetch);
+    let rank = |id: NodeId| ranks.get(&id).copied().unwrap_or(usize::MAX);
     files.sort_by(|a, b| {
         let (na, nb) = (name_of(a.0), name_of(b.0));
-        a.1.cmp(&b.1)
+        rank(a.0)
+            .cmp(&rank(b.0))
+            .then_with(|| a.1.cmp(&b.1))
             .then_with(|| na[..stem(na)].cmp(&nb[..stem(nb)]))
             .then_with(|| na.cmp(nb))
     });
     (files.into_iter().map(|(id, _)| id).collect(), index)
+}
+
+/// Position in the prefetch list of each listed file node.
+fn prefetch_ranks(
+    tree: &Tree,
+    index: &[u32],
+    prefetch: &HashMap<&[u8], usize>,
+) -> HashMap<NodeId, usize> {
+    use std::os::unix::ffi::OsStrExt;
+    if prefetch.is_empty() {
+        return HashMap::new();
+    }
+    tree.nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.links > 0 && matches!(n.kind, Kind::File { .. }))
+        .filter_map(|(i, _)| {
+            let p = tree.path(index, i as NodeId);
+            prefetch
+                .get(p.as_os_str().as_bytes())
+                .map(|&r| (i as NodeId, r))
+        })
+        .collect()
+}
+
+/// The prefetch section: the data blocks of the listed files, in list
+/// order, each once, as little-endian u32 ids.
+fn prefetch_section(tree: &Tree, prefetch: &HashMap<&[u8], usize>) -> Vec<u8> {
+    let index = tree.entry_index();
+    let mut files: Vec<(usize, NodeId)> = prefetch_ranks(tree, &index, prefetch)
+        .into_iter()
+        .map(|(id, r)| (r, id))
+        .collect();
+    files.sort();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (_, id) in files {
+        if let Kind::File { first, count, .. } = tree.nodes[id as usize].kind {
+            for c in &tree.chunks[first as usize..first as usize + count as usize] {
+                if !c.is_hole() && seen.insert(c.block) {
+                    out.extend_from_slice(&c.block.to_le_bytes());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Build an image from `input` into `output`.
@@ -178,6 +232,13 @@ pub fn build(
     let mut out = Out::new(BufWriter::with_capacity(4 << 20, file), 0, shown.clone());
     out.put(&Header::current().encode())?;
     let mut problems = scan::Problems::new(opts.skip_errors);
+    let prefetch: HashMap<&[u8], usize> = opts
+        .prefetch
+        .iter()
+        .enumerate()
+        .rev() // the first mention of a path wins
+        .map(|(i, p)| (p.as_slice(), i))
+        .collect();
     let mut packer = Packer::new(
         out,
         opts.block_size,
@@ -200,7 +261,7 @@ pub fn build(
                 }
             }
             let mut tree = scan::scan_dir(src, opts, &mut problems, &skip)?;
-            let (order, index) = packing_order(&tree);
+            let (order, index) = packing_order(&tree, &prefetch);
             progress
                 .total_files
                 .store(order.len() as u64, Ordering::Relaxed);
@@ -302,6 +363,7 @@ pub fn build(
         c.encode(&mut chunk_bytes);
     }
     let chunk_count = tree.chunks.len() as u64;
+    let prefetch_bytes = prefetch_section(&tree, &prefetch);
     drop(tree);
     let block_bytes: Vec<u8> = block_refs.iter().flat_map(|r| r.encode()).collect();
     let pool = rayon::ThreadPoolBuilder::new()
@@ -361,8 +423,12 @@ pub fn build(
     let mut sections = Vec::new();
     for (kind, flags, bytes) in [
         (SectionKind::BuildInfo, 0, info.to_string().into_bytes()),
+        (SectionKind::Prefetch, 0, prefetch_bytes),
         (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
     ] {
+        if bytes.is_empty() && kind == SectionKind::Prefetch {
+            continue;
+        }
         let offset = out.put(&bytes)?;
         sections.push(SectionEntry {
             kind,

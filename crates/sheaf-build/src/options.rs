@@ -109,6 +109,10 @@ pub struct BuildOptions {
     pub skip_errors: bool,
     /// Replace an existing output file.
     pub force: bool,
+    /// Files (paths relative to the source root) a workload reads first, in
+    /// order: their data is placed first and contiguously, and their blocks
+    /// are listed in the image's prefetch section for mounts to fetch ahead.
+    pub prefetch: Vec<Vec<u8>>,
 }
 
 impl Default for BuildOptions {
@@ -125,6 +129,7 @@ impl Default for BuildOptions {
             clamp_mtime: None,
             skip_errors: false,
             force: false,
+            prefetch: Vec::new(),
         }
     }
 }

@@ -56,6 +56,11 @@ pub struct BuildArgs {
     /// SOURCE_DATE_EPOCH, if set, clamps later mtimes to its value.
     #[arg(long, value_name = "T")]
     mtime: Option<i64>,
+    /// Files a workload reads first (one path per line, relative to SOURCE,
+    /// as `sheaf mount -o record=FILE` writes): their data is placed first
+    /// and contiguously, and mounts fetch their blocks ahead of the workload.
+    #[arg(long, value_name = "FILE")]
+    prefetch: Option<PathBuf>,
     /// Skip unreadable entries instead of failing; they are listed at the end.
     #[arg(long)]
     skip_errors: bool,
@@ -107,6 +112,10 @@ pub fn run(a: BuildArgs) -> Result<i32> {
         clamp_mtime: clamp,
         skip_errors: a.skip_errors,
         force: a.force,
+        prefetch: match &a.prefetch {
+            Some(f) => crate::util::read_path_list(f)?,
+            None => Vec::new(),
+        },
     };
     let input = if a.source.as_os_str() == "-" {
         // SAFETY: isatty on a constant fd.

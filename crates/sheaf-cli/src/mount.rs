@@ -30,6 +30,7 @@ Mount options (-o, comma-separated, repeatable):
   record=FILE       at unmount, write the paths of the files read, in first-read order
   prefetch=FILE     fetch the blocks of the files listed in FILE (one path per line,
                     e.g. from record=) in the background, with large parallel requests
+                    (default: the list stored by `sheaf build --prefetch`; none = off)
   prefetch_metadata=on|off
                     fetch all metadata pages in the background at mount (default: on
                     for URLs, off for files)
@@ -215,11 +216,12 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
 /// The data blocks of the files listed in `list` (one path per line, as
 /// `-o record=` writes), in order; unknown paths are skipped.
 fn prefetch_list(img: &Image, list: &Path) -> Result<Vec<u32>> {
-    let text = std::fs::read(list).with_context(|| format!("prefetch list {}", list.display()))?;
     let mut seen = std::collections::HashSet::new();
     let mut blocks = Vec::new();
-    for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-        let Ok(ino) = img.resolve(line) else { continue };
+    for path in crate::util::read_path_list(list)? {
+        let Ok(ino) = img.resolve(&path) else {
+            continue;
+        };
         if ino.file_type() == sheaf_format::FileType::Regular {
             for b in img.file_blocks(&ino)? {
                 if seen.insert(b) {
@@ -308,8 +310,9 @@ fn mount(
             readdirplus: p.readdirplus,
             prefetch_metadata: p.prefetch_metadata.unwrap_or(remote),
             prefetch_list: match &p.prefetch {
+                Some(f) if f.as_os_str() == "none" => Vec::new(),
                 Some(f) => prefetch_list(&img, f)?,
-                None => Vec::new(),
+                None => img.prefetch_list()?,
             },
             record: p.record.clone(),
         },

@@ -202,6 +202,28 @@ pub fn open_image(arg: &Path) -> anyhow::Result<sheaf_read::Image> {
     open_image_with(arg, Default::default(), |s| s)
 }
 
+/// A list of paths inside an image, one per line (as `-o record=` writes):
+/// leading `/` and `./` are dropped, empty lines skipped.
+pub fn read_path_list(f: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
+    let text = std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
+    Ok(text
+        .split(|&b| b == b'\n')
+        .map(|l| {
+            let mut l = l.strip_suffix(b"\r").unwrap_or(l);
+            loop {
+                if let Some(r) = l.strip_prefix(b"/") {
+                    l = r;
+                } else if let Some(r) = l.strip_prefix(b"./") {
+                    l = r;
+                } else {
+                    break l.to_vec();
+                }
+            }
+        })
+        .filter(|l| !l.is_empty())
+        .collect())
+}
+
 /// "3 h", "2 d": an age for messages.
 pub fn human_duration(secs: u64) -> String {
     match secs {

@@ -144,6 +144,8 @@ pub enum SectionKind {
     Superblock,
     /// JSON describing how the image was built. Optional.
     BuildInfo,
+    /// Data block ids to fetch ahead of a workload, in order. Optional.
+    Prefetch,
     /// A kind this reader does not know.
     Other(u32),
 }
@@ -154,6 +156,7 @@ impl SectionKind {
         match self {
             SectionKind::Superblock => 1,
             SectionKind::BuildInfo => 2,
+            SectionKind::Prefetch => 3,
             SectionKind::Other(n) => n,
         }
     }
@@ -162,6 +165,7 @@ impl SectionKind {
         match id {
             1 => SectionKind::Superblock,
             2 => SectionKind::BuildInfo,
+            3 => SectionKind::Prefetch,
             n => SectionKind::Other(n),
         }
     }

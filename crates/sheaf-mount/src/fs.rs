@@ -162,10 +162,10 @@ impl SheafFs {
         let order = rec.lock().expect("record lock").1.clone();
         let r = (|| -> Result<usize, Box<dyn std::error::Error>> {
             let paths = self.img.paths_of(&order)?;
-            let mut out = String::new();
+            let mut out = Vec::new();
             for p in paths.iter().flatten() {
-                out.push_str(&String::from_utf8_lossy(p));
-                out.push('\n');
+                out.extend_from_slice(p);
+                out.push(b'\n');
             }
             std::fs::write(path, out)?;
             Ok(paths.iter().flatten().count())

@@ -350,6 +350,39 @@ impl Image {
         Ok(Some(String::from_utf8_lossy(&b).into_owned()))
     }
 
+    /// The data blocks the image asks mounts to fetch ahead (its prefetch
+    /// section, written by `sheaf build --prefetch`), in order; empty if none.
+    pub fn prefetch_list(&self) -> Result<Vec<u32>, ReadError> {
+        let Some(s) = self
+            .sections
+            .iter()
+            .find(|s| s.kind == SectionKind::Prefetch)
+        else {
+            return Ok(Vec::new());
+        };
+        let b = self.check_section(s)?;
+        let bad = |d: &str| {
+            ReadError::format(
+                self.name(),
+                "prefetch section",
+                FormatError::invalid("prefetch list", d.to_string()),
+            )
+        };
+        if b.len() % 4 != 0 {
+            return Err(bad("length is not a multiple of 4"));
+        }
+        b.chunks_exact(4)
+            .map(|c| {
+                let id = u32::from_le_bytes(c.try_into().expect("4 bytes"));
+                if (id as u64) < self.sb.block_count {
+                    Ok(id)
+                } else {
+                    Err(bad("block id beyond the image"))
+                }
+            })
+            .collect()
+    }
+
     /// Read a section (up to 16 MiB) and check it against its digest.
     pub fn check_section(&self, s: &SectionEntry) -> Result<Vec<u8>, ReadError> {
         let what = format!("section {}", s.kind.id());
