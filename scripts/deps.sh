@@ -5,7 +5,7 @@ set -euo pipefail
 # command per package; an empty command means "check with dpkg".
 want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2
       util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3 openssh-client:ssh-keygen nginx-light:nginx
-      findutils:find)
+      findutils:find squid:squid curl:curl)
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll) ;;
 esac
@@ -24,6 +24,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The tests start squid themselves (own config, port and service name); a
+  # system squid the package may have started is not wanted.
+  if [[ " ${missing[*]} " == *" squid "* ]]; then
+    $SUDO service squid stop >/dev/null 2>&1 || true
+  fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do [ -x "$d/cargo" ] && exit 0; done

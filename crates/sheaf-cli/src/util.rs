@@ -184,7 +184,18 @@ pub fn open_image_with(
         );
     }
     let online = src.offline_since().is_none();
-    let mut img = sheaf_read::Image::open_with(wrap(Arc::new(src)), opts)?;
+    let src = wrap(Arc::new(src));
+    // Bytes that fail verification while opening (a corrupting proxy or
+    // mirror) make the source switch route, as reads do later.
+    let mut reroutes = 8;
+    let mut img = loop {
+        match sheaf_read::Image::open_with(src.clone(), opts) {
+            Err(sheaf_read::ReadError::Format { .. }) if reroutes > 0 && src.reject(0) => {
+                reroutes -= 1
+            }
+            r => break r?,
+        }
+    };
     if let Some(c) = cache {
         if online {
             // Best effort: without it only offline re-opens are lost.

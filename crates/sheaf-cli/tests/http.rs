@@ -4,70 +4,11 @@
 
 mod common;
 
+use common::servers::Nginx;
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
 use std::time::Duration;
-
-struct Nginx {
-    child: Child,
-    port: u16,
-    www: PathBuf,
-}
-
-impl Nginx {
-    fn start(dir: &Path) -> Nginx {
-        let www = dir.join("www");
-        let tmp = dir.join("nginx-tmp");
-        fs::create_dir_all(&www).unwrap();
-        fs::create_dir_all(&tmp).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let t = tmp.display();
-        let conf = dir.join("nginx.conf");
-        fs::write(
-            &conf,
-            format!(
-                "daemon off;\nmaster_process off;\npid {t}/nginx.pid;\nerror_log {t}/error.log;\n\
-                 events {{ worker_connections 64; }}\n\
-                 http {{ access_log off; client_body_temp_path {t}; proxy_temp_path {t};\n\
-                 fastcgi_temp_path {t}; uwsgi_temp_path {t}; scgi_temp_path {t};\n\
-                 server {{ listen 127.0.0.1:{port}; root {}; }} }}\n",
-                www.display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new("nginx")
-            .arg("-c")
-            .arg(&conf)
-            .spawn()
-            .expect("nginx (apt-get install nginx-light)");
-        for _ in 0..300 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Nginx { child, port, www }
-    }
-    fn url(&self, name: &str) -> String {
-        format!("http://127.0.0.1:{}/{name}", self.port)
-    }
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn served(dir: &Path) -> (Nginx, PathBuf, PathBuf) {
     let ng = Nginx::start(dir);

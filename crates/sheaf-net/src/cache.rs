@@ -85,6 +85,8 @@ fn ctx(p: &Path, e: io::Error) -> io::Error {
 impl DiskCache {
     /// Open (creating if needed) the cache at `root` with a size quota.
     pub fn open(root: &Path, quota: u64) -> io::Result<DiskCache> {
+        // Absolute: a mount's server changes directory to / when detaching.
+        let root = &std::path::absolute(root).map_err(|e| ctx(root, e))?;
         for d in ["objects", "index", "tmp"] {
             let p = root.join(d);
             fs::create_dir_all(&p).map_err(|e| ctx(&p, e))?;

@@ -68,10 +68,21 @@ pub struct NetStats {
     pub errors: AtomicU64,
 }
 
-/// One route's agent: direct or through one proxy.
+/// How one route reaches servers: directly, through one proxy, or as the
+/// environment says.
+#[derive(Clone)]
+enum ProxyChoice {
+    Direct,
+    Via(String),
+    FromEnv,
+}
+
+/// One route's client. Built lazily and per process: a client owns a
+/// runtime thread, which a `fork` (the mount daemonising) does not copy.
 struct Via {
     label: String,
-    agent: ureq::Agent,
+    choice: ProxyChoice,
+    client: Mutex<Option<(u32, reqwest::blocking::Client)>>,
 }
 
 /// An HTTP client for one image and its mirrors.
@@ -102,29 +113,42 @@ pub enum Want<'a> {
 /// Whether retrying (elsewhere or later) might help.
 fn worth_retrying(e: &io::Error, routes: usize) -> bool {
     match e.kind() {
-        // Another mirror may have it.
-        io::ErrorKind::NotFound => routes > 1,
-        io::ErrorKind::PermissionDenied | io::ErrorKind::InvalidData => routes > 1,
+        // Another mirror or proxy may do better.
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied | io::ErrorKind::InvalidData => {
+            routes > 1
+        }
         io::ErrorKind::UnexpectedEof => false,
         _ => true,
     }
 }
 
-fn agent(opts: &HttpOptions, proxy: Option<Option<ureq::Proxy>>) -> ureq::Agent {
-    let tls = ureq::tls::TlsConfig::builder()
-        .root_certs(ureq::tls::RootCerts::PlatformVerifier)
-        .build();
-    let mut b = ureq::Agent::config_builder()
-        .timeout_connect(Some(opts.connect_timeout))
-        .timeout_global(Some(opts.request_timeout))
-        .http_status_as_error(false)
-        .max_idle_connections_per_host(16)
-        .tls_config(tls);
-    // None: ureq's default, which reads the environment.
-    if let Some(p) = proxy {
-        b = b.proxy(p);
+/// The proxy the environment names, for messages.
+fn env_proxy() -> Option<String> {
+    [
+        "http_proxy",
+        "HTTP_PROXY",
+        "https_proxy",
+        "HTTPS_PROXY",
+        "all_proxy",
+        "ALL_PROXY",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
+}
+
+/// The error chain of a transport failure in one line ("timed out",
+/// "Connection refused (os error 111)", ...).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s = format!("{s}: {t}");
+        }
+        src = c.source();
     }
-    b.build().into()
+    s
 }
 
 impl Http {
@@ -140,31 +164,27 @@ impl Http {
                 ));
             }
         }
+        let via = |label: String, choice| Via {
+            label,
+            choice,
+            client: Mutex::new(None),
+        };
         let mut vias = Vec::new();
         for p in &opts.proxies {
             if p.eq_ignore_ascii_case("DIRECT") {
-                vias.push(Via {
-                    label: "DIRECT".into(),
-                    agent: agent(&opts, Some(None)),
-                });
+                vias.push(via("DIRECT".into(), ProxyChoice::Direct));
             } else {
-                let proxy = ureq::Proxy::new(p).map_err(|e| {
+                reqwest::Proxy::all(p.as_str()).map_err(|e| {
                     io::Error::new(io::ErrorKind::InvalidInput, format!("proxy '{p}': {e}"))
                 })?;
-                vias.push(Via {
-                    label: p.clone(),
-                    agent: agent(&opts, Some(Some(proxy))),
-                });
+                vias.push(via(p.clone(), ProxyChoice::Via(p.clone())));
             }
         }
         if vias.is_empty() {
-            let label = ureq::Proxy::try_from_env()
-                .map(|p| format!("{}:{} (from the environment)", p.host(), p.port()))
+            let label = env_proxy()
+                .map(|p| format!("{p} (from the environment)"))
                 .unwrap_or_else(|| "DIRECT".into());
-            vias.push(Via {
-                label,
-                agent: agent(&opts, None),
-            });
+            vias.push(via(label, ProxyChoice::FromEnv));
         }
         Ok(Http {
             urls,
@@ -293,9 +313,45 @@ impl Http {
         }
     }
 
+    /// This process's client for route `v`.
+    fn client(&self, v: usize) -> io::Result<reqwest::blocking::Client> {
+        let via = &self.vias[v];
+        let pid = std::process::id();
+        let mut g = via.client.lock().expect("lock");
+        if let Some((p, c)) = &*g {
+            if *p == pid {
+                return Ok(c.clone());
+            }
+        }
+        // rustls needs a process-wide crypto provider; a second install fails
+        // harmlessly.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut b = reqwest::blocking::Client::builder()
+            .connect_timeout(self.opts.connect_timeout)
+            .timeout(self.opts.request_timeout)
+            .pool_max_idle_per_host(16)
+            .user_agent(concat!("sheaf/", env!("CARGO_PKG_VERSION")));
+        b = match &via.choice {
+            ProxyChoice::Direct => b.no_proxy(),
+            ProxyChoice::Via(p) => b.proxy(
+                reqwest::Proxy::all(p.as_str()).map_err(|e| io::Error::other(e.to_string()))?,
+            ),
+            ProxyChoice::FromEnv => b,
+        };
+        let c = b
+            .build()
+            .map_err(|e| io::Error::other(format!("HTTP client: {}", chain(&e))))?;
+        if let Some((_, inherited)) = g.replace((pid, c.clone())) {
+            // Built before a fork: dropping it would join a runtime thread
+            // that does not exist in this process, and hang.
+            std::mem::forget(inherited);
+        }
+        Ok(c)
+    }
+
     fn once(&self, route: usize, want: Want<'_>) -> io::Result<(Vec<u8>, u64)> {
         let base = &self.urls[route / self.vias.len()];
-        let agent = &self.vias[route % self.vias.len()].agent;
+        let client = self.client(route % self.vias.len())?;
         let url = match want {
             Want::Object(rel) => match base.rfind('/') {
                 Some(i) => format!("{}/{rel}", &base[..i]),
@@ -303,7 +359,7 @@ impl Http {
             },
             _ => base.clone(),
         };
-        let mut req = agent.get(&url);
+        let mut req = client.get(&url);
         let (limit, want_len) = match want {
             Want::Range(from, to) => {
                 req = req.header("Range", format!("bytes={from}-{to}"));
@@ -315,8 +371,17 @@ impl Http {
             }
             Want::Object(_) => (256 << 20, None),
         };
-        let mut resp = req.call().map_err(|e| io::Error::other(e.to_string()))?;
+        let resp = req.send().map_err(|e| {
+            let kind = if e.is_timeout() {
+                io::ErrorKind::TimedOut
+            } else {
+                io::ErrorKind::Other
+            };
+            io::Error::new(kind, chain(&e.without_url()))
+        })?;
         let status = resp.status().as_u16();
+        let read_err =
+            |e: io::Error| io::Error::new(e.kind(), format!("reading the reply: {}", chain(&e)));
         match status {
             206 if !matches!(want, Want::Object(_)) => {}
             200 if matches!(want, Want::Object(_)) => {}
@@ -324,17 +389,12 @@ impl Http {
                 // Tolerated only for a small index file, which we then
                 // read whole; an image must be served with ranges.
                 if let Want::Probe(_) = want {
-                    let mut body = resp.body_mut().as_reader();
+                    let mut body = resp;
                     let mut magic = [0u8; 8];
-                    body.read_exact(&mut magic)
-                        .map_err(|e| io::Error::other(format!("reading the reply: {e}")))?;
+                    body.read_exact(&mut magic).map_err(read_err)?;
                     if sheaf_format::remote::ImageIndex::is_index(&magic) {
-                        let mut rest = Vec::new();
-                        body.take(limit)
-                            .read_to_end(&mut rest)
-                            .map_err(|e| io::Error::other(format!("reading the reply: {e}")))?;
                         let mut all = magic.to_vec();
-                        all.extend_from_slice(&rest);
+                        body.take(limit).read_to_end(&mut all).map_err(read_err)?;
                         let n = all.len() as u64;
                         return Ok((all, n));
                     }
@@ -383,12 +443,10 @@ impl Http {
                     )
                 })?
         };
-        let body = resp
-            .body_mut()
-            .with_config()
-            .limit(limit + 1)
-            .read_to_vec()
-            .map_err(|e| io::Error::other(format!("reading the reply: {e}")))?;
+        let mut body = Vec::with_capacity(want_len.unwrap_or(0) as usize);
+        resp.take(limit + 1)
+            .read_to_end(&mut body)
+            .map_err(read_err)?;
         if let Some(n) = want_len {
             if body.len() as u64 != n {
                 return Err(io::Error::other(format!(

@@ -3,6 +3,8 @@
 //! attribute by attribute.
 #![allow(dead_code)]
 
+pub mod servers;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{CString, OsStr, OsString};
 use std::fs;
@@ -94,11 +96,32 @@ impl Out {
     }
 }
 
-/// A `sheaf` command with stdin closed (as in CI).
+/// A `sheaf` command with stdin closed (as in CI) and, for remote images,
+/// a node cache of its own (tests that share one pass `--cache-dir`), so
+/// tests neither see each other's objects nor fill /var/cache/sheaf.
 pub fn cmd() -> Command {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
     let mut c = Command::new(bin());
     c.stdin(Stdio::null());
     c.env_remove("SOURCE_DATE_EPOCH");
+    for v in [
+        "SHEAF_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        c.env_remove(v);
+    }
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "node-cache-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    c.env("SHEAF_CACHE_DIR", cache);
     c
 }
 

@@ -1,0 +1,503 @@
+//! Lazy remote images against real servers on loopback: nginx (origin and
+//! mirror), squid (a caching proxy) and a fault-injecting proxy. Every test
+//! checks that what is read equals the source, whatever sits in between:
+//! published repositories, the node cache (also offline, also with damaged
+//! entries, also under many mounts and kill -9), failover, and faults that
+//! must end in a clear error within the timeout, never in wrong bytes.
+
+mod common;
+
+use common::servers::{FaultProxy, Nginx, Squid};
+use common::*;
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A mount that is unmounted (lazily) when dropped, even if a test fails.
+struct Mnt {
+    mp: PathBuf,
+}
+
+impl Mnt {
+    fn new(url: &str, mp: &Path, args: &[&str]) -> Mnt {
+        fs::create_dir_all(mp).unwrap();
+        let mut c = cmd();
+        c.arg("mount").arg(url).arg(mp).args(args);
+        run_cmd(&mut c).ok();
+        Mnt {
+            mp: mp.to_path_buf(),
+        }
+    }
+    fn stats(&self) -> Value {
+        json(&sheaf(["stats".as_ref(), "--json".as_ref(), self.mp.as_os_str()]).ok())
+    }
+    fn pid(&self) -> i32 {
+        self.stats()["pid"].as_i64().unwrap() as i32
+    }
+}
+
+impl Drop for Mnt {
+    fn drop(&mut self) {
+        let _ = sheaf(["umount".as_ref(), "--lazy".as_ref(), self.mp.as_os_str()]);
+    }
+}
+
+/// A source tree of small files plus two large random ones, built with
+/// 256 KiB blocks (many objects) into `www/img.sheaf`, published as
+/// `www/repo/img`.
+fn setup(dir: &Path) -> (Nginx, PathBuf) {
+    let ng = Nginx::start(dir);
+    let src = dir.join("src");
+    fs::create_dir_all(&src).unwrap();
+    small_tree(&src, 5);
+    let mut rng = Rng::new(9);
+    write(&src.join("big.bin"), &rng.bytes(3 << 20));
+    write(&src.join("text.txt"), &rng.text(2 << 20));
+    build_and_publish(&src, &ng.www, "img");
+    (ng, src)
+}
+
+/// Build `src` into `www/NAME.sheaf` and publish it as `www/repo/NAME`;
+/// returns publish's JSON report.
+fn build_and_publish(src: &Path, www: &Path, name: &str) -> Value {
+    let img = www.join(format!("{name}.sheaf"));
+    build(src, &img, &["--block-size", "256K", "-f"]).ok();
+    json(
+        &sheaf([
+            "publish".as_ref(),
+            img.as_os_str(),
+            www.join("repo").as_os_str(),
+            "--name".as_ref(),
+            name.as_ref(),
+            "--json".as_ref(),
+        ])
+        .ok(),
+    )
+}
+
+fn cache_arg(c: &Path) -> String {
+    format!("--cache-dir={}", c.display())
+}
+
+fn http_bytes(s: &Value) -> u64 {
+    s["remote"]["http_bytes"].as_u64().unwrap()
+}
+
+#[test]
+fn a_published_repository_mounts_like_the_image_and_a_new_version_adds_only_new_objects() {
+    let t = tmpdir();
+    let (ng, src) = setup(t.path());
+    let cache = t.path().join("cache");
+    let ca = cache_arg(&cache);
+    for url in [ng.url("img.sheaf"), ng.url("repo/img")] {
+        let m = Mnt::new(&url, &t.path().join("m1"), &[&ca]);
+        assert_same_tree(&src, &m.mp, Cmp::all());
+        let s = m.stats();
+        let form = if url.ends_with("img") {
+            "repository"
+        } else {
+            "image"
+        };
+        assert_eq!(s["remote"]["remote_form"], form, "{s}");
+        drop(m);
+        // The second form found everything the first fetched in the cache.
+        sheaf(["cache", "clear", &ca]).ok();
+    }
+    // Version 2: one small file changed, one added.
+    let v1 = build_and_publish(&src, &ng.www, "img");
+    assert_eq!(v1["objects_written"], 0, "{v1}");
+    write(&src.join("docs/changed.txt"), b"version two\n");
+    write(&src.join("new.bin"), &Rng::new(77).bytes(100_000));
+    let v2 = build_and_publish(&src, &ng.www, "img2");
+    let image_len = fs::metadata(ng.www.join("img2.sheaf")).unwrap().len();
+    assert!(
+        v2["bytes_written"].as_u64().unwrap() < image_len / 10
+            && v2["objects_reused"].as_u64().unwrap() > 0,
+        "v2 ({image_len} bytes) rewrote too much: {v2}"
+    );
+    // Read v1 fully into the cache, then v2: v2 fetches about its new objects.
+    let m = Mnt::new(&ng.url("repo/img"), &t.path().join("m1"), &[&ca]);
+    let _ = compare_trees(&src, &m.mp, Cmp::all());
+    drop(m);
+    let m = Mnt::new(&ng.url("repo/img2"), &t.path().join("m2"), &[&ca]);
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    let fetched = http_bytes(&m.stats());
+    let budget = v2["bytes_written"].as_u64().unwrap() + v2["index_bytes"].as_u64().unwrap();
+    assert!(
+        fetched <= budget + 4096,
+        "v2 fetched {fetched} bytes; its new objects and index are {budget}"
+    );
+}
+
+#[test]
+fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
+    let t = tmpdir();
+    let (mut ng, src) = setup(t.path());
+    let cache = t.path().join("cache");
+    let ca = cache_arg(&cache);
+    let url = ng.url("img.sheaf");
+    let m = Mnt::new(&url, &t.path().join("m"), &[&ca]);
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    drop(m);
+    // Damage every cached object: each is caught, dropped and fetched again.
+    let mut damaged = 0;
+    for fan in fs::read_dir(cache.join("objects")).unwrap() {
+        for o in fs::read_dir(fan.unwrap().path()).unwrap() {
+            let p = o.unwrap().path();
+            let mut b = fs::read(&p).unwrap();
+            let i = b.len() / 2;
+            b[i] ^= 0x10;
+            fs::write(&p, b).unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 10);
+    let m = Mnt::new(&url, &t.path().join("m"), &[&ca]);
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    let s = m.stats();
+    assert!(
+        s["disk_cache"]["disk_cache_bad"].as_u64().unwrap() >= damaged - 1,
+        "{s}"
+    );
+    drop(m);
+    // The server goes away: the cache alone serves a new mount.
+    ng.stop();
+    let m = Mnt::new(&url, &t.path().join("m"), &[&ca]);
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    assert_eq!(m.stats()["remote"]["offline"], true);
+    drop(m);
+    // Without that cache, offline is one clear line.
+    let o = run_cmd(cmd().arg("ls").arg(&url)).fails_with(1);
+    assert!(
+        o.one_err_line().contains("Connection refused"),
+        "{}",
+        o.describe()
+    );
+    let st = json(&sheaf(["cache", "stats", "--json", &ca]).ok());
+    assert_eq!(st["indexes"], 1, "{st}");
+    assert!(st["objects"].as_u64().unwrap() >= damaged, "{st}");
+}
+
+#[test]
+fn squid_serves_the_second_node_from_its_cache() {
+    let t = tmpdir();
+    let (ng, src) = setup(t.path());
+    let squid = Squid::start(t.path());
+    let proxy = format!("--proxy={}", squid.proxy_url());
+    // Two nodes (two node caches) read the repository through squid.
+    for node in ["a", "b"] {
+        let ca = cache_arg(&t.path().join(format!("cache-{node}")));
+        let out = t.path().join(format!("out-{node}"));
+        let mut c = cmd();
+        c.args(["extract", &ng.url("repo/img"), "-C"])
+            .arg(&out)
+            .args([&ca, &proxy]);
+        run_cmd(&mut c).ok();
+        assert_same_tree(
+            &src,
+            &out,
+            Cmp {
+                owner: is_root(),
+                ..Cmp::all()
+            },
+        );
+    }
+    let objects = walk(&ng.www.join("repo/objects"))
+        .iter()
+        .filter(|p| p.len() > 3)
+        .count() as u64;
+    let (hits, misses) = squid.wait_hits(2 * objects);
+    assert!(
+        hits >= objects,
+        "squid: {hits} hits, {misses} misses for {objects} objects"
+    );
+    // The whole-image form goes through squid too (ranges are forwarded).
+    let mut c = cmd();
+    c.args(["cat", &ng.url("img.sheaf"), "big.bin", &proxy]);
+    let o = run_cmd(&mut c).ok();
+    assert!(o.stdout == fs::read(src.join("big.bin")).unwrap());
+    // http_proxy from the environment works as --proxy does.
+    let mut c = cmd();
+    c.args(["cat", &ng.url("repo/img"), "text.txt"])
+        .env("http_proxy", squid.proxy_url());
+    let before = squid.hits();
+    let o = run_cmd(&mut c).ok();
+    assert!(o.stdout == fs::read(src.join("text.txt")).unwrap());
+    assert!(
+        squid.hits().0 > before.0,
+        "the environment's proxy was not used"
+    );
+}
+
+#[test]
+fn mirrors_take_over_from_a_missing_or_dead_primary() {
+    let t = tmpdir();
+    let (ng, src) = setup(t.path());
+    let empty = Nginx::start_with_root(t.path(), &t.path().join("empty"));
+    let mut twin = Nginx::start_with_root(t.path(), &ng.www);
+    // 404 on the primary: the mirror serves.
+    let big = fs::read(src.join("big.bin")).unwrap();
+    for name in ["img.sheaf", "repo/img"] {
+        let mut c = cmd();
+        c.args([
+            "cat",
+            &empty.url(name),
+            "big.bin",
+            "--mirror",
+            &ng.url(name),
+        ]);
+        let o = run_cmd(&mut c).ok();
+        assert!(o.stdout == big, "{name}");
+    }
+    // The primary dies under a mount: reads go on from the mirror.
+    let ca = cache_arg(&t.path().join("cache"));
+    let m = Mnt::new(
+        &twin.url("repo/img"),
+        &t.path().join("m"),
+        &["--mirror", &ng.url("repo/img"), &ca],
+    );
+    assert_eq!(
+        fs::read(m.mp.join("text.txt")).unwrap(),
+        fs::read(src.join("text.txt")).unwrap()
+    );
+    twin.stop();
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    let s = m.stats();
+    assert!(s["remote"]["http_failovers"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(s["remote"]["http_url"], ng.url("repo/img"), "{s}");
+}
+
+#[test]
+fn a_corrupting_proxy_never_changes_a_byte() {
+    let t = tmpdir();
+    let (ng, src) = setup(t.path());
+    let bad = FaultProxy::start(&ng.base(), "corrupt");
+    let big = fs::read(src.join("big.bin")).unwrap();
+    // As the only route: a clear error, no bytes of the file.
+    for name in ["img.sheaf", "repo/img"] {
+        let o = run_cmd(cmd().args(["cat", &bad.url(name), "big.bin"])).fails_with(1);
+        assert!(
+            o.one_err_line().contains(&bad.url(name)),
+            "{}",
+            o.describe()
+        );
+        assert!(o.stdout.len() < big.len(), "wrong bytes were written");
+    }
+    // First of two routes: verification failures move to the next one.
+    let proxies = format!("--proxy={};DIRECT", bad.base());
+    for name in ["img.sheaf", "repo/img"] {
+        let mut c = cmd();
+        c.args(["cat", &ng.url(name), "big.bin", &proxies]);
+        let o = run_cmd(&mut c).ok();
+        assert!(o.stdout == big, "{name}");
+    }
+    let m = Mnt::new(
+        &ng.url("repo/img"),
+        &t.path().join("m"),
+        &[&proxies, &cache_arg(&t.path().join("cache"))],
+    );
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    assert!(bad.count() > 0, "the proxy was not used");
+}
+
+/// Run `sheaf ARGS` and return its output and how long it took.
+fn timed(args: &[&str]) -> (Out, Duration) {
+    let t0 = Instant::now();
+    let o = run_cmd(cmd().args(args));
+    (o, t0.elapsed())
+}
+
+#[test]
+fn faults_end_in_a_clear_error_within_the_timeout_never_wrong_bytes() {
+    let t = tmpdir();
+    let (ng, src) = setup(t.path());
+    let fp = FaultProxy::start(&ng.base(), "pass");
+    let big = fs::read(src.join("big.bin")).unwrap();
+    let url = fp.url("img.sheaf");
+    for (mode, expect) in [
+        ("truncate", "reading the reply"),
+        ("status=503", "HTTP 503"),
+        ("hang", "timed out"),
+    ] {
+        fp.set_mode(mode);
+        let (o, took) = timed(&["cat", &url, "big.bin", "--timeout", "3"]);
+        let o = o.fails_with(1);
+        assert!(
+            o.one_err_line().contains(expect) && o.one_err_line().contains(&url),
+            "{mode}: {}",
+            o.describe()
+        );
+        assert!(took < Duration::from_secs(15), "{mode}: took {took:?}");
+    }
+    // Slow but working: right bytes.
+    fp.set_mode("delay=20,throttle=20000000");
+    let (o, _) = timed(&["cat", &url, "big.bin"]);
+    assert!(o.ok().stdout == big);
+    // Faults under a mount: EIO within the timeout, then recovery.
+    fp.set_mode("pass");
+    let m = Mnt::new(
+        &fp.url("repo/img"),
+        &t.path().join("m"),
+        &[
+            "--timeout",
+            "3",
+            "-o",
+            "prefetch_metadata=off",
+            "--no-cache",
+        ],
+    );
+    fp.set_mode("hang");
+    let t0 = Instant::now();
+    let r = fs::read(m.mp.join("big.bin"));
+    assert_eq!(
+        r.map(|b| b.len()).map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO))
+    );
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    fp.set_mode("pass");
+    assert!(fs::read(m.mp.join("big.bin")).unwrap() == big);
+}
+
+#[test]
+fn eight_mounts_share_one_cache_through_kill_9() {
+    let t = tmpdir();
+    let (mut ng, src) = setup(t.path());
+    let src2 = t.path().join("src2");
+    fs::create_dir_all(&src2).unwrap();
+    small_tree(&src2, 5);
+    write(&src2.join("big.bin"), &Rng::new(9).bytes(3 << 20));
+    write(&src2.join("other.bin"), &Rng::new(10).bytes(1 << 20));
+    build_and_publish(&src2, &ng.www, "img2");
+    let cache = t.path().join("cache");
+    let ca = cache_arg(&cache);
+    let mounts: Vec<(Mnt, PathBuf)> = (0..8)
+        .map(|i| {
+            let (name, s) = if i % 2 == 0 {
+                ("repo/img", &src)
+            } else {
+                ("repo/img2", &src2)
+            };
+            (
+                Mnt::new(&ng.url(name), &t.path().join(format!("m{i}")), &[&ca]),
+                s.clone(),
+            )
+        })
+        .collect();
+    let victim = mounts[2].0.pid();
+    let results: Vec<Vec<String>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = mounts
+            .iter()
+            .enumerate()
+            .map(|(i, (m, s))| {
+                sc.spawn(move || {
+                    if i == 2 {
+                        // Let it start fetching, then kill it mid-read.
+                        std::thread::sleep(Duration::from_millis(150));
+                        unsafe { libc::kill(victim, libc::SIGKILL) };
+                        return Vec::new();
+                    }
+                    compare_trees(s, &m.mp, Cmp::all())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.is_empty(), "mount {i}: {r:?}");
+    }
+    drop(mounts);
+    // Consistent afterwards: stats match the files, and both versions
+    // remount offline from the cache alone and read back exactly.
+    let st = json(&sheaf(["cache", "stats", "--json", &ca]).ok());
+    let files = walk(&cache.join("objects"))
+        .iter()
+        .filter(|p| p.len() > 3)
+        .count() as u64;
+    assert_eq!(st["objects"].as_u64().unwrap(), files, "{st}");
+    ng.stop();
+    for (name, s) in [("repo/img", &src), ("repo/img2", &src2)] {
+        let m = Mnt::new(&ng.url(name), &t.path().join("offline"), &[&ca]);
+        assert_same_tree(s, &m.mp, Cmp::all());
+    }
+    sheaf(["cache", "gc", "1", &ca]).ok();
+    let st = json(&sheaf(["cache", "stats", "--json", &ca]).ok());
+    assert_eq!(st["objects"], 0, "{st}");
+}
+
+#[test]
+fn a_recorded_workload_is_prefetched_at_mount() {
+    let t = tmpdir();
+    let (ng, src) = setup(t.path());
+    let list = t.path().join("workload.list");
+    let url = ng.url("img.sheaf");
+    let m = Mnt::new(
+        &url,
+        &t.path().join("m"),
+        &["-o", &format!("record={}", list.display()), "--no-cache"],
+    );
+    let read = ["text.txt", "docs/a.txt", "big.bin"];
+    for f in read {
+        if m.mp.join(f).exists() {
+            fs::read(m.mp.join(f)).unwrap();
+        }
+    }
+    drop(m);
+    std::thread::sleep(Duration::from_millis(300));
+    let recorded = fs::read_to_string(&list).unwrap();
+    let want: Vec<&str> = read
+        .iter()
+        .copied()
+        .filter(|f| src.join(f).exists())
+        .collect();
+    assert_eq!(recorded.lines().collect::<Vec<_>>(), want);
+    // Mounted with the list, the blocks arrive before they are read.
+    let wait_prefetch = |m: &Mnt| {
+        let t0 = Instant::now();
+        loop {
+            let s = m.stats();
+            if s["prefetch"]["background_bytes"].as_u64().unwrap() > 0 {
+                return s;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(20), "no prefetch: {s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let check = |m: &Mnt| {
+        let s0 = wait_prefetch(m);
+        for f in &want {
+            assert!(fs::read(m.mp.join(f)).unwrap() == fs::read(src.join(f)).unwrap());
+        }
+        let s1 = m.stats();
+        assert_eq!(
+            s0["remote"]["http_requests"], s1["remote"]["http_requests"],
+            "reads went to the network after the prefetch:\n{s0}\n{s1}"
+        );
+    };
+    let m = Mnt::new(
+        &url,
+        &t.path().join("m"),
+        &[
+            "-o",
+            &format!("prefetch={},readahead=0", list.display()),
+            &cache_arg(&t.path().join("c1")),
+        ],
+    );
+    check(&m);
+    drop(m);
+    // Built into the image: placed first, listed, fetched without options.
+    let img = ng.www.join("pf.sheaf");
+    build(
+        &src,
+        &img,
+        &["--block-size", "256K", "--prefetch", list.to_str().unwrap()],
+    )
+    .ok();
+    let m = Mnt::new(
+        &ng.url("pf.sheaf"),
+        &t.path().join("m"),
+        &["-o", "readahead=0", &cache_arg(&t.path().join("c2"))],
+    );
+    check(&m);
+    assert_same_tree(&src, &m.mp, Cmp::all());
+}
