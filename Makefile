@@ -43,6 +43,7 @@ bench: build
 	bench/setup.sh
 	bench/run.sh
 	bench/mount.sh
+	bench/http.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

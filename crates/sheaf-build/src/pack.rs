@@ -251,6 +251,9 @@ impl<W: Write + Send + 'static> Packer<W> {
         }
     }
 
+    /// One small file in this many (by content digest) ends a half-full pack.
+    const PACK_CUT_ONE_IN: u32 = 128;
+
     /// Append bytes shorter than a block to the shared pack; returns chunks.
     fn append_packed(&mut self, mut data: &[u8], mut file_offset: u64) -> Result<(), BuildError> {
         while !data.is_empty() {
@@ -338,6 +341,17 @@ impl<W: Write + Send + 'static> Packer<W> {
                         self.append_packed(&buf[..n], 0)?;
                         self.by_content
                             .insert(h, (first as u64, (self.chunks.len() - first) as u32));
+                        // Content-defined pack boundaries: end the pack after
+                        // a file whose digest says so (once it is half full),
+                        // so an edited or added file changes its own pack, not
+                        // every pack after it; a new image version then shares
+                        // most blocks with the old one (measured in design.md).
+                        if self.pack.len() >= self.pack_size / 2
+                            && u32::from_le_bytes([h[0], h[1], h[2], h[3]])
+                                .is_multiple_of(Self::PACK_CUT_ONE_IN)
+                        {
+                            self.flush_pack()?;
+                        }
                         return Ok((n as u64, None));
                     }
                     id.update(b"T").update(&buf[..n]);

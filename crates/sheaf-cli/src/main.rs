@@ -129,6 +129,12 @@ fn main() {
             ) {
                 e.exit();
             }
+            if e.kind() == MissingSubcommand {
+                // No command (environment-set flags aside): the usage, on stderr.
+                use clap::CommandFactory;
+                eprintln!("{}", Cli::command().render_help());
+                std::process::exit(2);
+            }
             // One line: clap's first, plus where to look.
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("bad arguments");

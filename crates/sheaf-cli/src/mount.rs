@@ -517,10 +517,48 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
         b("evictions")
     );
     println!(
-        "readahead         {} blocks queued, {} dropped",
+        "readahead         {} blocks queued, {} dropped; background prefetch {}",
         s["prefetch"]["queued"].as_u64().unwrap_or(0),
-        s["prefetch"]["dropped"].as_u64().unwrap_or(0)
+        s["prefetch"]["dropped"].as_u64().unwrap_or(0),
+        human(s["prefetch"]["background_bytes"].as_u64().unwrap_or(0))
     );
+    let r = &s["remote"];
+    if r.is_object() {
+        let n = |k: &str| r[k].as_u64().unwrap_or(0);
+        if r["offline"].as_bool() == Some(true) {
+            println!("network           offline: serving from the node cache only");
+        } else {
+            println!(
+                "network           {} fetched in {} requests; {} retries, {} failovers, {} errors",
+                human(n("http_bytes")),
+                n("http_requests"),
+                n("http_retries"),
+                n("http_failovers"),
+                n("http_errors")
+            );
+            println!(
+                "route             {} via {}",
+                r["http_url"].as_str().unwrap_or("?"),
+                r["http_via"].as_str().unwrap_or("?")
+            );
+            if let Some(e) = r["http_last_error"].as_str().filter(|e| !e.is_empty()) {
+                println!("last net error    {e}");
+            }
+        }
+    }
+    let c = &s["disk_cache"];
+    if c.is_object() {
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        println!(
+            "node cache        {}: {} hits, {} misses, {} stored, {} bad dropped, {} write errors",
+            c["disk_cache"].as_str().unwrap_or("?"),
+            n("disk_cache_hits"),
+            n("disk_cache_misses"),
+            n("disk_cache_stored"),
+            n("disk_cache_bad"),
+            n("disk_cache_write_errors")
+        );
+    }
     println!("image errors      {}", u("image_errors"));
     println!(
         "{:<12} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",

@@ -71,6 +71,7 @@ pub fn stderr_is_tty() -> bool {
 
 /// How remote images are reached and cached: flags every command takes.
 #[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Remote images (URLs)")]
 pub struct RemoteArgs {
     /// Node cache for remote images: pages and blocks by digest, shared by
     /// all images, versions and processes [default: /var/cache/sheaf for

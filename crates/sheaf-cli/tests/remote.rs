@@ -266,6 +266,82 @@ fn mirrors_take_over_from_a_missing_or_dead_primary() {
     let s = m.stats();
     assert!(s["remote"]["http_failovers"].as_u64().unwrap() >= 1, "{s}");
     assert_eq!(s["remote"]["http_url"], ng.url("repo/img"), "{s}");
+    drop(m);
+    // After --failback seconds the first route is used again.
+    let m = Mnt::new(
+        &empty.url("repo/img"),
+        &t.path().join("m"),
+        &[
+            "--mirror",
+            &ng.url("repo/img"),
+            "--failback",
+            "1",
+            "--no-cache",
+        ],
+    );
+    assert_eq!(m.stats()["remote"]["http_url"], ng.url("repo/img"));
+    std::thread::sleep(Duration::from_millis(1200));
+    let s = m.stats();
+    assert_eq!(s["remote"]["http_url"], empty.url("repo/img"), "{s}");
+}
+
+#[test]
+fn signatures_travel_with_a_published_image() {
+    let t = tmpdir();
+    let (ng, _src) = setup(t.path());
+    let key = t.path().join("key");
+    let line = sheaf([
+        "keygen".as_ref(),
+        key.as_os_str(),
+        "--identity".as_ref(),
+        "ops".as_ref(),
+    ])
+    .ok()
+    .text();
+    let signers = t.path().join("allowed_signers");
+    fs::write(&signers, line).unwrap();
+    let img = ng.www.join("img.sheaf");
+    sheaf([
+        "sign".as_ref(),
+        img.as_os_str(),
+        "-k".as_ref(),
+        key.as_os_str(),
+    ])
+    .ok();
+    let repo = ng.www.join("repo");
+    sheaf([
+        "publish".as_ref(),
+        img.as_os_str(),
+        repo.as_os_str(),
+        "--name".as_ref(),
+        "signed".as_ref(),
+    ])
+    .ok();
+    for url in [ng.url("img.sheaf"), ng.url("repo/signed")] {
+        let mut c = cmd();
+        c.args(["verify", &url, "--signers"]).arg(&signers);
+        run_cmd(&mut c).ok();
+        let m = Mnt::new(
+            &url,
+            &t.path().join("m"),
+            &[
+                "--require-signature",
+                "--signers",
+                signers.to_str().unwrap(),
+            ],
+        );
+        assert!(m.mp.join("big.bin").exists());
+    }
+    // The unsigned repository image is refused.
+    let mp = t.path().join("m2");
+    fs::create_dir_all(&mp).unwrap();
+    let mut c = cmd();
+    c.args(["mount", &ng.url("repo/img")])
+        .arg(&mp)
+        .args(["--require-signature", "--signers"])
+        .arg(&signers);
+    let o = run_cmd(&mut c).fails_with(1);
+    assert!(o.one_err_line().contains("signature"), "{}", o.describe());
 }
 
 #[test]
