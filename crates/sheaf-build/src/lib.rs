@@ -13,6 +13,7 @@
 pub mod meta;
 pub mod options;
 pub mod pack;
+pub mod rewrite;
 pub mod scan;
 pub mod tar_input;
 pub mod tree;
@@ -61,6 +62,44 @@ struct TempOut {
     tmp: PathBuf,
     dest: PathBuf,
     done: bool,
+}
+
+impl TempOut {
+    /// A temporary file beside `output`, removed unless committed.
+    fn create(output: &Path) -> std::io::Result<(File, TempOut)> {
+        let dir = match output.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let fname = output.file_name().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")
+        })?;
+        let tmp = dir.join(format!(
+            ".{}.sheaf-tmp.{}",
+            fname.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = File::create(&tmp)?;
+        Ok((
+            file,
+            TempOut {
+                tmp,
+                dest: output.to_path_buf(),
+                done: false,
+            },
+        ))
+    }
+
+    /// Move the finished file into place. `Err(None)`: the destination
+    /// appeared meanwhile and `force` is off.
+    fn commit(&mut self, force: bool) -> Result<(), Option<std::io::Error>> {
+        if !force && self.dest.symlink_metadata().is_ok() {
+            return Err(None);
+        }
+        std::fs::rename(&self.tmp, &self.dest).map_err(Some)?;
+        self.done = true;
+        Ok(())
+    }
 }
 
 impl Drop for TempOut {

@@ -49,6 +49,7 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
             Ok((alg, fp, ns)) => serde_json::json!({"algorithm": alg, "key": fp, "namespace": ns}),
             Err(e) => serde_json::json!({"error": e.to_string()}),
         }).collect::<Vec<_>>(),
+        "prefetch_blocks": img.prefetch_list()?.len(),
         "sections": img.sections().iter().map(|s| serde_json::json!({
             "kind": s.kind.id(), "required": s.required(), "offset": s.offset, "length": s.length,
         })).collect::<Vec<_>>(),
@@ -98,6 +99,13 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
         sb.block_count,
         human(sb.block_size as u64)
     )?;
+    let pf = v["prefetch_blocks"].as_u64().unwrap_or(0);
+    if pf > 0 {
+        writeln!(
+            o,
+            "prefetch:     {pf} blocks listed for mounts to fetch ahead"
+        )?;
+    }
     writeln!(
         o,
         "ratio:        {:.2}x (logical / image size)",

@@ -92,6 +92,9 @@ enum Cmd {
     /// Write an image as a static, content-addressed repository for web
     /// servers, caching proxies and CDNs (mount https://HOST/DIR/NAME).
     Publish(remote::PublishArgs),
+    /// Rewrite an image so the files a workload reads come first and are
+    /// fetched ahead at mount (data copied as stored, not recompressed).
+    Optimize(remote::OptimizeArgs),
     /// Inspect or trim the node cache of remote images.
     Cache(remote::CacheArgs),
     /// Verify every metadata page and data block against its hash.
@@ -151,6 +154,7 @@ fn main() {
     let r = match cli.cmd {
         Cmd::Publish(a) => remote::publish(a),
         Cmd::Cache(a) => remote::cache(a),
+        Cmd::Optimize(a) => remote::optimize(a),
         Cmd::Build(a) => build::run(a),
         Cmd::Info { image, json } => inspect::info(&image, json),
         Cmd::Ls(a) => inspect::ls(a),

@@ -213,26 +213,6 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
     Ok(p)
 }
 
-/// The data blocks of the files listed in `list` (one path per line, as
-/// `-o record=` writes), in order; unknown paths are skipped.
-fn prefetch_list(img: &Image, list: &Path) -> Result<Vec<u32>> {
-    let mut seen = std::collections::HashSet::new();
-    let mut blocks = Vec::new();
-    for path in crate::util::read_path_list(list)? {
-        let Ok(ino) = img.resolve(&path) else {
-            continue;
-        };
-        if ino.file_type() == sheaf_format::FileType::Regular {
-            for b in img.file_blocks(&ino)? {
-                if seen.insert(b) {
-                    blocks.push(b);
-                }
-            }
-        }
-    }
-    Ok(blocks)
-}
-
 /// Open an image for mounting, counting the bytes read from it.
 fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSource>)> {
     let mut counting = None;
@@ -311,7 +291,7 @@ fn mount(
             prefetch_metadata: p.prefetch_metadata.unwrap_or(remote),
             prefetch_list: match &p.prefetch {
                 Some(f) if f.as_os_str() == "none" => Vec::new(),
-                Some(f) => prefetch_list(&img, f)?,
+                Some(f) => crate::util::prefetch_blocks(&img, f)?,
                 None => img.prefetch_list()?,
             },
             record: p.record.clone(),

@@ -236,6 +236,26 @@ pub fn read_path_list(f: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
         .collect())
 }
 
+/// The data blocks of the files listed in `list` (one path per line, as
+/// `-o record=` writes), in order, each once; unknown paths are skipped.
+pub fn prefetch_blocks(img: &sheaf_read::Image, list: &Path) -> anyhow::Result<Vec<u32>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut blocks = Vec::new();
+    for path in read_path_list(list)? {
+        let Ok(ino) = img.resolve(&path) else {
+            continue;
+        };
+        if ino.file_type() == sheaf_format::FileType::Regular {
+            for b in img.file_blocks(&ino)? {
+                if seen.insert(b) {
+                    blocks.push(b);
+                }
+            }
+        }
+    }
+    Ok(blocks)
+}
+
 /// "3 h", "2 d": an age for messages.
 pub fn human_duration(secs: u64) -> String {
     match secs {

@@ -576,4 +576,21 @@ fn a_recorded_workload_is_prefetched_at_mount() {
     );
     check(&m);
     assert_same_tree(&src, &m.mp, Cmp::all());
+    drop(m);
+    // Or rewritten from the published image (data copied, not recompressed).
+    let opt = ng.www.join("opt.sheaf");
+    let mut c = cmd();
+    c.args(["optimize", &url, "--prefetch"])
+        .arg(&list)
+        .arg("-o")
+        .arg(&opt);
+    run_cmd(&mut c).ok();
+    sheaf(["check".as_ref(), opt.as_os_str()]).ok();
+    let m = Mnt::new(
+        &ng.url("opt.sheaf"),
+        &t.path().join("m"),
+        &["-o", "readahead=0", &cache_arg(&t.path().join("c3"))],
+    );
+    check(&m);
+    assert_same_tree(&src, &m.mp, Cmp::all());
 }
