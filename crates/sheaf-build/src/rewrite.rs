@@ -19,7 +19,7 @@ use std::io::BufWriter;
 use std::path::Path;
 
 /// Gives a block's codec and stored bytes, verified, by id and ref.
-pub type StoredBlock = dyn Fn(u32, &BlockRef) -> Result<(Codec, Vec<u8>), String> + Sync;
+pub type StoredBlock<'a> = dyn Fn(u32, &BlockRef) -> Result<(Codec, Vec<u8>), String> + Sync + 'a;
 
 /// What an image is rebuilt from.
 pub struct Parts {
@@ -42,7 +42,7 @@ pub struct Parts {
 pub fn rewrite(
     parts: Parts,
     first: &[u32],
-    stored: &StoredBlock,
+    stored: &StoredBlock<'_>,
     output: &Path,
     compression: &Compression,
     force: bool,
