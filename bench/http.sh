@@ -27,7 +27,7 @@ DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
 IMAGES=$DATA/images
 PYTHON=${PYTHON:-python3}
 RUNS=${RUNS:-3}
-CASES="a b c d f e"
+CASES="a b c d f g h e"
 IMPORT="import numpy, scipy.linalg, pandas"
 # Part 3 uses mount.sh's wider import: it loads networkx.algorithms.flow, which P2 changes.
 IMPORT_FULL="import numpy, scipy.linalg, scipy.sparse, pandas, sklearn.ensemble, matplotlib.pyplot, sympy, h5py, networkx"
@@ -89,6 +89,7 @@ cleanup() {
     shape_off
     if [ "$MOUNTED" = 1 ]; then "$SHEAF" umount "$MP" 2>/dev/null || fusermount3 -u "$MP" 2>/dev/null || true; fi
     [ -n "$NGINX_PID" ] && { kill "$NGINX_PID" 2>/dev/null; wait "$NGINX_PID" 2>/dev/null || true; }
+    [ -n "${DELAY_PID:-}" ] && { kill "$DELAY_PID" 2>/dev/null || true; }
     if [ "$rc" != 0 ] && [ -s "$MLOG" ]; then log "last lines of the mount log:"; grep -v -e 'Not Implemented' -e '^ ' -e '^)' "$MLOG" | tail -n 20 >&2; fi
     rm -rf "$WORK"; rmdir "$MP" 2>/dev/null || true
 }
@@ -229,9 +230,9 @@ run1() {
     case $k in
         a) s=$(now_ns); mnt "$IMG_P" "$c"; py_in "$MP" "$IMPORT"; e=$(now_ns)
            settle "$st"; bytes=0; reqs=0 ;;
-        b|c|d|f)
+        b|c|d|f|g|h)
            local url=$BASE/P.sheaf opts=""
-           case $k in c|d) url=$BASE/repo/P ;; f) url=$BASE/repo/Pprefetch ;; esac
+           case $k in c|d) url=$BASE/repo/P ;; f) url=$BASE/repo/Pprefetch ;; g) url=$DBASE/repo/P ;; h) url=$DBASE/repo/Pprefetch ;; esac
            [ "$k" = d ] && opts="prefetch=$WORK/P.list"
            shape_on
            s=$(now_ns); mnt "$url" "$c" "$opts"; py_in "$MP" "$IMPORT"; e=$(now_ns)
@@ -267,6 +268,13 @@ log "part 1: building P with --prefetch (the recorded list) and publishing it"
 "$SHEAF" publish --json "$WORK/Pprefetch.sheaf" "$WWW/repo" --name Pprefetch > "$WORK/pub-Pprefetch.json"
 SIZE_PF=$(stat -c %s "$WORK/Pprefetch.sheaf")
 rm -f "$WORK/Pprefetch.sheaf"
+
+# Latency stand-in (netem is missing here): the test suite's fault proxy in front of nginx,
+# waiting 5 ms before answering each request, like a 5 ms round trip per request.
+coproc DELAY { exec "$PYTHON" "$ROOT/crates/sheaf-cli/tests/support/faultproxy.py" "$BASE" "delay=5"; }
+DELAY_PID=$DELAY_PID
+read -r DPORT <&"${DELAY[0]}"
+DBASE=http://127.0.0.1:$DPORT
 
 # Interleaved rounds, so that drift hits every case alike.
 for i in $(seq "$RUNS"); do
@@ -371,6 +379,8 @@ row() { # row CASE LABEL
     row c "c. repository (…/repo/P), empty node cache"
     row d "d. repository + \`-o prefetch=\` ($(g list_files) recorded files), empty node cache"
     row f "f. repository of an image built with \`--prefetch\` (the same list), empty node cache"
+    row g "g. as c, through a proxy adding 5 ms per request (latency stand-in)"
+    row h "h. as f, through the same 5 ms proxy"
     row e "e. \`curl -o\` the image, then mount it locally"
     echo
     echo "## 2. h5py hyperslab of a $(mb "$H5_LOGICAL") MB HDF5 file over HTTP"
@@ -415,6 +425,8 @@ row() { # row CASE LABEL
     done
     x=$(calc '%.2f' a/b "$(g d,t)" "$ta"); echo "| (d) cold import with prefetch list ≤ 1.3× local image | ${x}× | $(verdict "$x" 1.3) |"
     x=$(calc '%.2f' a/b "$(g f,t)" "$ta"); echo "| (f) the same, list built into the image ≤ 1.3× local image | ${x}× | $(verdict "$x" 1.3) |"
+    x=$(calc '%.2f' a/b "$(g g,t)" "$ta"); echo "| (g) as (c) with 5 ms per request ≤ 2× local image | ${x}× | $(verdict "$x" 2) |"
+    x=$(calc '%.2f' a/b "$(g h,t)" "$ta"); echo "| (h) as (f) with 5 ms per request ≤ 1.3× local image | ${x}× | $(verdict "$x" 1.3) |"
     x=$(calc '%.2f' a/b "$(g h5,b)" "$H5_NEED"); echo "| HDF5 hyperslab: fetched ≤ 1.2× stored size of its blocks | ${x}× | $(verdict "$x" 1.2) |"
     n2=$(( $(g pubP2,bytes_written) + $(g pubP2,index_bytes) ))
     x=$(calc '%.2f' a/b "$(g vP2,b)" "$n2"); echo "| P2 after P: fetched ≈ new objects of P2 (+ its index) | ${x}× of $(mb "$n2") MB | $(verdict "$x" 1.2) |"

@@ -594,3 +594,105 @@ fn a_recorded_workload_is_prefetched_at_mount() {
     check(&m);
     assert_same_tree(&src, &m.mp, Cmp::all());
 }
+
+/// `openssl` with arguments, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl");
+    assert!(
+        o.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn https_is_verified_against_the_system_roots() {
+    let t = tmpdir();
+    let d = t.path();
+    // A private CA and a server certificate for 127.0.0.1 signed by it.
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sheaf test CA",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "srv.key",
+            "-out",
+            "srv.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    );
+    fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "srv.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "srv.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    );
+    let src = d.join("src");
+    fs::create_dir_all(&src).unwrap();
+    small_tree(&src, 3);
+    let www = d.join("www");
+    fs::create_dir_all(&www).unwrap();
+    build(&src, &www.join("img.sheaf"), &[]).ok();
+    let ng = Nginx::start_tls(d, &www, &d.join("srv.pem"), &d.join("srv.key"));
+    let url = ng.url("img.sheaf");
+    assert!(url.starts_with("https://"));
+    // Not trusted by the system roots: refused, in one line.
+    let o = run_cmd(
+        cmd()
+            .args(["ls", &url])
+            .env("SSL_CERT_FILE", d.join("srv.csr")),
+    )
+    .fails_with(1);
+    assert!(o.one_err_line().contains(&url), "{}", o.describe());
+    // With the CA among the roots (SSL_CERT_FILE, as for a site CA bundle).
+    let mut c = cmd();
+    c.args(["cat", &url, "README.txt"])
+        .env("SSL_CERT_FILE", d.join("ca.pem"));
+    let o = run_cmd(&mut c).ok();
+    assert!(o.stdout == fs::read(src.join("README.txt")).unwrap());
+}

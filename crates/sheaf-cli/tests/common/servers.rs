@@ -105,6 +105,7 @@ pub struct Nginx {
     pub www: PathBuf,
     /// nginx's error log.
     pub log: PathBuf,
+    scheme: &'static str,
 }
 
 impl Nginx {
@@ -117,6 +118,16 @@ impl Nginx {
     /// under names with the port in them, so several nginx (e.g. a mirror of
     /// the same `www`) can share one `dir`.
     pub fn start_with_root(dir: &Path, www: &Path) -> Nginx {
+        Nginx::start_inner(dir, www, None)
+    }
+
+    /// Serve `www` over HTTPS with this certificate chain and key (PEM);
+    /// `url()` and `base()` then give `https://` URLs.
+    pub fn start_tls(dir: &Path, www: &Path, cert: &Path, key: &Path) -> Nginx {
+        Nginx::start_inner(dir, www, Some((cert, key)))
+    }
+
+    fn start_inner(dir: &Path, www: &Path, tls: Option<(&Path, &Path)>) -> Nginx {
         let port = free_port();
         let tmp = dir.join(format!("nginx-{port}-tmp"));
         fs::create_dir_all(www).unwrap();
@@ -132,8 +143,15 @@ impl Nginx {
                  events {{ worker_connections 256; }}\n\
                  http {{ access_log off; client_body_temp_path {t}; proxy_temp_path {t};\n\
                  fastcgi_temp_path {t}; uwsgi_temp_path {t}; scgi_temp_path {t};\n\
-                 server {{ listen 127.0.0.1:{port}; root {}; }} }}\n",
-                www.display()
+                 server {{ listen 127.0.0.1:{port}{}; root {}; {} }} }}\n",
+                if tls.is_some() { " ssl" } else { "" },
+                www.display(),
+                tls.map(|(c, k)| format!(
+                    "ssl_certificate {}; ssl_certificate_key {};",
+                    c.display(),
+                    k.display()
+                ))
+                .unwrap_or_default()
             ),
         )
         .unwrap();
@@ -151,21 +169,18 @@ impl Nginx {
             port,
             www,
             log,
+            scheme: if tls.is_some() { "https" } else { "http" },
         }
     }
 
     /// URL of `name` (relative to `www`).
     pub fn url(&self, name: &str) -> String {
-        format!(
-            "http://127.0.0.1:{}/{}",
-            self.port,
-            name.trim_start_matches('/')
-        )
+        format!("{}/{}", self.base(), name.trim_start_matches('/'))
     }
 
     /// `http://127.0.0.1:PORT` (no trailing slash).
     pub fn base(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.scheme, self.port)
     }
 
     /// Kill the server (it refuses connections from then on).
