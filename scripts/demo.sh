@@ -4,7 +4,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 S=$PWD/target/release/sheaf
 W=$(mktemp -d /tmp/sheaf-demo.XXXXXX)
-cleanup() { "$S" umount --lazy "$W/mnt" 2>/dev/null || true; rm -rf "$W"; }
+NGINX_PID=""
+cleanup() {
+    "$S" umount --lazy "$W/mnt" 2>/dev/null || true
+    [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null
+    rm -rf "$W"
+}
 trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
@@ -76,7 +81,31 @@ echo "demo@example.org $(cut -d' ' -f1-2 "$W/key.pub")" > "$W/allowed_signers"
     && echo "(ssh-keygen agrees)"
 "$S" mount --require-signature --signers "$W/allowed_signers" "$W/bad.sheaf" "$W/mnt" 2>&1 || echo "(unsigned copy refused, exit $?)"
 
+step "10. over HTTP: publish, serve with nginx on loopback, mount the URL lazily, then offline"
+"$S" publish "$W/demo.sheaf" "$W/www/repo" --name demo
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$W/nginx"
+printf '%s\n' "daemon off; master_process off; pid $W/nginx/pid; error_log $W/nginx/error.log;" \
+    "events { worker_connections 64; }" \
+    "http { access_log off; client_body_temp_path $W/nginx; proxy_temp_path $W/nginx;" \
+    "  fastcgi_temp_path $W/nginx; uwsgi_temp_path $W/nginx; scgi_temp_path $W/nginx;" \
+    "  server { listen 127.0.0.1:$port; root $W/www; } }" > "$W/nginx/nginx.conf"
+PATH=$PATH:/usr/sbin nginx -e "$W/nginx/error.log" -c "$W/nginx/nginx.conf" &
+NGINX_PID=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+url=http://127.0.0.1:$port/repo/demo
+"$S" mount --cache-dir "$W/cache" "$url" "$W/mnt"
+cat "$W/mnt/kinds/hello.txt"
+"$S" stats "$W/mnt" | grep -E "^(image|network|node cache)"
+"$S" umount "$W/mnt"
+kill "$NGINX_PID"; wait "$NGINX_PID" 2>/dev/null || true; NGINX_PID=""
+"$S" mount --cache-dir "$W/cache" "$url" "$W/mnt"
+echo "server gone, remounted from the node cache: $(cat "$W/mnt/kinds/hello.txt")"
+"$S" umount "$W/mnt"
+"$S" cache stats --cache-dir "$W/cache"
+
 step "report"
 src=$(du -sb "$W/src" | cut -f1); img=$(stat -c %s "$W/demo.sheaf")
 printf 'source %s bytes (apparent), image %s bytes, built in %.2f s; round trip exact;\n' "$src" "$img" "$(echo "$t1 - $t0" | bc)"
-printf 'mounted in %d ms, identical to the source, unmounted cleanly; signed and verified with an SSH key.\n' $(( (m1 - m0) / 1000000 ))
+printf 'mounted in %d ms, identical to the source, unmounted cleanly; signed and verified with an SSH key;\n' $(( (m1 - m0) / 1000000 ))
+printf 'published, mounted lazily over HTTP, and remounted offline from the node cache.\n'

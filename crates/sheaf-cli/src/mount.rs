@@ -43,8 +43,13 @@ attributes, listings and file pages forever (the image never changes).
 Logs: with -f, stderr; otherwise the file given with log=FILE, else syslog.
 
 Remote images (URLs) use the node cache and network flags shared by all
-commands: --cache-dir, --cache-size, --no-cache, --mirror, --proxy, --timeout,
---failback (see 'sheaf --help'); from fstab, set SHEAF_CACHE_DIR / SHEAF_PROXY.
+commands (see 'sheaf --help'); as mount options, for fstab:
+  cache_dir=DIR     node cache (--cache-dir)
+  cache_quota=SIZE  its size quota (--cache-size; cache_size= is the memory cache)
+  no_cache          fetch every read (--no-cache)
+  mirror=URL        another URL of the same image (repeatable; --mirror)
+  proxy=P1;P2;DIRECT  proxies in order, ';'-separated (--proxy)
+  timeout=SECS, failback=SECS  (--timeout, --failback)
 
 In /etc/fstab (mount(8) runs /sbin/mount.fuse.sheaf, a link to this program
 installed by `make install`):
@@ -195,8 +200,38 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
                         v => bail!("mount option prefetch_metadata={v}: use on or off"),
                     })
                 }
-                "cache_dir" | "cache_quota" | "mirror" | "proxy" | "timeout" => {
-                    bail!("'{key}' is a flag, not a mount option: use --{} (or the SHEAF_CACHE_DIR / SHEAF_PROXY environment variables from fstab)", key.replace('_', "-"))
+                // The remote flags, as options (for fstab, where there are no flags).
+                "cache_dir" => {
+                    let v = PathBuf::from(need()?);
+                    crate::util::update_remote_args(|r| r.cache_dir = Some(v));
+                }
+                "cache_quota" => {
+                    let v = parse_size64(need()?)
+                        .map_err(|e| anyhow!("mount option cache_quota: {e}"))?;
+                    crate::util::update_remote_args(|r| r.cache_size = v);
+                }
+                "no_cache" => crate::util::update_remote_args(|r| r.no_cache = true),
+                "mirror" => {
+                    let v = need()?.to_string();
+                    crate::util::update_remote_args(|r| r.mirrors.push(v));
+                }
+                "proxy" => {
+                    let v = need()?.to_string();
+                    crate::util::update_remote_args(|r| r.proxy = Some(v));
+                }
+                "timeout" | "failback" => {
+                    let v = need()?;
+                    let secs: f64 = v
+                        .parse()
+                        .map_err(|_| anyhow!("mount option {key}={v}: seconds must be a number"))?;
+                    let timeout = key == "timeout";
+                    crate::util::update_remote_args(|r| {
+                        if timeout {
+                            r.timeout = secs
+                        } else {
+                            r.failback = secs
+                        }
+                    });
                 }
                 "ro" | "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail"
                 | "_netdev" | "async" | "atime" | "noatime" | "relatime" | "nodiratime" => {}

@@ -102,21 +102,33 @@ pub struct RemoteArgs {
     pub failback: f64,
 }
 
-static REMOTE: std::sync::OnceLock<RemoteArgs> = std::sync::OnceLock::new();
+static REMOTE: std::sync::Mutex<Option<RemoteArgs>> = std::sync::Mutex::new(None);
 
-/// Record the remote flags of this invocation (once, from `main`).
+/// Record the remote flags of this invocation (from `main`).
 pub fn set_remote_args(a: RemoteArgs) {
-    let _ = REMOTE.set(a);
+    *REMOTE.lock().expect("remote args") = Some(a);
+}
+
+/// Change the remote settings (mount options given from fstab override the
+/// flags).
+pub fn update_remote_args(f: impl FnOnce(&mut RemoteArgs)) {
+    let mut a = remote_args();
+    f(&mut a);
+    set_remote_args(a);
 }
 
 /// The remote flags of this invocation.
 pub fn remote_args() -> RemoteArgs {
-    REMOTE.get().cloned().unwrap_or_else(|| RemoteArgs {
-        cache_size: sheaf_net::cache::DEFAULT_QUOTA,
-        timeout: 60.0,
-        failback: 300.0,
-        ..Default::default()
-    })
+    REMOTE
+        .lock()
+        .expect("remote args")
+        .clone()
+        .unwrap_or_else(|| RemoteArgs {
+            cache_size: sheaf_net::cache::DEFAULT_QUOTA,
+            timeout: 60.0,
+            failback: 300.0,
+            ..Default::default()
+        })
 }
 
 /// Network settings from the flags.

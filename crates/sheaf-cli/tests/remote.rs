@@ -696,3 +696,40 @@ fn https_is_verified_against_the_system_roots() {
     let o = run_cmd(&mut c).ok();
     assert!(o.stdout == fs::read(src.join("README.txt")).unwrap());
 }
+
+#[test]
+fn fstab_style_mount_options_set_the_cache_mirrors_and_timeout() {
+    let t = tmpdir();
+    let (ng, src) = setup(t.path());
+    let empty = Nginx::start_with_root(t.path(), &t.path().join("empty"));
+    let cache = t.path().join("fstab-cache");
+    let opts = format!(
+        "ro,cache_dir={},cache_quota=1G,mirror={},timeout=5,failback=600",
+        cache.display(),
+        ng.url("repo/img")
+    );
+    let m = Mnt::new(&empty.url("repo/img"), &t.path().join("m"), &["-o", &opts]);
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    let s = m.stats();
+    assert_eq!(
+        s["disk_cache"]["disk_cache"],
+        cache.display().to_string(),
+        "{s}"
+    );
+    assert_eq!(s["disk_cache"]["disk_cache_quota"], 1u64 << 30, "{s}");
+    assert_eq!(s["remote"]["http_url"], ng.url("repo/img"), "{s}");
+    drop(m);
+    let o = run_cmd(cmd().args([
+        "mount",
+        "-o",
+        "timeout=soon",
+        &ng.url("img.sheaf"),
+        "/nonexistent",
+    ]))
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("timeout=soon"),
+        "{}",
+        o.describe()
+    );
+}
