@@ -459,32 +459,14 @@ pub fn build(
         "clamp_mtime": opts.clamp_mtime,
         "exclude": opts.exclude,
     });
-    let mut sections = Vec::new();
-    for (kind, flags, bytes) in [
-        (SectionKind::BuildInfo, 0, info.to_string().into_bytes()),
-        (SectionKind::Prefetch, 0, prefetch_bytes),
-        (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
-    ] {
-        if bytes.is_empty() && kind == SectionKind::Prefetch {
-            continue;
-        }
-        let offset = out.put(&bytes)?;
-        sections.push(SectionEntry {
-            kind,
-            flags,
-            offset,
-            length: bytes.len() as u64,
-            hash: sheaf_format::digest(&bytes),
-        });
-    }
-    let table: Vec<u8> = sections.iter().flat_map(|s| s.encode()).collect();
-    let table_offset = out.put(&table)?;
-    let trailer = Trailer {
-        table_offset,
-        section_count: sections.len() as u32,
-        root_digest: sheaf_format::digest(&table),
-    };
-    out.put(&trailer.encode())?;
+    let trailer = write_tail(
+        &mut out,
+        vec![
+            (SectionKind::BuildInfo, 0, info.to_string().into_bytes()),
+            (SectionKind::Prefetch, 0, prefetch_bytes),
+            (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
+        ],
+    )?;
     let image_bytes = out.pos;
     let file = out
         .into_inner()
@@ -510,6 +492,37 @@ pub fn build(
         root_digest: sheaf_format::hex(&trailer.root_digest),
         skipped: problems.skipped,
     })
+}
+
+/// Write the sections (empty ones are left out), the section table and the
+/// trailer: the end of every image, whoever assembled the rest.
+fn write_tail<W: std::io::Write>(
+    out: &mut Out<W>,
+    sections: Vec<(SectionKind, u32, Vec<u8>)>,
+) -> Result<Trailer, BuildError> {
+    let mut entries = Vec::new();
+    for (kind, flags, bytes) in sections {
+        if bytes.is_empty() {
+            continue;
+        }
+        let offset = out.put(&bytes)?;
+        entries.push(SectionEntry {
+            kind,
+            flags,
+            offset,
+            length: bytes.len() as u64,
+            hash: sheaf_format::digest(&bytes),
+        });
+    }
+    let table: Vec<u8> = entries.iter().flat_map(|s| s.encode()).collect();
+    let table_offset = out.put(&table)?;
+    let trailer = Trailer {
+        table_offset,
+        section_count: entries.len() as u32,
+        root_digest: sheaf_format::digest(&table),
+    };
+    out.put(&trailer.encode())?;
+    Ok(trailer)
 }
 
 /// Remove files that could not be read from their directories (`--skip-errors`).

@@ -12,8 +12,7 @@ use crate::options::Compression;
 use crate::pack::Out;
 use crate::{BuildError, TempOut};
 use sheaf_format::{
-    BlockRef, Codec, Header, SectionEntry, SectionKind, StreamId, Superblock, Trailer,
-    SECTION_FLAG_REQUIRED,
+    BlockRef, Codec, Header, SectionKind, StreamId, Superblock, SECTION_FLAG_REQUIRED,
 };
 use std::io::BufWriter;
 use std::path::Path;
@@ -98,33 +97,13 @@ pub fn rewrite(
         .iter()
         .flat_map(|id| id.to_le_bytes())
         .collect();
-    let mut sections = Vec::new();
-    for (kind, flags, bytes) in [
-        (SectionKind::BuildInfo, 0, parts.build_info),
-        (SectionKind::Prefetch, 0, prefetch),
-        (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
-    ] {
-        if bytes.is_empty() {
-            continue;
-        }
-        let offset = out.put(&bytes)?;
-        sections.push(SectionEntry {
-            kind,
-            flags,
-            offset,
-            length: bytes.len() as u64,
-            hash: sheaf_format::digest(&bytes),
-        });
-    }
-    let table: Vec<u8> = sections.iter().flat_map(|s| s.encode()).collect();
-    let table_offset = out.put(&table)?;
-    out.put(
-        &Trailer {
-            table_offset,
-            section_count: sections.len() as u32,
-            root_digest: sheaf_format::digest(&table),
-        }
-        .encode(),
+    crate::write_tail(
+        &mut out,
+        vec![
+            (SectionKind::BuildInfo, 0, parts.build_info),
+            (SectionKind::Prefetch, 0, prefetch),
+            (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
+        ],
     )?;
     let len = out.pos;
     let file = out
