@@ -142,7 +142,8 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
 /// Arguments of `sheaf ls`.
 #[derive(clap::Args, Debug)]
 pub struct LsArgs {
-    /// The image.
+    /// The image, or a stack of layers BASE,LAYER,... (later layers win;
+    /// OCI whiteouts applied and not shown).
     image: PathBuf,
     /// Directory or file inside the image (default: the root).
     #[arg(default_value = "/")]
@@ -237,6 +238,10 @@ fn print_entry(
 
 /// `sheaf ls`.
 pub fn ls(a: LsArgs) -> Result<i32> {
+    let arg = a.image.to_string_lossy();
+    if arg.contains(',') && !a.image.exists() {
+        return ls_stack(&a);
+    }
     let img = open_path(&a.image)?;
     let path = a.path.as_bytes();
     let start = img.resolve(path)?;
@@ -252,17 +257,61 @@ pub fn ls(a: LsArgs) -> Result<i32> {
         let mut subdirs = Vec::new();
         for e in img.read_dir(&dir, 0, n as usize)? {
             let ino = img.inode(e.ino)?;
-            let mut full = prefix.clone();
-            if !full.is_empty() {
-                full.push(b'/');
-            }
-            full.extend_from_slice(&e.name);
+            let full = join_name(&prefix, &e.name);
             print_entry(&mut o, &img, &ino, &full, a.long)?;
             if a.recursive && e.file_type == FileType::Directory {
                 subdirs.push((ino, full));
             }
         }
         stack.extend(subdirs.into_iter().rev());
+    }
+    Ok(0)
+}
+
+fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut full = prefix.to_vec();
+    if !full.is_empty() {
+        full.push(b'/');
+    }
+    full.extend_from_slice(name);
+    full
+}
+
+/// `sheaf ls BASE,LAYER,...`: the merged view of a stack.
+fn ls_stack(a: &LsArgs) -> Result<i32> {
+    use sheaf_read::{Found, Stack};
+    let arg = a.image.to_string_lossy();
+    let layers = arg
+        .split(',')
+        .map(|p| open_path(Path::new(p)).map(std::sync::Arc::new))
+        .collect::<Result<Vec<_>>>()?;
+    let stack = Stack::new(layers);
+    let path = a.path.as_bytes();
+    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    let start = stack.resolve(path)?;
+    let dir = match start {
+        Found::Dir(d) => d,
+        Found::Node(l, ino) => {
+            let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+            print_entry(&mut o, &stack.layers()[l], &ino, name, a.long)?;
+            return Ok(0);
+        }
+    };
+    let mut todo = vec![(dir, Vec::<u8>::new())];
+    while let Some((dir, prefix)) = todo.pop() {
+        let mut subdirs = Vec::new();
+        for e in stack.read_dir(&dir)? {
+            let img = &stack.layers()[e.layer];
+            let ino = img.inode(e.ino)?;
+            let full = join_name(&prefix, &e.name);
+            print_entry(&mut o, img, &ino, &full, a.long)?;
+            if a.recursive && e.file_type == FileType::Directory {
+                if let Some(Found::Dir(d)) = stack.lookup(&dir, &e.name)? {
+                    subdirs.push((d, full));
+                }
+            }
+        }
+        todo.extend(subdirs.into_iter().rev());
     }
     Ok(0)
 }

@@ -14,12 +14,14 @@ pub mod error;
 pub mod fuzzing;
 pub mod image;
 pub mod source;
+pub mod stack;
 pub mod verify;
 
 pub use cache::Cache;
 pub use error::ReadError;
 pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
 pub use source::{CountingSource, FileSource, MemSource, ObjectStore, Source};
+pub use stack::{Found, MergedDir, Stack, StackEntry};
 
 use std::path::Path;
 use std::sync::Arc;

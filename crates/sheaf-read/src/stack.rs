@@ -1,0 +1,226 @@
+//! A stack of images seen as one tree: layers, later ones win.
+//!
+//! OCI whiteouts are honoured and never shown: `.wh.NAME` in a layer hides
+//! NAME in the layers below it, and a directory holding `.wh..wh..opq` hides
+//! everything below it at that path (it is *opaque*). A file over a
+//! directory hides the directory; a directory over a file hides the file.
+//! Directories present in several layers merge.
+//!
+//! A lookup visits the layers that hold the parent directory, top first, and
+//! stops at the first that answers, so its cost is the number of layers
+//! that have that directory, not the number of layers in the stack.
+
+use crate::error::ReadError;
+use crate::image::{Image, Inode};
+use sheaf_format::FileType;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// The whiteout prefix of a name.
+pub const WHITEOUT_PREFIX: &[u8] = b".wh.";
+/// The entry that makes its directory opaque.
+pub const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
+
+/// A directory of the merged view: the same directory in each layer that
+/// contributes to it, top first.
+#[derive(Debug, Clone)]
+pub struct MergedDir {
+    /// (layer index, directory inode), top layer first.
+    pub parts: Vec<(usize, Inode)>,
+}
+
+/// What a name resolves to in the merged view.
+#[derive(Debug, Clone)]
+pub enum Found {
+    /// A directory, merged across layers.
+    Dir(MergedDir),
+    /// Anything else, from one layer.
+    Node(usize, Inode),
+}
+
+impl Found {
+    /// The layer and inode shown for this entry (a directory shows its top
+    /// layer's attributes).
+    pub fn shown(&self) -> (usize, Inode) {
+        match self {
+            Found::Dir(d) => d.parts[0],
+            Found::Node(l, i) => (*l, *i),
+        }
+    }
+}
+
+/// One entry of a merged directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackEntry {
+    /// Name.
+    pub name: Vec<u8>,
+    /// The layer it is shown from.
+    pub layer: usize,
+    /// Its inode number in that layer's image.
+    pub ino: u32,
+    /// Type.
+    pub file_type: FileType,
+}
+
+/// Images stacked bottom (index 0) to top.
+#[derive(Debug, Clone)]
+pub struct Stack {
+    layers: Vec<Arc<Image>>,
+}
+
+fn whiteout_name(name: &[u8]) -> Vec<u8> {
+    [WHITEOUT_PREFIX, name].concat()
+}
+
+impl Stack {
+    /// A stack of `layers`, bottom first.
+    pub fn new(layers: Vec<Arc<Image>>) -> Stack {
+        Stack { layers }
+    }
+
+    /// The layers, bottom first.
+    pub fn layers(&self) -> &[Arc<Image>] {
+        &self.layers
+    }
+
+    /// Whether directory `d` of `layer` holds an entry `name`.
+    fn has(&self, layer: usize, d: &Inode, name: &[u8]) -> Result<bool, ReadError> {
+        Ok(self.layers[layer].lookup(d, name)?.is_some())
+    }
+
+    /// Add `layer`'s directory `d` and the same directory in the layers
+    /// below, until one is opaque, hides it, or holds a non-directory there.
+    fn merge_down(
+        &self,
+        mut parts: Vec<(usize, Inode)>,
+        lower: &[(usize, Inode)],
+        name: &[u8],
+    ) -> Result<MergedDir, ReadError> {
+        let wh = whiteout_name(name);
+        let mut blocked = {
+            let (l, d) = parts[0];
+            self.has(l, &d, OPAQUE_MARKER)?
+        };
+        for &(l, parent) in lower {
+            if blocked {
+                break;
+            }
+            let img = &self.layers[l];
+            match img.lookup(&parent, name)? {
+                Some(ino) => {
+                    let i = img.inode(ino)?;
+                    if i.file_type() != FileType::Directory {
+                        break;
+                    }
+                    blocked = self.has(l, &i, OPAQUE_MARKER)?;
+                    parts.push((l, i));
+                }
+                None if img.lookup(&parent, &wh)?.is_some() => break,
+                None => {}
+            }
+        }
+        Ok(MergedDir { parts })
+    }
+
+    /// The merged root directory.
+    pub fn root(&self) -> Result<MergedDir, ReadError> {
+        let mut parts = Vec::new();
+        for l in (0..self.layers.len()).rev() {
+            let r = self.layers[l].root()?;
+            let opaque = self.has(l, &r, OPAQUE_MARKER)?;
+            parts.push((l, r));
+            if opaque {
+                break;
+            }
+        }
+        Ok(MergedDir { parts })
+    }
+
+    /// Look `name` up in a merged directory.
+    pub fn lookup(&self, dir: &MergedDir, name: &[u8]) -> Result<Option<Found>, ReadError> {
+        if name.starts_with(WHITEOUT_PREFIX) {
+            return Ok(None);
+        }
+        let wh = whiteout_name(name);
+        for (k, &(l, d)) in dir.parts.iter().enumerate() {
+            let img = &self.layers[l];
+            if let Some(ino) = img.lookup(&d, name)? {
+                let i = img.inode(ino)?;
+                if i.file_type() == FileType::Directory {
+                    let below = &dir.parts[k + 1..];
+                    // A whiteout beside the directory in the same layer
+                    // (an opaque replacement in some writers) hides lower ones.
+                    let below = if img.lookup(&d, &wh)?.is_some() {
+                        &[][..]
+                    } else {
+                        below
+                    };
+                    return Ok(Some(Found::Dir(self.merge_down(
+                        vec![(l, i)],
+                        below,
+                        name,
+                    )?)));
+                }
+                return Ok(Some(Found::Node(l, i)));
+            }
+            if img.lookup(&d, &wh)?.is_some() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Resolve a `/`-separated path from the merged root.
+    pub fn resolve(&self, path: &[u8]) -> Result<Found, ReadError> {
+        let mut cur = Found::Dir(self.root()?);
+        for comp in path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
+            let Found::Dir(d) = &cur else {
+                return Err(ReadError::NotFound(String::from_utf8_lossy(path).into()));
+            };
+            cur = self
+                .lookup(d, comp)?
+                .ok_or_else(|| ReadError::NotFound(String::from_utf8_lossy(path).into()))?;
+        }
+        Ok(cur)
+    }
+
+    /// The entries of a merged directory, sorted by name, whiteouts applied
+    /// and never listed.
+    pub fn read_dir(&self, dir: &MergedDir) -> Result<Vec<StackEntry>, ReadError> {
+        let mut seen: HashSet<Vec<u8>> = HashSet::new();
+        let mut hidden: HashSet<Vec<u8>> = HashSet::new();
+        let mut out = Vec::new();
+        for &(l, d) in &dir.parts {
+            let img = &self.layers[l];
+            let n = img.dir_len(&d)?;
+            let mut whiteouts = Vec::new();
+            for e in img.read_dir(&d, 0, n as usize)? {
+                if e.name == OPAQUE_MARKER {
+                    continue;
+                }
+                if let Some(target) = e.name.strip_prefix(WHITEOUT_PREFIX) {
+                    whiteouts.push(target.to_vec());
+                    continue;
+                }
+                if hidden.contains(&e.name) || !seen.insert(e.name.clone()) {
+                    continue;
+                }
+                // A lower directory under an upper non-directory is hidden
+                // (seen already); an upper directory is shown from its layer.
+                out.push(StackEntry {
+                    name: e.name,
+                    layer: l,
+                    ino: e.ino,
+                    file_type: e.file_type,
+                });
+            }
+            // Whiteouts hide names in the layers below this one only.
+            hidden.extend(whiteouts);
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}

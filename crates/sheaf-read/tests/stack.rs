@@ -1,0 +1,128 @@
+//! The merged view of stacked images: whiteouts, opaque directories, and
+//! file/directory replacement across layers, on images built in-process.
+
+use sheaf_build::{build, BuildOptions, Input, Progress};
+use sheaf_read::{Found, Image, Stack};
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// Build a layer from `(path, content)` entries; a path ending in `/` is a
+/// directory.
+fn layer(dir: &Path, name: &str, entries: &[(&str, &str)]) -> Arc<Image> {
+    let src = dir.join(name);
+    fs::create_dir_all(&src).unwrap();
+    for (p, c) in entries {
+        let at = src.join(p.trim_end_matches('/'));
+        if p.ends_with('/') {
+            fs::create_dir_all(at).unwrap();
+        } else {
+            fs::create_dir_all(at.parent().unwrap()).unwrap();
+            fs::write(at, c).unwrap();
+        }
+    }
+    let out = dir.join(format!("{name}.sheaf"));
+    build(
+        &Input::Dir(src),
+        &out,
+        &BuildOptions::default(),
+        Arc::new(Progress::default()),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    Arc::new(sheaf_read::open_path(&out).unwrap())
+}
+
+fn names(s: &Stack, path: &str) -> Vec<String> {
+    let Found::Dir(d) = s.resolve(path.as_bytes()).unwrap() else {
+        panic!("{path} is not a directory")
+    };
+    s.read_dir(&d)
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8(e.name).unwrap())
+        .collect()
+}
+
+fn content(s: &Stack, path: &str) -> String {
+    let (l, i) = s.resolve(path.as_bytes()).unwrap().shown();
+    let img = &s.layers()[l];
+    let mut b = vec![0u8; i.rec.size as usize];
+    img.read(&i, 0, &mut b).unwrap();
+    String::from_utf8(b).unwrap()
+}
+
+#[test]
+fn whiteouts_opaque_dirs_and_replacements_merge_as_oci_says() {
+    let t = tempfile::tempdir().unwrap();
+    let base = layer(
+        t.path(),
+        "base",
+        &[
+            ("a/x", "base x"),
+            ("a/y", "base y"),
+            ("b/old", "old"),
+            ("b/sub/deep", "deep"),
+            ("c/inside", "in c"),
+            ("d", "file d"),
+            ("keep.txt", "kept"),
+            ("gone.txt", "gone"),
+            ("same.txt", "base"),
+        ],
+    );
+    let mid = layer(
+        t.path(),
+        "mid",
+        &[
+            ("a/.wh.x", ""),
+            ("a/z", "mid z"),
+            ("b/.wh..wh..opq", ""),
+            ("b/new", "new"),
+            ("c", "c is a file now"),
+            ("d/inner", "d is a dir now"),
+            (".wh.gone.txt", ""),
+            ("same.txt", "mid"),
+        ],
+    );
+    let top = layer(
+        t.path(),
+        "top",
+        &[("same.txt", "top"), ("a/x", "x is back")],
+    );
+    let two = Stack::new(vec![base.clone(), mid.clone()]);
+    assert_eq!(
+        names(&two, "/"),
+        ["a", "b", "c", "d", "keep.txt", "same.txt"]
+    );
+    assert_eq!(names(&two, "a"), ["y", "z"]);
+    assert_eq!(names(&two, "b"), ["new"]);
+    assert_eq!(names(&two, "d"), ["inner"]);
+    assert!(matches!(two.resolve(b"c").unwrap(), Found::Node(1, _)));
+    assert_eq!(content(&two, "c"), "c is a file now");
+    assert_eq!(content(&two, "a/y"), "base y");
+    assert_eq!(content(&two, "same.txt"), "mid");
+    for hidden in [
+        "a/x",
+        "b/old",
+        "b/sub",
+        "gone.txt",
+        "a/.wh.x",
+        ".wh.gone.txt",
+        "b/.wh..wh..opq",
+        "c/inside",
+    ] {
+        assert!(
+            two.resolve(hidden.as_bytes()).is_err(),
+            "{hidden} is visible"
+        );
+    }
+    // A third layer brings a whited-out name back and wins over both.
+    let three = Stack::new(vec![base.clone(), mid, top]);
+    assert_eq!(names(&three, "a"), ["x", "y", "z"]);
+    assert_eq!(content(&three, "a/x"), "x is back");
+    assert_eq!(content(&three, "same.txt"), "top");
+    // One layer is the image itself.
+    let one = Stack::new(vec![base]);
+    assert_eq!(names(&one, "b"), ["old", "sub"]);
+}
