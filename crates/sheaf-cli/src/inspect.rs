@@ -10,9 +10,40 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// Paths hidden by whiteouts in `img`, and its opaque directories.
+fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>)> {
+    use sheaf_read::stack::{OPAQUE_MARKER, WHITEOUT_PREFIX};
+    let (mut wh, mut opaque) = (Vec::new(), Vec::new());
+    let mut todo = vec![(img.root()?, Vec::<u8>::new())];
+    while let Some((dir, prefix)) = todo.pop() {
+        let n = img.dir_len(&dir)?;
+        for e in img.read_dir(&dir, 0, n as usize)? {
+            let full = join_name(&prefix, &e.name);
+            if e.name == OPAQUE_MARKER {
+                opaque.push(
+                    String::from_utf8_lossy(if prefix.is_empty() { b"/" } else { &prefix })
+                        .into_owned(),
+                );
+            } else if let Some(t) = e.name.strip_prefix(WHITEOUT_PREFIX) {
+                wh.push(String::from_utf8_lossy(&join_name(&prefix, t)).into_owned());
+            } else if e.file_type == FileType::Directory {
+                todo.push((img.inode(e.ino)?, full));
+            }
+        }
+    }
+    wh.sort();
+    opaque.sort();
+    Ok((wh, opaque))
+}
+
 /// `sheaf info`.
-pub fn info(path: &Path, json: bool) -> Result<i32> {
+pub fn info(path: &Path, json: bool, list_whiteouts: bool) -> Result<i32> {
     let img = open_path(path)?;
+    let (wh, opaque) = if list_whiteouts {
+        whiteouts(&img)?
+    } else {
+        Default::default()
+    };
     let sb = img.superblock();
     let build: serde_json::Value = img
         .build_info()?
@@ -50,6 +81,8 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
             Err(e) => serde_json::json!({"error": e.to_string()}),
         }).collect::<Vec<_>>(),
         "prefetch_blocks": img.prefetch_list()?.len(),
+        "whiteouts": list_whiteouts.then_some(&wh),
+        "opaque_dirs": list_whiteouts.then_some(&opaque),
         "sections": img.sections().iter().map(|s| serde_json::json!({
             "kind": s.kind.id(), "required": s.required(), "offset": s.offset, "length": s.length,
         })).collect::<Vec<_>>(),
@@ -136,6 +169,16 @@ pub fn info(path: &Path, json: bool) -> Result<i32> {
         "built by:     {}",
         build["builder"].as_str().unwrap_or("?")
     )?;
+    if list_whiteouts {
+        writeln!(o, "whiteouts:    {} (hidden in the layers below)", wh.len())?;
+        for p in &wh {
+            writeln!(o, "  {p}")?;
+        }
+        writeln!(o, "opaque dirs:  {}", opaque.len())?;
+        for p in &opaque {
+            writeln!(o, "  {p}/")?;
+        }
+    }
     Ok(0)
 }
 

@@ -43,6 +43,11 @@ enum Cmd {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Also list the layer's whiteouts (`.wh.NAME`: hides NAME in the
+        /// layers below) and opaque directories (`.wh..wh..opq`); walks the
+        /// whole tree.
+        #[arg(long)]
+        whiteouts: bool,
     },
     /// List a directory of an image (like ls).
     Ls(inspect::LsArgs),
@@ -156,7 +161,11 @@ fn main() {
         Cmd::Cache(a) => remote::cache(a),
         Cmd::Optimize(a) => remote::optimize(a),
         Cmd::Build(a) => build::run(a),
-        Cmd::Info { image, json } => inspect::info(&image, json),
+        Cmd::Info {
+            image,
+            json,
+            whiteouts,
+        } => inspect::info(&image, json, whiteouts),
         Cmd::Ls(a) => inspect::ls(a),
         Cmd::Cat { image, path } => inspect::cat(&image, &path),
         Cmd::Extract(a) => extract::run(a),

@@ -42,6 +42,26 @@ fn ls_on_a_stack_shows_the_merged_view() {
             o.describe()
         );
     }
+    // The layer's own whiteouts and opaque directories.
+    let o = sheaf(["info".as_ref(), ti.as_os_str(), "--whiteouts".as_ref()]).ok();
+    assert!(
+        o.text().contains(
+            "whiteouts:    2 (hidden in the layers below)\n  a/x\n  keep\nopaque dirs:  1\n  b/\n"
+        ),
+        "{}",
+        o.text()
+    );
+    let j = json(
+        &sheaf([
+            "info".as_ref(),
+            ti.as_os_str(),
+            "--whiteouts".as_ref(),
+            "--json".as_ref(),
+        ])
+        .ok(),
+    );
+    assert_eq!(j["whiteouts"], serde_json::json!(["a/x", "keep"]));
+    assert_eq!(j["opaque_dirs"], serde_json::json!(["b"]));
     // One missing layer: one line naming it.
     let bad = format!("{},{}", bi.display(), t.path().join("nope.sheaf").display());
     let o = sheaf(["ls", &bad]).fails_with(1);
