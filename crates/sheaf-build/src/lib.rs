@@ -89,17 +89,38 @@ impl TempOut {
             },
         ))
     }
+}
 
-    /// Move the finished file into place. `Err(None)`: the destination
-    /// appeared meanwhile and `force` is off.
-    fn commit(&mut self, force: bool) -> Result<(), Option<std::io::Error>> {
-        if !force && self.dest.symlink_metadata().is_ok() {
-            return Err(None);
-        }
-        std::fs::rename(&self.tmp, &self.dest).map_err(Some)?;
-        self.done = true;
-        Ok(())
+/// Flush and sync a finished image, then move it into place, unless the
+/// build was cancelled or (without `force`) the output appeared meanwhile.
+/// Returns the image's length.
+fn finish_output(
+    out: Out<BufWriter<File>>,
+    guard: &mut TempOut,
+    force: bool,
+    cancel: &AtomicBool,
+) -> Result<u64, BuildError> {
+    let shown = out.path.clone();
+    let out_err = |e: std::io::Error| BuildError::Output {
+        path: shown.clone(),
+        cause: e,
+    };
+    let len = out.pos;
+    let file = out
+        .into_inner()
+        .into_inner()
+        .map_err(|e| out_err(e.into_error()))?;
+    file.sync_all().map_err(out_err)?;
+    drop(file);
+    if cancel.load(Ordering::Relaxed) {
+        return Err(BuildError::Interrupted);
     }
+    if !force && guard.dest.symlink_metadata().is_ok() {
+        return Err(BuildError::Exists(shown));
+    }
+    std::fs::rename(&guard.tmp, &guard.dest).map_err(out_err)?;
+    guard.done = true;
+    Ok(len)
 }
 
 impl Drop for TempOut {
@@ -245,24 +266,7 @@ pub fn build(
     if !opts.force && output.symlink_metadata().is_ok() {
         return Err(BuildError::Exists(shown));
     }
-    let dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let fname = output
-        .file_name()
-        .ok_or_else(|| BuildError::Option(format!("{shown}: not a file name")))?;
-    let tmp = dir.join(format!(
-        ".{}.sheaf-tmp.{}",
-        fname.to_string_lossy(),
-        std::process::id()
-    ));
-    let file = File::create(&tmp).map_err(out_err)?;
-    let mut guard = TempOut {
-        tmp: tmp.clone(),
-        dest: output.to_path_buf(),
-        done: false,
-    };
+    let (file, mut guard) = TempOut::create(output).map_err(out_err)?;
     let threads = if opts.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -467,21 +471,7 @@ pub fn build(
             (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
         ],
     )?;
-    let image_bytes = out.pos;
-    let file = out
-        .into_inner()
-        .into_inner()
-        .map_err(|e| out_err(e.into_error()))?;
-    file.sync_all().map_err(out_err)?;
-    drop(file);
-    if cancel.load(Ordering::Relaxed) {
-        return Err(BuildError::Interrupted);
-    }
-    if !opts.force && output.symlink_metadata().is_ok() {
-        return Err(BuildError::Exists(shown));
-    }
-    std::fs::rename(&guard.tmp, &guard.dest).map_err(out_err)?;
-    guard.done = true;
+    let image_bytes = finish_output(out, &mut guard, opts.force, cancel)?;
     Ok(BuildReport {
         image: output.to_path_buf(),
         image_bytes,

@@ -16,6 +16,7 @@ use sheaf_format::{
 };
 use std::io::BufWriter;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 /// Gives a block's codec and stored bytes, verified, by id and ref.
 pub type StoredBlock<'a> = dyn Fn(u32, &BlockRef) -> Result<(Codec, Vec<u8>), String> + Sync + 'a;
@@ -105,16 +106,5 @@ pub fn rewrite(
             (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
         ],
     )?;
-    let len = out.pos;
-    let file = out
-        .into_inner()
-        .into_inner()
-        .map_err(|e| out_err(e.into_error()))?;
-    file.sync_all().map_err(out_err)?;
-    drop(file);
-    guard.commit(force).map_err(|e| match e {
-        Some(e) => out_err(e),
-        None => BuildError::Exists(shown.clone()),
-    })?;
-    Ok(len)
+    crate::finish_output(out, &mut guard, force, &AtomicBool::new(false))
 }
