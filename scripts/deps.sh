@@ -5,7 +5,8 @@ set -euo pipefail
 # command per package; an empty command means "check with dpkg".
 want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2
       util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3 openssh-client:ssh-keygen nginx-light:nginx
-      findutils:find squid:squid curl:curl)
+      findutils:find squid:squid curl:curl
+      libacl1-dev:)  # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll) ;;
 esac
