@@ -5,7 +5,7 @@ use crate::util::{human, parse_size64};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sheaf_mount::serve::{check_mountpoint, MountConfig};
-use sheaf_mount::{kernel, logging, FsConfig, Readdirplus};
+use sheaf_mount::{kernel, logging, FsConfig, Readdirplus, SheafFs, UnionConfig, UnionFs};
 use sheaf_read::{CountingSource, Image, ImageOptions, Source};
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -65,10 +65,16 @@ Examples:
 #[derive(Args, Debug)]
 #[command(after_long_help = MOUNT_OPTIONS_HELP)]
 pub struct MountArgs {
-    /// The image to mount: a file, or an http(s):// URL (fetched lazily).
-    image: PathBuf,
-    /// An existing, empty directory to mount it on.
-    mountpoint: PathBuf,
+    /// The image(s) to mount (files or http(s):// URLs, fetched lazily),
+    /// then an existing, empty directory to mount on. Several images are
+    /// stacked bottom first, later ones winning (also as BASE,LAYER,...).
+    #[arg(required = true, num_args = 2.., value_name = "IMAGE... MOUNTPOINT")]
+    paths: Vec<PathBuf>,
+    /// Make the mount writable: new and changed files go to DIR (an
+    /// existing directory; whiteouts record deletions), the images never
+    /// change. One writer per DIR; `sheaf commit DIR -o LAYER` packs it.
+    #[arg(long, value_name = "DIR")]
+    upper: Option<PathBuf>,
     /// Mount options, comma-separated (see below).
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
@@ -269,15 +275,42 @@ fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSour
     Ok((Arc::new(img), src))
 }
 
+/// The images of `sheaf mount IMAGE... MP` (an argument that is not an
+/// existing file is split at commas: `BASE,LAYER`).
+pub fn split_layers(args: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for a in args {
+        let s = a.to_string_lossy();
+        if s.contains(',') && !a.exists() && !sheaf_net::is_url(&s) {
+            out.extend(s.split(',').filter(|p| !p.is_empty()).map(PathBuf::from));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
 /// `sheaf mount`.
 pub fn run(a: MountArgs) -> Result<i32> {
     let policy = crate::trust::Policy::load(a.require_signature, a.signers, a.identity)?;
-    mount(
-        &a.image,
-        &a.mountpoint,
+    let (mountpoint, images) = a.paths.split_last().expect("clap requires two");
+    let images = split_layers(images);
+    if images.len() == 1 && a.upper.is_none() {
+        return mount(
+            &images[0],
+            mountpoint,
+            &a.options,
+            a.foreground,
+            false,
+            &policy,
+        );
+    }
+    mount_union(
+        &images,
+        a.upper.as_deref(),
+        mountpoint,
         &a.options,
         a.foreground,
-        false,
         &policy,
     )
 }
@@ -315,6 +348,7 @@ fn mount(
             .to_string()
     };
     let cfg = MountConfig {
+        writable: false,
         mountpoint: mp.clone(),
         fsname,
         fs: FsConfig {
@@ -338,6 +372,108 @@ fn mount(
         dev: p.dev,
         exec: p.exec,
     };
+    let fs_cfg = cfg.fs.clone();
+    serve_mount(&cfg, &p, &signer, started, foreground, move || {
+        SheafFs::new(img, src, fs_cfg)
+    })
+}
+
+/// Mount a stack of images, or an overlay with an upper directory.
+fn mount_union(
+    images: &[PathBuf],
+    upper: Option<&Path>,
+    mountpoint: &Path,
+    options: &[String],
+    foreground: bool,
+    policy: &crate::trust::Policy,
+) -> Result<i32> {
+    let started = Instant::now();
+    let p = parse_options(options, false)?;
+    if p.record.is_some() || p.prefetch.is_some() {
+        bail!("mount options record= and prefetch= apply to a single image");
+    }
+    let mut layers = Vec::new();
+    let mut signers = Vec::new();
+    for image in images {
+        let (img, _src) = open_image(image, p.cache_size)?;
+        if let Some(v) = policy.enforce(&img, image)? {
+            signers.push(format!("{} ({})", v.principals.join(", "), v.fingerprint));
+        }
+        layers.push(img);
+    }
+    let signer = if signers.is_empty() {
+        String::new()
+    } else {
+        format!("; signatures trusted: {}", signers.join("; "))
+    };
+    let mp = check_mountpoint(mountpoint)?;
+    let (upper, lock) = match upper {
+        None => (None, None),
+        Some(dir) => {
+            let abs = dir
+                .canonicalize()
+                .with_context(|| format!("upper directory {}", dir.display()))?;
+            if !abs.is_dir() {
+                bail!("upper directory {}: not a directory", dir.display());
+            }
+            if abs.starts_with(&mp) || mp.starts_with(&abs) {
+                bail!(
+                    "upper directory {} and mountpoint {} must not contain each other",
+                    dir.display(),
+                    mp.display()
+                );
+            }
+            let lock = sheaf_build::upper::lock(&abs, true)?;
+            (Some(abs), Some(lock))
+        }
+    };
+    let fsname = images
+        .iter()
+        .map(|i| {
+            if sheaf_net::is_url(&i.to_string_lossy()) {
+                i.display().to_string()
+            } else {
+                i.canonicalize()
+                    .unwrap_or_else(|_| i.clone())
+                    .display()
+                    .to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(":");
+    let cfg = MountConfig {
+        writable: upper.is_some(),
+        mountpoint: mp.clone(),
+        fsname,
+        fs: FsConfig::default(),
+        threads: p.threads,
+        allow_other: p.allow_other,
+        allow_root: p.allow_root,
+        suid: p.suid,
+        dev: p.dev,
+        exec: p.exec,
+    };
+    let fs = UnionFs::new(
+        layers,
+        UnionConfig {
+            upper,
+            upper_lock: lock,
+        },
+    )?;
+    serve_mount(&cfg, &p, &signer, started, foreground, move || fs)
+}
+
+/// Mount the filesystem `make` builds and serve it: in the foreground, or
+/// from a background process once the mount is ready.
+fn serve_mount<F: sheaf_mount::Filesystem>(
+    cfg: &MountConfig,
+    p: &Parsed,
+    signer: &str,
+    started: Instant,
+    foreground: bool,
+    make: impl FnOnce() -> F,
+) -> Result<i32> {
+    let mp = cfg.mountpoint.clone();
     let prefix = format!("{}: ", mp.display());
     let log_target = |stderr: bool| -> Result<logging::Target> {
         Ok(match &p.log {
@@ -350,7 +486,7 @@ fn mount(
     };
     if foreground {
         logging::init(log_target(true)?, prefix, p.debug);
-        let m = sheaf_mount::serve::mount(&cfg, img, src)?;
+        let m = sheaf_mount::serve::mount(cfg, make())?;
         log::info!(
             "mounted {} in {:.1} ms{signer}",
             cfg.fsname,
@@ -377,7 +513,7 @@ fn mount(
             let mut wr = std::fs::File::from(wr);
             detach();
             logging::init(target, prefix, p.debug);
-            match sheaf_mount::serve::mount(&cfg, img, src) {
+            match sheaf_mount::serve::mount(cfg, make()) {
                 Ok(m) => {
                     log::info!("mounted {}{signer}", cfg.fsname);
                     let _ = wr.write_all(b"K");

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// "Forever" for entry and attribute timeouts (the kernel clamps it).
-const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
+pub(crate) const FOREVER: Duration = Duration::from_secs(u32::MAX as u64);
 /// Entries decoded per batch while filling a readdir buffer (the kernel asks
 /// for 4 KiB: about 100 plain entries or 25 with attributes).
 const DIR_BATCH: usize = 128;
@@ -386,7 +386,7 @@ impl SheafFs {
 }
 
 /// The kernel's 32-bit `new_encode_dev` form of a 64-bit glibc `dev_t`.
-fn encode_dev(dev: u64) -> u32 {
+pub(crate) fn encode_dev(dev: u64) -> u32 {
     let major = libc::major(dev);
     let minor = libc::minor(dev);
     (minor & 0xff) | ((major & 0xfff) << 8) | ((minor & !0xff) << 12)

@@ -18,9 +18,13 @@ pub mod logging;
 pub mod readahead;
 pub mod serve;
 pub mod stats;
+pub mod union;
 
 pub use fs::{FsConfig, Readdirplus, SheafFs};
+/// What a mounted filesystem implements (re-exported for callers of [`serve::mount`]).
+pub use fuser::Filesystem;
 pub use serve::{MountConfig, MountError, Mounted};
+pub use union::{UnionConfig, UnionError, UnionFs};
 
 /// Name of the hidden xattr on the mount's root that returns live statistics
 /// as JSON (read by `sheaf stats`); it is never listed by `listxattr`.

@@ -1,13 +1,11 @@
 //! Mount an image and serve it until it is unmounted or the process is told
 //! to stop.
 
-use crate::fs::{FsConfig, SheafFs};
+use crate::fs::FsConfig;
 use crate::kernel::{self, Connection, KernelError};
-use fuser::{Config, Session, SessionACL};
-use sheaf_read::{CountingSource, Image};
+use fuser::{Config, Filesystem, Session, SessionACL};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Everything a mount needs besides the image.
 #[derive(Debug, Clone)]
@@ -30,6 +28,9 @@ pub struct MountConfig {
     pub dev: bool,
     /// Allow executing programs from the mount.
     pub exec: bool,
+    /// Mount read-write (an overlay with an upper directory); otherwise the
+    /// kernel refuses every write with EROFS before asking us.
+    pub writable: bool,
 }
 
 /// Why a mount failed; each renders as one line naming the thing.
@@ -109,22 +110,19 @@ pub fn check_fuse_device() -> Result<(), MountError> {
     }
 }
 
-/// A mounted image that is not served yet.
-pub struct Mounted {
-    session: Session<SheafFs>,
+/// A mounted filesystem that is not served yet.
+pub struct Mounted<F: Filesystem> {
+    session: Session<F>,
     conn: Connection,
     mountpoint: PathBuf,
     signals: libc::sigset_t,
 }
 
-/// Mount `img` (whose bytes come through `src`) as described by `cfg`. On
-/// return the kernel has accepted the connection: the mount is visible and
-/// requests queue until [`Mounted::serve`] runs.
-pub fn mount(
-    cfg: &MountConfig,
-    img: Arc<Image>,
-    src: Arc<CountingSource>,
-) -> Result<Mounted, MountError> {
+/// Mount `fs` (a [`crate::SheafFs`] for one image, a [`crate::UnionFs`] for
+/// a stack or an overlay) as described by `cfg`. On return the kernel has
+/// accepted the connection: the mount is visible and requests queue until
+/// [`Mounted::serve`] runs.
+pub fn mount<F: Filesystem>(cfg: &MountConfig, fs: F) -> Result<Mounted<F>, MountError> {
     check_fuse_device()?;
     // One malloc arena: request threads free blocks other threads allocated,
     // and per-thread arenas each kept their own freed multi-MiB holes.
@@ -135,7 +133,10 @@ pub fn mount(
         path: cfg.mountpoint.clone(),
         cause,
     })?;
-    let mut opts: Vec<String> = vec!["ro".into(), "default_permissions".into()];
+    let mut opts: Vec<String> = vec![
+        if cfg.writable { "rw" } else { "ro" }.into(),
+        "default_permissions".into(),
+    ];
     opts.push("subtype=sheaf".into());
     opts.push(if cfg.suid { "suid" } else { "nosuid" }.into());
     opts.push(if cfg.dev { "dev" } else { "nodev" }.into());
@@ -163,7 +164,6 @@ pub fn mount(
     let mut fc = Config::default();
     fc.n_threads = Some(cfg.threads.max(1));
     fc.clone_fd = true;
-    let fs = SheafFs::new(img, src, cfg.fs.clone());
     let session = Session::from_fd(fs, fd, acl, fc).map_err(|cause| MountError::Handshake {
         path: cfg.mountpoint.clone(),
         cause,
@@ -176,7 +176,7 @@ pub fn mount(
     })
 }
 
-impl Mounted {
+impl<F: Filesystem> Mounted<F> {
     /// Serve requests until the filesystem is unmounted. SIGINT, SIGTERM and
     /// SIGHUP unmount it (lazily, so open files do not keep it alive).
     pub fn serve(self) -> io::Result<()> {
