@@ -1,15 +1,23 @@
 //! Building sheaf images.
 //!
 //! Owns the write side of the pipeline: scanning a directory or reading a
-//! tar stream ([`scan`], [`tar_input`]), deciding the packing order, cutting
-//! data into blocks, dedup and parallel compression ([`pack`]), and encoding
-//! metadata into paged streams ([`meta`]). It knows the format through
-//! `sheaf-format` and nothing about reading images back, caches or mounts.
+//! tar stream ([`scan`], [`tar_input`]) or a caller's stream of entries
+//! ([`entries`], how `sheaf merge` flattens stacked images), deciding the
+//! packing order, cutting data into blocks, dedup and parallel compression
+//! ([`pack`]), and encoding metadata into paged streams ([`meta`]). It knows
+//! the format through `sheaf-format` and nothing about reading images back,
+//! caches or mounts.
+//!
+//! [`upper`] owns the upper directory of a writable overlay: its whiteout
+//! and temporary-file names, the checks `sheaf commit` applies when packing
+//! it as a layer ([`Input::Upper`]), and [`upper::lock`], the `flock` that a
+//! writable mount (exclusive) and a commit (shared) both take on it.
 //!
 //! The output is written to a temporary file beside the target and renamed
 //! into place only when complete, so an interrupted or failed build never
 //! leaves anything under the target name.
 
+pub mod entries;
 pub mod meta;
 pub mod options;
 pub mod pack;
@@ -17,6 +25,7 @@ pub mod rewrite;
 pub mod scan;
 pub mod tar_input;
 pub mod tree;
+pub mod upper;
 
 pub use options::{BuildError, BuildOptions, Compression, Input};
 pub use pack::Progress;
@@ -294,7 +303,7 @@ pub fn build(
     }
 
     let mut tree = match input {
-        Input::Dir(src) => {
+        Input::Dir(src) | Input::Upper(src) => {
             // Never pack the image into itself when it is written inside SOURCE.
             let mut skip = Vec::new();
             for p in [&guard.tmp, &guard.dest] {
@@ -303,7 +312,18 @@ pub fn build(
                     skip.push((m.dev(), m.ino()));
                 }
             }
-            let mut tree = scan::scan_dir(src, opts, &mut problems, &skip)?;
+            let upper = matches!(input, Input::Upper(_));
+            let mut tree = if upper {
+                // The overlay's temporary files are left out (not recorded
+                // as an option: they are never part of a layer).
+                let mut o = opts.clone();
+                o.exclude.push(upper::TEMP_GLOB.to_string());
+                let tree = scan::scan_dir(src, &o, &mut problems, &skip)?;
+                upper::check_whiteouts(&tree, src)?;
+                tree
+            } else {
+                scan::scan_dir(src, opts, &mut problems, &skip)?
+            };
             let (order, index) = packing_order(&tree, &prefetch);
             progress
                 .total_files
@@ -376,6 +396,9 @@ pub fn build(
             })?;
             let name = p.display().to_string();
             tar_input::read_tar(f, &name, opts, &mut packer, &mut problems, cancel)?
+        }
+        Input::Entries(src) => {
+            entries::read_entries(&**src, opts, &mut packer, &mut problems, cancel)?
         }
         Input::TarStdin => tar_input::read_tar(
             std::io::stdin().lock(),
