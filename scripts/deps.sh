@@ -5,7 +5,7 @@ set -euo pipefail
 # command per package; an empty command means "check with dpkg".
 want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2
       util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3 openssh-client:ssh-keygen nginx-light:nginx
-      findutils:find squid:squid curl:curl
+      findutils:find squid:squid curl:curl openssh-server:/usr/sbin/sshd sshfs:sshfs
       libacl1-dev:)  # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll) ;;
@@ -29,6 +29,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   # system squid the package may have started is not wanted.
   if [[ " ${missing[*]} " == *" squid "* ]]; then
     $SUDO service squid stop >/dev/null 2>&1 || true
+  fi
+  # Likewise sshd: the tests start their own (own config, keys, loopback port);
+  # the system one the package may have started on port 22 must not stay.
+  if [[ " ${missing[*]} " == *" openssh-server "* ]]; then
+    $SUDO service ssh stop >/dev/null 2>&1 || true
+    if [ -d /run/systemd/system ]; then
+      $SUDO systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+    fi
   fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then

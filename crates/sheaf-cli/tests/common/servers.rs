@@ -1,8 +1,11 @@
-//! Real servers on loopback for the HTTP tests, each a child process killed
-//! on drop: [`Nginx`] (a static file server with Range support), [`Squid`]
-//! (a caching forward proxy) and [`FaultProxy`] (a proxy that corrupts,
-//! truncates, fails, slows or hangs on demand: tests/support/faultproxy.py).
+//! Real servers on loopback for the HTTP and SSH tests, each a child process
+//! killed on drop: [`Nginx`] (a static file server with Range support),
+//! [`Squid`] (a caching forward proxy), [`FaultProxy`] (a proxy that
+//! corrupts, truncates, fails, slows or hangs on demand:
+//! tests/support/faultproxy.py) and [`Sshd`] (an OpenSSH server with its own
+//! keys, for `ssh` and sshfs, [`SshfsMount`]).
 
+use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -508,4 +511,498 @@ impl Drop for FaultProxy {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A real OpenSSH server on 127.0.0.1 (`/usr/sbin/sshd -D -e -f CONFIG`)
+/// with its own host key, one client key (both ed25519, made by ssh-keygen),
+/// authorized_keys, config, pid file and log in its own directory. Public-key
+/// logins only; no PAM, so no MOTD or session noise on stdout (sftp needs a
+/// clean channel). Logs in as the user running the tests (`user`, which a test
+/// may change to another local user when running as root).
+///
+/// The session's PATH is sshd's built-in minimal one: run the binary under
+/// test by its absolute path ([`bin()`](super::bin) is one). Variables passed
+/// to [`start_with_env`](Self::start_with_env) are set in every session
+/// (sshd's `SetEnv`), e.g. `SHEAF_CACHE_DIR`; the client may also send
+/// `SHEAF_*`, `LANG` and `LC_*` (`AcceptEnv`).
+///
+/// On drop (or [`stop`](Self::stop)) every process it started (connections,
+/// sessions, their commands) gets SIGTERM, then SIGKILL if still there after
+/// 5 s, and the server is killed. Declare an [`SshfsMount`] after its `Sshd`
+/// so that it is dropped (unmounted) first.
+pub struct Sshd {
+    child: Child,
+    pub port: u16,
+    /// Its config, keys, authorized_keys, pid file and log.
+    pub dir: PathBuf,
+    /// The client's private key (`-i`).
+    pub key: PathBuf,
+    /// The user `ssh()` and sshfs log in as.
+    pub user: String,
+    /// sshd's log (`-e`: everything it would send to syslog).
+    pub log: PathBuf,
+}
+
+/// sshd's path: it must be absolute (sshd re-executes itself per connection).
+fn sshd_program() -> PathBuf {
+    let p = program("sshd");
+    assert!(
+        p.is_absolute() && p.is_file(),
+        "sshd not found (apt-get install openssh-server, or scripts/deps.sh)"
+    );
+    p
+}
+
+impl Sshd {
+    /// Start sshd with its files in `dir/sshd-PORT`; returns once it accepts
+    /// connections.
+    pub fn start(dir: &Path) -> Sshd {
+        Sshd::start_with_env(dir, &[])
+    }
+
+    /// [`start`](Self::start), with these variables set in every session.
+    pub fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Sshd {
+        let sshd = sshd_program();
+        let port = free_port();
+        let sd = dir.join(format!("sshd-{port}"));
+        fs::create_dir_all(&sd).unwrap();
+        let sd = sd.canonicalize().unwrap();
+        // ssh_command for sshfs is split on spaces, and config values too.
+        assert!(
+            !sd.to_string_lossy().contains(char::is_whitespace),
+            "Sshd: no spaces in {}",
+            sd.display()
+        );
+        let d = sd.display();
+        let keygen = |file: &str, comment: &str| {
+            let o = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
+                .arg(sd.join(file))
+                .stdin(Stdio::null())
+                .output()
+                .expect("ssh-keygen (apt-get install openssh-client)");
+            assert!(
+                o.status.success(),
+                "ssh-keygen -f {file}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        keygen("host_ed25519_key", "sheaf-test-host");
+        keygen("client_ed25519_key", "sheaf-test-client");
+        fs::copy(
+            sd.join("client_ed25519_key.pub"),
+            sd.join("authorized_keys"),
+        )
+        .unwrap();
+        // sshd refuses to start without its privilege separation directory
+        // (root-owned, not group/world writable); a fresh container lacks it.
+        let privsep = Path::new("/run/sshd");
+        if !privsep.is_dir() && super::is_root() {
+            fs::create_dir_all(privsep).unwrap();
+            fs::set_permissions(privsep, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let setenv: String = env
+            .iter()
+            .map(|(k, v)| {
+                assert!(
+                    !k.is_empty() && !k.contains(['=', ' ', '"']) && !v.contains(['"', '\n']),
+                    "Sshd: bad SetEnv {k}={v}"
+                );
+                format!("SetEnv \"{k}={v}\"\n")
+            })
+            .collect();
+        let sftp = Path::new("/usr/lib/openssh/sftp-server");
+        let subsystem = if sftp.is_file() {
+            sftp.display().to_string()
+        } else {
+            "internal-sftp".to_string()
+        };
+        // Gotchas: the system config is never read (-f); StrictModes no
+        // because the temporary directories may be group/world readable; no
+        // PAM (it would want a password or print session messages), which
+        // also means sshd checks the account is not locked (`!` in shadow).
+        let conf = sd.join("sshd_config");
+        fs::write(
+            &conf,
+            format!(
+                "# Written by the sheaf tests (tests/common/servers.rs).\n\
+                 Port {port}\n\
+                 ListenAddress 127.0.0.1\n\
+                 AddressFamily inet\n\
+                 HostKey {d}/host_ed25519_key\n\
+                 PidFile {d}/sshd.pid\n\
+                 AuthorizedKeysFile {d}/authorized_keys\n\
+                 PubkeyAuthentication yes\n\
+                 PasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\n\
+                 PermitRootLogin prohibit-password\n\
+                 StrictModes no\n\
+                 UsePAM no\n\
+                 UseDNS no\n\
+                 PrintMotd no\n\
+                 PrintLastLog no\n\
+                 X11Forwarding no\n\
+                 AllowTcpForwarding no\n\
+                 PermitUserEnvironment no\n\
+                 MaxStartups 100\n\
+                 MaxSessions 100\n\
+                 LogLevel VERBOSE\n\
+                 AcceptEnv LANG LC_* SHEAF_*\n\
+                 {setenv}\
+                 Subsystem sftp {subsystem}\n"
+            ),
+        )
+        .unwrap();
+        let log = sd.join("sshd.log");
+        let out = fs::File::create(&log).unwrap();
+        let mut child = Command::new(&sshd)
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(&conf)
+            .current_dir(&sd)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", sshd.display()));
+        wait_port(&mut child, port, "sshd", &log, Duration::from_secs(20));
+        Sshd {
+            child,
+            port,
+            key: sd.join("client_ed25519_key"),
+            dir: sd,
+            user: current_user(),
+            log,
+        }
+    }
+
+    /// The ssh client options that reach this server (no destination): the
+    /// port, the key and nothing else (no user or system ssh config, no
+    /// agent keys, no known_hosts, no prompts, only errors on stderr).
+    pub fn ssh_options(&self) -> Vec<String> {
+        let mut v: Vec<String> = [
+            "-F",
+            "/dev/null",
+            "-p",
+            &self.port.to_string(),
+            "-i",
+            &self.key.to_string_lossy(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for o in [
+            "IdentitiesOnly=yes",
+            "UserKnownHostsFile=/dev/null",
+            "GlobalKnownHostsFile=/dev/null",
+            "StrictHostKeyChecking=no",
+            "BatchMode=yes",
+            "LogLevel=ERROR",
+            "ConnectTimeout=20",
+        ] {
+            v.push("-o".into());
+            v.push(o.into());
+        }
+        v
+    }
+
+    /// `USER@127.0.0.1`.
+    pub fn destination(&self) -> String {
+        format!("{}@127.0.0.1", self.user)
+    }
+
+    /// `ssh OPTIONS USER@127.0.0.1`, stdin closed: append the remote command
+    /// (one string for the remote shell, or several words it joins with
+    /// spaces). Its exit code is the remote command's (255: ssh failed).
+    pub fn ssh(&self) -> Command {
+        let mut c = Command::new("ssh");
+        c.args(self.ssh_options())
+            .arg(self.destination())
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `ssh OPTIONS` as one string, for sshfs's `ssh_command=` (which splits
+    /// it on spaces).
+    pub fn ssh_command(&self) -> String {
+        let mut v = vec!["ssh".to_string()];
+        v.extend(self.ssh_options());
+        v.join(" ")
+    }
+
+    /// The arguments of `sshfs` (program name excluded) that mount
+    /// `remote_path` on `mountpoint` through this server, with
+    /// `sftp_server`, when non-empty, as the remote command serving SFTP on
+    /// its stdin/stdout (a value with a `/` is run by the remote shell as a
+    /// plain command, e.g. `/usr/lib/openssh/sftp-server` or `SHEAF run
+    /// --mount IMG:/data -- /usr/lib/openssh/sftp-server`; empty means the
+    /// server's `sftp` subsystem). `-f`: sshfs stays in the foreground until
+    /// unmounted. Commas are escaped for FUSE's option parser.
+    pub fn sshfs_args(
+        &self,
+        sftp_server: &str,
+        remote_path: &str,
+        mountpoint: &Path,
+    ) -> Vec<OsString> {
+        let esc = |s: &str| s.replace('\\', "\\\\").replace(',', "\\,");
+        let mut v: Vec<OsString> = vec!["-f".into(), "-o".into()];
+        v.push(format!("ssh_command={}", esc(&self.ssh_command())).into());
+        if !sftp_server.is_empty() {
+            v.push("-o".into());
+            v.push(format!("sftp_server={}", esc(sftp_server)).into());
+        }
+        v.push(format!("{}:{remote_path}", self.destination()).into());
+        v.push(mountpoint.into());
+        v
+    }
+
+    /// Mount `remote_path` on `mountpoint` (created if missing) with sshfs
+    /// through this server ([`sshfs_args`](Self::sshfs_args)); returns once
+    /// the mount answers (sshfs mounts first and connects after, so a stat of
+    /// the root waits for the remote command to serve). Panics, with sshfs's
+    /// output (which has the remote command's stderr), if sshfs exits, the
+    /// stat fails or 30 s pass; nothing stays mounted then. The guard
+    /// unmounts it when dropped.
+    pub fn sshfs(&self, sftp_server: &str, remote_path: &str, mountpoint: &Path) -> SshfsMount {
+        fs::create_dir_all(mountpoint).unwrap();
+        let mp = mountpoint.canonicalize().unwrap();
+        let log = self.dir.join(format!(
+            "sshfs-{}.log",
+            mp.to_string_lossy().replace('/', "_")
+        ));
+        let out = fs::File::create(&log).unwrap();
+        let child = Command::new("sshfs")
+            .args(self.sshfs_args(sftp_server, remote_path, &mp))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("sshfs (apt-get install sshfs, or scripts/deps.sh)");
+        let mut m = SshfsMount {
+            child: Some(child),
+            mountpoint: mp.clone(),
+            log,
+        };
+        let fail = |m: &mut SshfsMount, why: String| -> ! {
+            // Let sshfs finish writing what the remote side said, then make
+            // sure nothing stays mounted.
+            let st = m.child.as_mut().map(|c| {
+                let t0 = Instant::now();
+                loop {
+                    match c.try_wait() {
+                        Ok(Some(st)) => break st.to_string(),
+                        Ok(None) if t0.elapsed() < Duration::from_secs(5) => {
+                            std::thread::sleep(Duration::from_millis(20))
+                        }
+                        _ => break "still running: killed".to_string(),
+                    }
+                }
+            });
+            if is_mount_point(&m.mountpoint) {
+                let _ = fusermount_u(&m.mountpoint, true);
+            }
+            m.wait_sshfs();
+            panic!(
+                "sshfs {sftp_server:?} {remote_path:?} on {}: {why} (sshfs: {}); {}:\n{}\nsshd {}:\n{}",
+                m.mountpoint.display(),
+                st.unwrap_or_default(),
+                m.log.display(),
+                tail(&m.log, 30),
+                self.log.display(),
+                tail(&self.log, 20)
+            );
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !is_mount_point(&mp) {
+            if let Ok(Some(_)) = m.child.as_mut().unwrap().try_wait() {
+                fail(&mut m, "exited before mounting".into());
+            }
+            if Instant::now() > deadline {
+                fail(&mut m, "not mounted within 30 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // In a thread: a stat of a mount whose server hangs would block.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = mp.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(fs::metadata(&root).map(|_| ()));
+        });
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Ok(())) => m,
+            Ok(Err(e)) => fail(&mut m, format!("stat of the mount's root: {e}")),
+            Err(_) => fail(&mut m, "no answer to a stat within 30 s".into()),
+        }
+    }
+
+    /// sshd's log so far.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stop the server and everything it started (see the type's doc).
+    pub fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        // Sessions first, while the listener is alive to reap its children:
+        // SIGTERM lets a remote command (e.g. `sheaf run`) clean up.
+        let desc = descendants(self.child.id());
+        for &p in &desc {
+            unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
+        }
+        let t0 = Instant::now();
+        while desc.iter().any(|&p| alive(p)) && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for &p in &desc {
+            if alive(p) {
+                unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// An sshfs mount from [`Sshd::sshfs`]: on drop, `fusermount3 -u` (lazily
+/// if busy), then sshfs is waited for (killed after 10 s).
+pub struct SshfsMount {
+    child: Option<Child>,
+    pub mountpoint: PathBuf,
+    /// sshfs's stdout and stderr, with ssh's and the remote command's stderr.
+    pub log: PathBuf,
+}
+
+impl SshfsMount {
+    /// Unmount now; `Err` with fusermount3's message if it fails (e.g. busy),
+    /// the mount then stays (drop unmounts lazily).
+    pub fn unmount(&mut self) -> Result<(), String> {
+        if self.child.is_none() {
+            return Ok(());
+        }
+        fusermount_u(&self.mountpoint, false)?;
+        self.wait_sshfs();
+        Ok(())
+    }
+
+    /// What sshfs (and the remote command) wrote so far.
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_sshfs(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let t0 = Instant::now();
+            while matches!(c.try_wait(), Ok(None)) && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for SshfsMount {
+    fn drop(&mut self) {
+        if self.child.is_none() {
+            return;
+        }
+        if fusermount_u(&self.mountpoint, false).is_err() {
+            let _ = fusermount_u(&self.mountpoint, true);
+        }
+        self.wait_sshfs();
+    }
+}
+
+/// `fusermount3 -u [-z] MP`.
+fn fusermount_u(mp: &Path, lazy: bool) -> Result<(), String> {
+    let mut c = Command::new("fusermount3");
+    c.arg(if lazy { "-uz" } else { "-u" }).arg(mp);
+    match c.stdin(Stdio::null()).output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "fusermount3 -u {}: {}",
+            mp.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Err(format!("fusermount3: {e}")),
+    }
+}
+
+/// Whether something is mounted at `mp` (an absolute, canonical path), by
+/// /proc/self/mountinfo.
+pub fn is_mount_point(mp: &Path) -> bool {
+    let want = mp.to_string_lossy();
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|m| unescape_mountinfo(m) == want)
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// The name of the user running the tests.
+fn current_user() -> String {
+    let pw = unsafe { libc::getpwuid(libc::geteuid()) };
+    assert!(!pw.is_null(), "no passwd entry for uid {}", unsafe {
+        libc::geteuid()
+    });
+    unsafe { std::ffi::CStr::from_ptr((*pw).pw_name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Every process descended from `pid` (not `pid` itself), by /proc.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent = Vec::new();
+    if let Ok(rd) = fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            if let Some(pp) = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1))
+                .and_then(|x| x.parse::<u32>().ok())
+            {
+                parent.push((p, pp));
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out.remove(0);
+    out
 }
