@@ -3,7 +3,7 @@
 use crate::util::{cancel_flag, human, parse_size, stderr_is_tty};
 use anyhow::{bail, Context, Result};
 use sheaf_build::{BuildOptions, Compression, Input, Progress};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +27,22 @@ pub struct BuildArgs {
     /// The image to write.
     #[arg(short, long, value_name = "IMAGE")]
     output: PathBuf,
+    #[command(flatten)]
+    image: ImageArgs,
+    /// Files a workload reads first (one path per line, relative to SOURCE,
+    /// as `sheaf mount -o record=FILE` writes): their data is placed first
+    /// and contiguously, and mounts fetch their blocks ahead of the workload.
+    #[arg(long, value_name = "FILE")]
+    prefetch: Option<PathBuf>,
+    /// Skip unreadable entries instead of failing; they are listed at the end.
+    #[arg(long)]
+    skip_errors: bool,
+}
+
+/// The options of every command that writes an image (`build`, `commit`,
+/// `merge`): how it is compressed and normalised, and how the run reports.
+#[derive(clap::Args, Debug)]
+pub struct ImageArgs {
     /// Compression: zstd[:1-22] (default zstd:12), lz4, xz[:0-9], none, or auto[:LEVEL]
     /// (per block, the smallest of zstd, lz4 and xz; data that does not shrink is stored raw).
     #[arg(short, long, default_value = "zstd:12", value_name = "CODEC[:LEVEL]")]
@@ -56,14 +72,6 @@ pub struct BuildArgs {
     /// SOURCE_DATE_EPOCH, if set, clamps later mtimes to its value.
     #[arg(long, value_name = "T")]
     mtime: Option<i64>,
-    /// Files a workload reads first (one path per line, relative to SOURCE,
-    /// as `sheaf mount -o record=FILE` writes): their data is placed first
-    /// and contiguously, and mounts fetch their blocks ahead of the workload.
-    #[arg(long, value_name = "FILE")]
-    prefetch: Option<PathBuf>,
-    /// Skip unreadable entries instead of failing; they are listed at the end.
-    #[arg(long)]
-    skip_errors: bool,
     /// Replace IMAGE if it exists.
     #[arg(short, long)]
     force: bool,
@@ -85,37 +93,49 @@ fn parse_owner(s: &str) -> Result<(u32, u32)> {
     ))
 }
 
+impl ImageArgs {
+    /// The build options these flags ask for (and SOURCE_DATE_EPOCH).
+    pub fn options(&self) -> Result<BuildOptions> {
+        let compression = Compression::parse(&self.compression).map_err(anyhow::Error::msg)?;
+        let clamp =
+            match std::env::var("SOURCE_DATE_EPOCH") {
+                Ok(v) if !v.is_empty() => Some(v.trim().parse::<i64>().with_context(|| {
+                    format!("SOURCE_DATE_EPOCH='{v}' is not a number of seconds")
+                })?),
+                _ => None,
+            };
+        let block_size =
+            parse_size(&self.block_size).map_err(|e| anyhow::anyhow!("--block-size: {e}"))?;
+        Ok(BuildOptions {
+            compression,
+            block_size,
+            pack_size: match &self.pack_size {
+                Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--pack-size: {e}"))?,
+                None => sheaf_build::options::DEFAULT_PACK_SIZE,
+            },
+            page_size: parse_size(&self.page_size)
+                .map_err(|e| anyhow::anyhow!("--page-size: {e}"))?,
+            threads: self.threads.unwrap_or(0),
+            exclude: self.exclude.clone(),
+            owner: self.owner.as_deref().map(parse_owner).transpose()?,
+            mtime: self.mtime,
+            clamp_mtime: clamp,
+            skip_errors: false,
+            force: self.force,
+            prefetch: Vec::new(),
+        })
+    }
+}
+
 /// Run `sheaf build`.
 pub fn run(a: BuildArgs) -> Result<i32> {
-    let compression = Compression::parse(&a.compression).map_err(anyhow::Error::msg)?;
-    let clamp = match std::env::var("SOURCE_DATE_EPOCH") {
-        Ok(v) if !v.is_empty() => Some(
-            v.trim()
-                .parse::<i64>()
-                .with_context(|| format!("SOURCE_DATE_EPOCH='{v}' is not a number of seconds"))?,
-        ),
-        _ => None,
-    };
-    let block_size = parse_size(&a.block_size).map_err(|e| anyhow::anyhow!("--block-size: {e}"))?;
     let opts = BuildOptions {
-        compression,
-        block_size,
-        pack_size: match &a.pack_size {
-            Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--pack-size: {e}"))?,
-            None => sheaf_build::options::DEFAULT_PACK_SIZE,
-        },
-        page_size: parse_size(&a.page_size).map_err(|e| anyhow::anyhow!("--page-size: {e}"))?,
-        threads: a.threads.unwrap_or(0),
-        exclude: a.exclude,
-        owner: a.owner.as_deref().map(parse_owner).transpose()?,
-        mtime: a.mtime,
-        clamp_mtime: clamp,
         skip_errors: a.skip_errors,
-        force: a.force,
         prefetch: match &a.prefetch {
             Some(f) => crate::util::read_path_list(f)?,
             None => Vec::new(),
         },
+        ..a.image.options()?
     };
     let input = if a.source.as_os_str() == "-" {
         // SAFETY: isatty on a constant fd.
@@ -130,6 +150,19 @@ pub fn run(a: BuildArgs) -> Result<i32> {
             Err(e) => bail!("{}: {e}", a.source.display()),
         }
     };
+    write_image(&input, &a.output, &opts, &a.image, serde_json::json!({}))
+}
+
+/// Build `input` into `output` with a progress bar on a terminal, then the
+/// summary line on stderr or (`--json`) the report on stdout, with the
+/// fields of `extra` added to it.
+pub fn write_image(
+    input: &Input,
+    output: &Path,
+    opts: &BuildOptions,
+    a: &ImageArgs,
+    extra: serde_json::Value,
+) -> Result<i32> {
     let progress = Arc::new(Progress::default());
     let cancel = cancel_flag();
     let start = Instant::now();
@@ -139,7 +172,7 @@ pub fn run(a: BuildArgs) -> Result<i32> {
         let (p, done) = (progress.clone(), done.clone());
         std::thread::spawn(move || progress_bar(&p, &done))
     });
-    let result = sheaf_build::build(&input, &a.output, &opts, progress.clone(), cancel);
+    let result = sheaf_build::build(input, output, opts, progress.clone(), cancel);
     done.store(true, Ordering::SeqCst);
     if let Some(t) = bar_thread {
         let _ = t.join();
@@ -149,6 +182,9 @@ pub fn run(a: BuildArgs) -> Result<i32> {
     if a.json {
         let mut v = serde_json::to_value(&rep)?;
         v["seconds"] = serde_json::json!(secs);
+        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            v.extend(extra.clone());
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if !a.quiet {
         let ratio = rep.image_bytes as f64 / rep.logical_bytes.max(1) as f64;

@@ -5,6 +5,7 @@
 mod build;
 mod extract;
 mod inspect;
+mod layers;
 mod mount;
 mod remote;
 mod trust;
@@ -36,6 +37,12 @@ struct Cli {
 enum Cmd {
     /// Pack a directory or tar archive into an image.
     Build(build::BuildArgs),
+    /// Pack the upper directory of a writable mount into a layer image
+    /// (whiteouts kept) that stacks on the same images.
+    Commit(layers::CommitArgs),
+    /// Flatten a stack of layers (bottom first, later layers win) into one
+    /// image, whiteouts applied.
+    Merge(layers::MergeArgs),
     /// Summarise an image: entries, sizes, compression, dedup, root digest.
     Info {
         /// The image.
@@ -161,6 +168,8 @@ fn main() {
         Cmd::Cache(a) => remote::cache(a),
         Cmd::Optimize(a) => remote::optimize(a),
         Cmd::Build(a) => build::run(a),
+        Cmd::Commit(a) => layers::commit(a),
+        Cmd::Merge(a) => layers::merge(a),
         Cmd::Info {
             image,
             json,

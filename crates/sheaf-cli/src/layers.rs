@@ -1,0 +1,256 @@
+//! `sheaf commit` (an overlay's upper directory becomes a layer) and
+//! `sheaf merge` (a stack of layers becomes one flat image).
+
+use crate::build::{write_image, ImageArgs};
+use anyhow::Result;
+use sheaf_build::entries::{Entry, EntryKind, EntrySource};
+use sheaf_build::{BuildError, Input};
+use sheaf_format::FileType;
+use sheaf_read::{Found, Image, Inode, MergedDir, Stack, StackEntry};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Arguments of `sheaf commit`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  sheaf mount base.sheaf /mnt/work --upper changes/   # edit, then sheaf umount /mnt/work
+  sheaf commit changes/ -o project.sheaf
+  sheaf ls -R base.sheaf,project.sheaf                # the layer on its base
+
+DIR is read as an overlay writes it: new and changed entries as they are,
+a deleted lower entry NAME as an empty file .wh.NAME, a directory whose
+lower contents are hidden holding an empty file .wh..wh..opq; these are
+kept as OCI whiteouts. The overlay's temporary files (.wh..sheaf-*) are left
+out. Refused while a writable mount uses DIR.")]
+pub struct CommitArgs {
+    /// The upper directory of a writable mount (`sheaf mount ... --upper DIR`).
+    dir: PathBuf,
+    /// The layer image to write.
+    #[arg(short, long, value_name = "LAYER")]
+    output: PathBuf,
+    #[command(flatten)]
+    image: ImageArgs,
+}
+
+/// Run `sheaf commit`.
+pub fn commit(a: CommitArgs) -> Result<i32> {
+    let opts = a.image.options()?;
+    // Held until the layer is written: a writable mount cannot start meanwhile.
+    let lock = sheaf_build::upper::lock(&a.dir, false)?;
+    let r = write_image(
+        &Input::Upper(a.dir.clone()),
+        &a.output,
+        &opts,
+        &a.image,
+        serde_json::json!({ "upper": a.dir.display().to_string() }),
+    );
+    drop(lock);
+    r
+}
+
+/// Arguments of `sheaf merge`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  sheaf merge base.sheaf project.sheaf personal.sheaf -o flat.sheaf
+  sheaf merge https://files.example.org/base.sheaf project.sheaf -o flat.sheaf -c xz:9
+
+The result is what `sheaf ls -R BASE,LAYER,...` shows: later layers win,
+whiteouts and opaque directories are applied and none is left in the image.
+Directories take the attributes of the topmost layer holding them. Files
+are packed in merged-tree order, each layer's data read once.")]
+pub struct MergeArgs {
+    /// The layers, bottom first (files or URLs).
+    #[arg(required = true, value_name = "IMAGE")]
+    images: Vec<PathBuf>,
+    /// The image to write.
+    #[arg(short, long, value_name = "IMAGE")]
+    output: PathBuf,
+    #[command(flatten)]
+    image: ImageArgs,
+}
+
+/// Run `sheaf merge`.
+pub fn merge(a: MergeArgs) -> Result<i32> {
+    let opts = a.image.options()?;
+    let layers = a
+        .images
+        .iter()
+        .map(|p| crate::util::open_image(p).map(Arc::new))
+        .collect::<Result<Vec<_>>>()?;
+    let src = StackSource {
+        stack: Stack::new(layers),
+    };
+    let names: Vec<String> = a.images.iter().map(|p| p.display().to_string()).collect();
+    write_image(
+        &Input::Entries(Arc::new(src)),
+        &a.output,
+        &opts,
+        &a.image,
+        serde_json::json!({ "layers": names }),
+    )
+}
+
+/// The merged view of a stack, walked as entries for the builder.
+#[derive(Debug)]
+struct StackSource {
+    stack: Stack,
+}
+
+impl EntrySource for StackSource {
+    fn name(&self) -> String {
+        String::new()
+    }
+
+    fn entries(&self) -> Box<dyn Iterator<Item = Result<Entry<'_>, BuildError>> + '_> {
+        Box::new(Walk {
+            stack: &self.stack,
+            started: false,
+            todo: Vec::new(),
+            failed: false,
+        })
+    }
+}
+
+/// One directory being listed: its merged parts, its path, what is left.
+struct Frame {
+    dir: MergedDir,
+    path: Vec<u8>,
+    rest: std::vec::IntoIter<StackEntry>,
+}
+
+/// A depth-first walk of the merged view, each directory before its
+/// entries; memory is the listings of the directories on the current path.
+struct Walk<'a> {
+    stack: &'a Stack,
+    started: bool,
+    todo: Vec<Frame>,
+    failed: bool,
+}
+
+fn read_err(path: &[u8], e: sheaf_read::ReadError) -> BuildError {
+    BuildError::BadInput {
+        path: if path.is_empty() {
+            "/".into()
+        } else {
+            String::from_utf8_lossy(path).into_owned()
+        },
+        detail: e.to_string(),
+    }
+}
+
+impl<'a> Walk<'a> {
+    fn frame(&self, dir: MergedDir, path: Vec<u8>) -> Result<Frame, BuildError> {
+        let list = self.stack.read_dir(&dir).map_err(|e| read_err(&path, e))?;
+        Ok(Frame {
+            dir,
+            path,
+            rest: list.into_iter(),
+        })
+    }
+
+    /// The entry for `ino` of layer `layer`, at `path`.
+    fn entry(&self, layer: usize, ino: Inode, path: Vec<u8>) -> Result<Entry<'a>, BuildError> {
+        let img: &'a Image = &self.stack.layers()[layer];
+        let err = |e| read_err(&path, e);
+        let r = ino.rec;
+        let t = ino.file_type();
+        let kind = match t {
+            FileType::Directory => EntryKind::Dir,
+            FileType::Regular => EntryKind::File(Box::new(FileReader { img, ino, off: 0 })),
+            FileType::Symlink => EntryKind::Symlink(img.read_link(&ino).map_err(err)?),
+            FileType::CharDevice | FileType::BlockDevice => EntryKind::Device(r.data),
+            FileType::Fifo | FileType::Socket => EntryKind::Special,
+        };
+        let link = (t != FileType::Directory && r.nlink > 1)
+            .then_some(((layer as u64) << 32) | ino.ino as u64);
+        Ok(Entry {
+            xattrs: img.xattrs(&ino).map_err(err)?.0,
+            path,
+            mode: r.mode,
+            uid: r.uid,
+            gid: r.gid,
+            mtime_sec: r.mtime_sec,
+            mtime_nsec: r.mtime_nsec,
+            link,
+            kind,
+        })
+    }
+
+    fn step(&mut self) -> Result<Option<Entry<'a>>, BuildError> {
+        if !self.started {
+            self.started = true;
+            let root = self.stack.root().map_err(|e| read_err(b"", e))?;
+            let (l, ino) = root.parts[0];
+            let frame = self.frame(root, Vec::new())?;
+            self.todo.push(frame);
+            return self.entry(l, ino, Vec::new()).map(Some);
+        }
+        loop {
+            let Some(top) = self.todo.last_mut() else {
+                return Ok(None);
+            };
+            let Some(e) = top.rest.next() else {
+                self.todo.pop();
+                continue;
+            };
+            let mut path = top.path.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&e.name);
+            if e.file_type == FileType::Directory {
+                let found = self
+                    .stack
+                    .lookup(&top.dir, &e.name)
+                    .map_err(|err| read_err(&path, err))?;
+                let Some(Found::Dir(d)) = found else {
+                    return Err(BuildError::BadInput {
+                        path: String::from_utf8_lossy(&path).into_owned(),
+                        detail: "listed as a directory but not found as one".into(),
+                    });
+                };
+                let (l, ino) = d.parts[0];
+                let frame = self.frame(d, path.clone())?;
+                self.todo.push(frame);
+                return self.entry(l, ino, path).map(Some);
+            }
+            let ino = self.stack.layers()[e.layer]
+                .inode(e.ino)
+                .map_err(|err| read_err(&path, err))?;
+            return self.entry(e.layer, ino, path).map(Some);
+        }
+    }
+}
+
+impl<'a> Iterator for Walk<'a> {
+    type Item = Result<Entry<'a>, BuildError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let r = self.step().transpose();
+        self.failed = matches!(r, Some(Err(_)));
+        r
+    }
+}
+
+/// A regular file of one layer, read in order.
+struct FileReader<'a> {
+    img: &'a Image,
+    ino: Inode,
+    off: u64,
+}
+
+impl std::io::Read for FileReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self
+            .img
+            .read(&self.ino, self.off, buf)
+            .map_err(std::io::Error::other)?;
+        self.off += n as u64;
+        Ok(n)
+    }
+}
