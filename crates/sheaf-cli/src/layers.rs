@@ -71,13 +71,22 @@ pub struct MergeArgs {
     image: ImageArgs,
 }
 
+/// Decoded data blocks kept per layer while merging.
+const MERGE_BLOCK_CACHE: usize = 32 << 20;
+
 /// Run `sheaf merge`.
 pub fn merge(a: MergeArgs) -> Result<i32> {
     let opts = a.image.options()?;
+    // Files are read once, in walk order, which follows each layer's
+    // packing order closely: a few blocks of cache per layer are enough.
+    let cache = sheaf_read::ImageOptions {
+        block_cache_bytes: MERGE_BLOCK_CACHE,
+        ..Default::default()
+    };
     let layers = a
         .images
         .iter()
-        .map(|p| crate::util::open_image(p).map(Arc::new))
+        .map(|p| crate::util::open_image_with(p, cache, |s| s).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
     let src = StackSource {
         stack: Stack::new(layers),
