@@ -8,6 +8,7 @@ mod inspect;
 mod layers;
 mod mount;
 mod remote;
+mod run;
 mod trust;
 mod util;
 
@@ -91,6 +92,9 @@ enum Cmd {
     /// Mount an image read-only on a directory (no root needed) and return
     /// once it is ready; serves it from a background process.
     Mount(mount::MountArgs),
+    /// Run a command with images mounted at fixed paths (e.g. /data) that
+    /// only it sees, without root; the mounts vanish when it exits.
+    Run(run::RunArgs),
     /// Unmount a sheaf mount and wait for its process to exit.
     Umount(mount::UmountArgs),
     /// Show live statistics of a mount: cache, bytes read, per-op latency.
@@ -184,6 +188,7 @@ fn main() {
             json,
         } => inspect::check(&image, threads, json),
         Cmd::Mount(a) => mount::run(a),
+        Cmd::Run(a) => run::run(a),
         Cmd::Sign(a) => trust::sign(a),
         Cmd::Verify(a) => trust::verify(a),
         Cmd::Root { image } => trust::root(&image),

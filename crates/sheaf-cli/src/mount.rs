@@ -125,7 +125,7 @@ struct Parsed {
     prefetch_metadata: Option<bool>,
 }
 
-fn default_threads() -> usize {
+pub(crate) fn default_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     (cores * 2).clamp(4, 16)
 }
@@ -255,7 +255,7 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
 }
 
 /// Open an image for mounting, counting the bytes read from it.
-fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSource>)> {
+pub(crate) fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSource>)> {
     let mut counting = None;
     let img = crate::util::open_image_with(
         path,
@@ -349,6 +349,7 @@ fn mount(
     };
     let cfg = MountConfig {
         writable: false,
+        direct: false,
         mountpoint: mp.clone(),
         fsname,
         fs: FsConfig {
@@ -392,10 +393,38 @@ fn mount_union(
     if p.record.is_some() || p.prefetch.is_some() {
         bail!("mount options record= and prefetch= apply to a single image");
     }
+    let mp = check_mountpoint(mountpoint)?;
+    let (fs, fsname, signer) = union_fs(images, upper, &mp, p.cache_size, policy)?;
+    let cfg = MountConfig {
+        writable: upper.is_some(),
+        direct: false,
+        mountpoint: mp.clone(),
+        fsname,
+        fs: FsConfig::default(),
+        threads: p.threads,
+        allow_other: p.allow_other,
+        allow_root: p.allow_root,
+        suid: p.suid,
+        dev: p.dev,
+        exec: p.exec,
+    };
+    serve_mount(&cfg, &p, &signer, started, foreground, move || fs)
+}
+
+/// A union of `images` (bottom first) for mountpoint `mp`, writable through
+/// `upper` (locked for this process and its children): the filesystem, its
+/// name for `/proc/mounts`, and the trusted signers for the log.
+pub(crate) fn union_fs(
+    images: &[PathBuf],
+    upper: Option<&Path>,
+    mp: &Path,
+    cache_size: usize,
+    policy: &crate::trust::Policy,
+) -> Result<(UnionFs, String, String)> {
     let mut layers = Vec::new();
     let mut signers = Vec::new();
     for image in images {
-        let (img, _src) = open_image(image, p.cache_size)?;
+        let (img, _src) = open_image(image, cache_size)?;
         if let Some(v) = policy.enforce(&img, image)? {
             signers.push(format!("{} ({})", v.principals.join(", "), v.fingerprint));
         }
@@ -406,7 +435,6 @@ fn mount_union(
     } else {
         format!("; signatures trusted: {}", signers.join("; "))
     };
-    let mp = check_mountpoint(mountpoint)?;
     let (upper, lock) = match upper {
         None => (None, None),
         Some(dir) => {
@@ -416,7 +444,7 @@ fn mount_union(
             if !abs.is_dir() {
                 bail!("upper directory {}: not a directory", dir.display());
             }
-            if abs.starts_with(&mp) || mp.starts_with(&abs) {
+            if abs.starts_with(mp) || mp.starts_with(&abs) {
                 bail!(
                     "upper directory {} and mountpoint {} must not contain each other",
                     dir.display(),
@@ -427,7 +455,19 @@ fn mount_union(
             (Some(abs), Some(lock))
         }
     };
-    let fsname = images
+    let fs = UnionFs::new(
+        layers,
+        UnionConfig {
+            upper,
+            upper_lock: lock,
+        },
+    )?;
+    Ok((fs, fsname_of(images), signer))
+}
+
+/// The mount source shown in `/proc/mounts`: the images, absolute, `:`-joined.
+pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
+    images
         .iter()
         .map(|i| {
             if sheaf_net::is_url(&i.to_string_lossy()) {
@@ -440,27 +480,7 @@ fn mount_union(
             }
         })
         .collect::<Vec<_>>()
-        .join(":");
-    let cfg = MountConfig {
-        writable: upper.is_some(),
-        mountpoint: mp.clone(),
-        fsname,
-        fs: FsConfig::default(),
-        threads: p.threads,
-        allow_other: p.allow_other,
-        allow_root: p.allow_root,
-        suid: p.suid,
-        dev: p.dev,
-        exec: p.exec,
-    };
-    let fs = UnionFs::new(
-        layers,
-        UnionConfig {
-            upper,
-            upper_lock: lock,
-        },
-    )?;
-    serve_mount(&cfg, &p, &signer, started, foreground, move || fs)
+        .join(":")
 }
 
 /// Mount the filesystem `make` builds and serve it: in the foreground, or
@@ -568,7 +588,7 @@ fn detach() {
 }
 
 /// An absolute form of `p` without touching it (a dead mount cannot be stat'ed).
-fn absolute(p: &Path) -> PathBuf {
+pub(crate) fn absolute(p: &Path) -> PathBuf {
     if let Ok(c) = p.canonicalize() {
         return c;
     }

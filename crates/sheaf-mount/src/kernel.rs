@@ -32,6 +32,27 @@ pub struct Connection {
     pub helper: Child,
 }
 
+impl Connection {
+    /// Log what the watchdog says from now on (a thread: call it once the
+    /// process may have threads, i.e. not before entering a namespace).
+    pub fn relay_messages(&mut self) {
+        if let Some(mut err) = self.helper.stderr.take() {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = err.read_to_string(&mut s);
+                for l in s.lines().filter(|l| !l.is_empty()) {
+                    // After a normal unmount the watchdog finds nothing to do.
+                    if l.ends_with("not mounted") {
+                        log::debug!("{l}");
+                    } else {
+                        log::warn!("{l}");
+                    }
+                }
+            });
+        }
+    }
+}
+
 /// Why mounting failed.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
@@ -85,28 +106,12 @@ pub fn mount(mountpoint: &Path, fsname: &str, opts: &[String]) -> Result<Connect
     };
     drop(theirs);
     match receive_fd(&ours) {
-        Ok(Some(fd)) => {
-            // fusermount3 stays as the auto-unmount watchdog; relay what it says.
-            if let Some(mut err) = child.stderr.take() {
-                std::thread::spawn(move || {
-                    let mut s = String::new();
-                    let _ = err.read_to_string(&mut s);
-                    for l in s.lines().filter(|l| !l.is_empty()) {
-                        // After a normal unmount the watchdog finds nothing to do.
-                        if l.ends_with("not mounted") {
-                            log::debug!("{l}");
-                        } else {
-                            log::warn!("{l}");
-                        }
-                    }
-                });
-            }
-            Ok(Connection {
-                fd,
-                watchdog: ours,
-                helper: child,
-            })
-        }
+        // fusermount3 stays as the auto-unmount watchdog.
+        Ok(Some(fd)) => Ok(Connection {
+            fd,
+            watchdog: ours,
+            helper: child,
+        }),
         Ok(None) | Err(_) => {
             let mut msg = String::new();
             if let Some(mut err) = child.stderr.take() {
@@ -116,6 +121,71 @@ pub fn mount(mountpoint: &Path, fsname: &str, opts: &[String]) -> Result<Connect
             Err(refusal(&msg, &format!("{FUSERMOUNT} failed ({status})")))
         }
     }
+}
+
+/// Mount a FUSE filesystem at `mountpoint` with mount(2) itself, without
+/// `fusermount3`: for a process that holds `CAP_SYS_ADMIN` over its mount
+/// namespace (root, or the creator of a user namespace, where the setuid
+/// helper does not work). Returns the `/dev/fuse` descriptor. `opts` are
+/// the same words as for [`mount`]; the mount flags among them become flags.
+/// There is no auto-unmount watchdog: the caller's namespace going away is
+/// what cleans up.
+pub fn mount_direct(
+    mountpoint: &Path,
+    fsname: &str,
+    opts: &[String],
+) -> Result<OwnedFd, KernelError> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")?;
+    let root_mode = std::fs::metadata(mountpoint)?.mode() & libc::S_IFMT;
+    let mut flags: libc::c_ulong = 0;
+    let mut data = vec![
+        format!("fd={}", dev.as_raw_fd()),
+        format!("rootmode={root_mode:o}"),
+        // SAFETY: plain getters.
+        format!("user_id={}", unsafe { libc::getuid() }),
+        // SAFETY: plain getter.
+        format!("group_id={}", unsafe { libc::getgid() }),
+    ];
+    for o in opts {
+        match o.as_str() {
+            "ro" => flags |= libc::MS_RDONLY,
+            "rw" => {}
+            "nosuid" => flags |= libc::MS_NOSUID,
+            "nodev" => flags |= libc::MS_NODEV,
+            "noexec" => flags |= libc::MS_NOEXEC,
+            "suid" | "dev" | "exec" => {}
+            // The type carries it (fuse.SUBTYPE).
+            s if s.starts_with("subtype=") => {}
+            s => data.push(s.to_string()),
+        }
+    }
+    let c = |s: &[u8]| {
+        std::ffi::CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    };
+    let (src, target, fstype, data) = (
+        c(fsname.as_bytes())?,
+        c(mountpoint.as_os_str().as_bytes())?,
+        c(b"fuse.sheaf")?,
+        c(data.join(",").as_bytes())?,
+    );
+    // SAFETY: valid C strings.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            flags,
+            data.as_ptr().cast(),
+        )
+    };
+    if r != 0 {
+        return Err(KernelError::Io(io::Error::last_os_error()));
+    }
+    Ok(OwnedFd::from(dev))
 }
 
 /// Receive the `/dev/fuse` descriptor that fusermount3 sends (SCM_RIGHTS);

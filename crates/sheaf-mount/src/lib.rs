@@ -1,12 +1,16 @@
-//! Serving a sheaf image as a read-only FUSE filesystem.
+//! Serving sheaf images as FUSE filesystems: one image read-only, or a stack
+//! of them, optionally writable through an upper directory.
 //!
 //! Owns the kernel-facing side of a mount: [`fs`] (answers FUSE requests from
 //! an [`sheaf_read::Image`] and tells the kernel to cache everything forever,
 //! since an image never changes), [`readahead`] (detects sequential access and
 //! decompresses the next block in the background), [`stats`] (per-op counters
 //! and latencies, exposed through a hidden xattr on the root), [`kernel`]
-//! (mounting through `fusermount3`, unmounting, reading `/proc/self/mountinfo`)
-//! and [`serve`] (run a session until it is unmounted or signalled).
+//! (mounting through `fusermount3` or directly, unmounting, reading
+//! `/proc/self/mountinfo`), [`serve`] (run a session until it is unmounted or
+//! signalled), [`union`] (a stack of images, optionally writable through an
+//! upper directory) and [`namespace`] (private mount namespaces for
+//! `sheaf run`).
 //!
 //! It must not know how images are built, where their bytes come from (that is
 //! the [`sheaf_read::Source`] behind the image) or how options are spelled on a
@@ -15,6 +19,7 @@
 pub mod fs;
 pub mod kernel;
 pub mod logging;
+pub mod namespace;
 pub mod readahead;
 pub mod serve;
 pub mod stats;

@@ -31,6 +31,9 @@ pub struct MountConfig {
     /// Mount read-write (an overlay with an upper directory); otherwise the
     /// kernel refuses every write with EROFS before asking us.
     pub writable: bool,
+    /// Mount with mount(2) directly instead of `fusermount3` (inside a
+    /// private mount namespace: see [`crate::namespace`]).
+    pub direct: bool,
 }
 
 /// Why a mount failed; each renders as one line naming the thing.
@@ -113,9 +116,17 @@ pub fn check_fuse_device() -> Result<(), MountError> {
 /// A mounted filesystem that is not served yet.
 pub struct Mounted<F: Filesystem> {
     session: Session<F>,
-    conn: Connection,
+    /// The fusermount3 connection (none for a direct mount).
+    conn: Option<Connection>,
     mountpoint: PathBuf,
     signals: libc::sigset_t,
+}
+
+/// A FUSE connection the kernel has accepted, not yet served.
+pub struct Connected {
+    conn: Option<Connection>,
+    fd: std::os::fd::OwnedFd,
+    acl: SessionACL,
 }
 
 /// Mount `fs` (a [`crate::SheafFs`] for one image, a [`crate::UnionFs`] for
@@ -123,16 +134,14 @@ pub struct Mounted<F: Filesystem> {
 /// accepted the connection: the mount is visible and requests queue until
 /// [`Mounted::serve`] runs.
 pub fn mount<F: Filesystem>(cfg: &MountConfig, fs: F) -> Result<Mounted<F>, MountError> {
+    let c = connect(cfg)?;
+    attach(cfg, c, fs)
+}
+
+/// The kernel half of [`mount`]: mount at `cfg.mountpoint` and return the
+/// connection. Starts no thread (a caller may still enter a namespace).
+pub fn connect(cfg: &MountConfig) -> Result<Connected, MountError> {
     check_fuse_device()?;
-    // One malloc arena: request threads free blocks other threads allocated,
-    // and per-thread arenas each kept their own freed multi-MiB holes.
-    // SAFETY: an allocator tuning call, before other threads exist.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    // Before any thread starts, so that only the signal thread sees them.
-    let signals = block_stop_signals().map_err(|cause| MountError::Handshake {
-        path: cfg.mountpoint.clone(),
-        cause,
-    })?;
     let mut opts: Vec<String> = vec![
         if cfg.writable { "rw" } else { "ro" }.into(),
         "default_permissions".into(),
@@ -149,18 +158,58 @@ pub fn mount<F: Filesystem>(cfg: &MountConfig, fs: F) -> Result<Mounted<F>, Moun
     } else if cfg.allow_root {
         opts.push("allow_root".into());
         SessionACL::RootAndOwner
+    } else if cfg.direct {
+        // Inside a user namespace the caller's ids differ from the ids the
+        // kernel reports; the kernel already lets only the mounter in.
+        SessionACL::All
     } else {
         SessionACL::Owner
     };
-    let conn =
-        kernel::mount(&cfg.mountpoint, &cfg.fsname, &opts).map_err(|cause| MountError::Kernel {
+    let kernel_err = |cause| MountError::Kernel {
+        path: cfg.mountpoint.clone(),
+        cause,
+    };
+    let (conn, fd) = if cfg.direct {
+        let fd = kernel::mount_direct(&cfg.mountpoint, &cfg.fsname, &opts).map_err(kernel_err)?;
+        (None, fd)
+    } else {
+        let conn = kernel::mount(&cfg.mountpoint, &cfg.fsname, &opts).map_err(kernel_err)?;
+        let fd = conn.fd.try_clone().map_err(|cause| MountError::Handshake {
             path: cfg.mountpoint.clone(),
             cause,
         })?;
-    let fd = conn.fd.try_clone().map_err(|cause| MountError::Handshake {
+        (Some(conn), fd)
+    };
+    Ok(Connected { conn, fd, acl })
+}
+
+impl Connected {
+    /// Serve with every request allowed through (the kernel checks who may
+    /// enter; for a mount moved into a user namespace, where ids differ).
+    pub fn allow_all(&mut self) {
+        self.acl = SessionACL::All;
+    }
+}
+
+/// The serving half of [`mount`]: attach `fs` to connection `c`.
+pub fn attach<F: Filesystem>(
+    cfg: &MountConfig,
+    c: Connected,
+    fs: F,
+) -> Result<Mounted<F>, MountError> {
+    // One malloc arena: request threads free blocks other threads allocated,
+    // and per-thread arenas each kept their own freed multi-MiB holes.
+    // SAFETY: an allocator tuning call, before request threads exist.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    // Before any request thread starts, so that only the signal thread sees them.
+    let signals = block_stop_signals().map_err(|cause| MountError::Handshake {
         path: cfg.mountpoint.clone(),
         cause,
     })?;
+    let Connected { mut conn, fd, acl } = c;
+    if let Some(c) = &mut conn {
+        c.relay_messages();
+    }
     let mut fc = Config::default();
     fc.n_threads = Some(cfg.threads.max(1));
     fc.clone_fd = true;
@@ -204,16 +253,37 @@ impl<F: Filesystem> Mounted<F> {
             })?;
         log::info!("serving {}", mountpoint.display());
         let r = session.run();
-        let Connection {
-            fd,
-            watchdog,
-            mut helper,
-        } = conn;
+        finish(conn);
+        log::info!("unmounted {}", mountpoint.display());
+        r
+    }
+
+    /// Serve requests in a new thread until the filesystem is unmounted,
+    /// leaving signals to the caller (`sheaf run` forwards them to its
+    /// command and unmounts when the command ends).
+    pub fn spawn(self) -> io::Result<std::thread::JoinHandle<io::Result<()>>> {
+        let Mounted { session, conn, .. } = self;
+        std::thread::Builder::new()
+            .name("sheaf-session".into())
+            .spawn(move || {
+                let r = session.run();
+                finish(conn);
+                r
+            })
+    }
+}
+
+/// Close a fusermount3 connection and reap the watchdog.
+fn finish(conn: Option<Connection>) {
+    if let Some(Connection {
+        fd,
+        watchdog,
+        mut helper,
+    }) = conn
+    {
         drop(fd);
         drop(watchdog);
         let _ = helper.wait();
-        log::info!("unmounted {}", mountpoint.display());
-        r
     }
 }
 

@@ -706,9 +706,17 @@ impl UnionFs {
         };
         let c = cstr(name)?;
         // SAFETY: valid C string.
-        check(unsafe {
-            libc::fchownat(dir, c.as_ptr(), req.uid(), gid, libc::AT_SYMLINK_NOFOLLOW)
-        })?;
+        let r =
+            unsafe { libc::fchownat(dir, c.as_ptr(), req.uid(), gid, libc::AT_SYMLINK_NOFOLLOW) };
+        if r < 0 {
+            // The caller's id may not exist in this process's user namespace
+            // (a mount moved into one): keep the server's own.
+            let e = last();
+            if e != Errno::EINVAL && e != Errno::EPERM {
+                return Err(e);
+            }
+            return Ok(());
+        }
         // chown clears set-id bits of files; put back what was asked for.
         if let Some(m) = mode.filter(|m| m & (libc::S_ISUID | libc::S_ISGID) != 0) {
             // SAFETY: valid C string.

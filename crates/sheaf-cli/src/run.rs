@@ -1,0 +1,648 @@
+//! `sheaf run`: run a command with images mounted at fixed paths, visible
+//! to it alone, without root.
+//!
+//! Order matters: the namespace is entered while the process is still
+//! single-threaded (the kernel refuses a user namespace otherwise), then the
+//! mount points are made (see [`sheaf_mount::namespace`]), then the images
+//! are opened and served by threads of this process, and only then is the
+//! command started. When the command ends the mounts are detached and this
+//! process exits with the command's status, or dies of the same signal.
+//!
+//! Where namespaces are not available (or `--no-namespace`), the images
+//! are mounted on private temporary directories through `fusermount3`
+//! instead, and their paths are given to the command in environment
+//! variables.
+
+use crate::mount::{default_threads, fsname_of, open_image, split_layers, union_fs};
+use anyhow::{anyhow, bail, Context, Result};
+use sheaf_mount::namespace::{self, Identity, Scratch};
+use sheaf_mount::serve::{Connected, MountConfig};
+use sheaf_mount::{kernel, FsConfig, SheafFs};
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const RUN_HELP: &str = "\
+Mount specs (--mount, repeatable):
+  IMAGE[,IMAGE...]:DEST[:OPTION...]
+    IMAGE   an image file or http(s):// URL; several are stacked bottom first
+    DEST    an absolute path where the command sees them (created privately
+            if missing: nothing is created on any real filesystem)
+  options:
+    upper=DIR      writable overlay; changes go to DIR (see sheaf mount --upper)
+    record=FILE    write the files read, in first-read order, at exit (one image)
+    prefetch=FILE  fetch the blocks of the files listed in FILE at mount (one image)
+
+The command runs in a private mount namespace (an unprivileged user namespace
+when not root): no other process sees the mounts, and they vanish when it
+exits or is killed. Its stdin, stdout and stderr are untouched; its exit status
+is sheaf's, and if it dies of a signal, sheaf dies of the same signal. Signals
+sent to sheaf (kill) are passed on to it.
+
+Without namespaces (refused by the kernel, or --no-namespace) the images are
+mounted on private temporary directories instead, given to the command as
+SHEAF_MOUNT_<DEST> (e.g. /data -> $SHEAF_MOUNT_DATA) and in SHEAF_MOUNTS
+(DEST=PATH;...). A note on stderr says so.
+
+Exit status: the command's; 125 if sheaf itself failed, 126 if the command
+could not be run, 127 if it was not found.
+
+Examples:
+  sheaf run --mount data.sheaf:/data -- python3 analyse.py /data/run1
+  sheaf run --mount site.sheaf,project.sheaf:/opt/sw -- module avail
+  sheaf run --root --mount base.sheaf:/work:upper=changes -- pip install numpy
+  ssh host sheaf run --mount data.sheaf:/data -- /usr/lib/openssh/sftp-server";
+
+/// Arguments of `sheaf run`.
+#[derive(clap::Args, Debug)]
+#[command(after_long_help = RUN_HELP)]
+pub struct RunArgs {
+    /// IMAGE[,IMAGE...]:DEST[:upper=DIR][:record=FILE][:prefetch=FILE]
+    #[arg(short = 'm', long = "mount", value_name = "SPEC")]
+    mounts: Vec<String>,
+    /// Appear as root (uid and gid 0) inside, mapped to you outside
+    /// (fakeroot for package managers in an overlay).
+    #[arg(long)]
+    root: bool,
+    /// Appear as this uid (and gid) inside, mapped to you outside.
+    #[arg(long, value_name = "UID[:GID]", conflicts_with = "root")]
+    uid_map: Option<String>,
+    /// Do not use namespaces: mount on private temporary directories and
+    /// pass their paths in SHEAF_MOUNT_* variables.
+    #[arg(long)]
+    no_namespace: bool,
+    /// The command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// One `--mount`.
+#[derive(Debug, Clone, PartialEq)]
+struct Spec {
+    images: Vec<PathBuf>,
+    dest: PathBuf,
+    upper: Option<PathBuf>,
+    record: Option<PathBuf>,
+    prefetch: Option<PathBuf>,
+}
+
+/// Parse `IMAGE[,IMAGE]:DEST[:k=v...]` (URLs contain `:`, so options and
+/// DEST are taken from the right).
+fn parse_spec(s: &str) -> Result<Spec> {
+    let mut parts: Vec<&str> = s.split(':').collect();
+    let mut spec = Spec {
+        images: Vec::new(),
+        dest: PathBuf::new(),
+        upper: None,
+        record: None,
+        prefetch: None,
+    };
+    while let Some(last) = parts.last() {
+        let Some((k, v)) = last.split_once('=') else {
+            break;
+        };
+        if v.is_empty() {
+            bail!("--mount {s}: option {k}= needs a value");
+        }
+        let v = crate::mount::absolute(Path::new(v));
+        match k {
+            "upper" => spec.upper = Some(v),
+            "record" => spec.record = Some(v),
+            "prefetch" => spec.prefetch = Some(v),
+            _ => bail!("--mount {s}: unknown option '{k}' (use upper=, record= or prefetch=)"),
+        }
+        parts.pop();
+    }
+    let dest = parts
+        .pop()
+        .filter(|d| !d.is_empty())
+        .ok_or_else(|| anyhow!("--mount {s}: expected IMAGE:DEST"))?;
+    if !dest.starts_with('/') {
+        bail!("--mount {s}: DEST '{dest}' must be an absolute path");
+    }
+    if dest.trim_end_matches('/').is_empty() {
+        bail!("--mount {s}: cannot mount over /");
+    }
+    let images = parts.join(":");
+    if images.is_empty() {
+        bail!("--mount {s}: expected IMAGE:DEST");
+    }
+    spec.images = split_layers(&[PathBuf::from(images)]);
+    spec.dest = PathBuf::from(dest);
+    let single = spec.images.len() == 1 && spec.upper.is_none();
+    if !single && (spec.record.is_some() || spec.prefetch.is_some()) {
+        bail!("--mount {s}: record= and prefetch= apply to a single read-only image");
+    }
+    Ok(spec)
+}
+
+/// The environment variable that names DEST's temporary mount point.
+fn env_name(dest: &Path) -> String {
+    let mut n = String::from("SHEAF_MOUNT");
+    let mut last_us = false;
+    for c in dest.to_string_lossy().chars() {
+        if c.is_ascii_alphanumeric() {
+            if last_us || n == "SHEAF_MOUNT" {
+                n.push('_');
+            }
+            n.push(c.to_ascii_uppercase());
+            last_us = false;
+        } else {
+            last_us = true;
+        }
+    }
+    n
+}
+
+/// The private directory DEST is mounted on without namespaces (`/opt/x`:
+/// `opt_x`).
+fn mount_dir_name(dest: &Path) -> String {
+    env_name(dest)
+        .trim_start_matches("SHEAF_MOUNT_")
+        .to_lowercase()
+}
+
+/// Signals passed on to the command.
+const FORWARD: [libc::c_int; 9] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+    libc::SIGALRM,
+];
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: plain sigset manipulation on a local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in FORWARD.iter().chain(&[libc::SIGCHLD]) {
+            libc::sigaddset(&mut set, *s);
+        }
+        set
+    }
+}
+
+/// `sheaf run`.
+pub fn run(a: RunArgs) -> Result<i32> {
+    match run_inner(a) {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("sheaf run: {}", format!("{e:#}").replace('\n', " "));
+            Ok(125)
+        }
+    }
+}
+
+fn run_inner(a: RunArgs) -> Result<i32> {
+    let specs = a
+        .mounts
+        .iter()
+        .map(|s| parse_spec(s))
+        .collect::<Result<Vec<_>>>()?;
+    for (i, s) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|o| o.dest == s.dest) {
+            bail!("--mount: {} is given twice", s.dest.display());
+        }
+    }
+    let id = match (&a.uid_map, a.root) {
+        (_, true) => Identity {
+            uid: Some(0),
+            gid: Some(0),
+        },
+        (Some(m), _) => {
+            let (u, g) = match m.split_once(':') {
+                Some((u, g)) => (u, Some(g)),
+                None => (m.as_str(), None),
+            };
+            let num = |v: &str| {
+                v.parse::<u32>()
+                    .map_err(|_| anyhow!("--uid-map {m}: expected UID[:GID] numbers"))
+            };
+            Identity {
+                uid: Some(num(u)?),
+                gid: g.map(num).transpose()?.or(Some(num(u)?)),
+            }
+        }
+        _ => Identity::default(),
+    };
+    // The command gets the umask sheaf was started with (a writable mount
+    // clears the process's own).
+    // SAFETY: plain syscalls.
+    let umask = unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    };
+    // Block the forwarded signals (and SIGCHLD) before any thread exists,
+    // so that only the wait loop below sees them.
+    let set = signal_set();
+    // SAFETY: a valid set.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let forced_off = a.no_namespace
+        || std::env::var("SHEAF_RUN_NAMESPACE").is_ok_and(|v| v == "0" || v == "off");
+    // Where /dev/fuse is closed to users (mode 0600: only the setuid
+    // fusermount3 opens it), a user namespace cannot mount FUSE itself: the
+    // mounts are made first, by fusermount3 on private directories, and
+    // copied to their destinations inside the namespace.
+    // SAFETY: plain getter.
+    let premount = unsafe { libc::geteuid() } != 0 && !fuse_device_usable();
+    let mut temp_root: Option<PathBuf> = None;
+    let mut conns: Vec<Option<(PathBuf, Connected)>> = Vec::new();
+    let mut sessions = Vec::new();
+    let mut env: Vec<(String, PathBuf)> = Vec::new();
+    let mut result = (|| -> Result<()> {
+        for s in &specs {
+            if !(premount || forced_off) {
+                conns.push(None);
+                continue;
+            }
+            let root = match &temp_root {
+                Some(r) => r,
+                None => temp_root.insert(private_temp_dir()?),
+            };
+            let at = root.join(mount_dir_name(&s.dest));
+            std::fs::create_dir(&at).with_context(|| format!("creating {}", at.display()))?;
+            let c = sheaf_mount::serve::connect(&mount_config(s, &at, false))?;
+            conns.push(Some((at, c)));
+        }
+        Ok(())
+    })();
+    let iso = if forced_off || result.is_err() {
+        None
+    } else {
+        match namespace::enter(id) {
+            Ok(iso) => Some(iso),
+            Err(namespace::NamespaceError::Unavailable(why)) if id.uid.is_none() => {
+                eprintln!(
+                    "sheaf run: no private namespace ({why}); mounting on private temporary directories, see $SHEAF_MOUNTS"
+                );
+                None
+            }
+            Err(namespace::NamespaceError::Unavailable(why)) => {
+                result = Err(anyhow!("--root / --uid-map need a user namespace: {why}"));
+                None
+            }
+            Err(e) => {
+                result = Err(e.into());
+                None
+            }
+        }
+    };
+    if iso.is_none() && temp_root.is_none() && result.is_ok() {
+        // Still single-threaded: the janitor may be forked.
+        match private_temp_dir() {
+            Ok(d) => temp_root = Some(d),
+            Err(e) => result = Err(e),
+        }
+    }
+    if forced_off && id.uid.is_some() && result.is_ok() {
+        result = Err(anyhow!(
+            "--root / --uid-map need a user namespace (not with --no-namespace)"
+        ));
+    }
+    if result.is_ok() {
+        result = (|| -> Result<()> {
+            let mut scratch = Scratch::default();
+            for (s, pre) in specs.iter().zip(conns.iter_mut()) {
+                let (at, conn) = match (iso, pre.take()) {
+                    (Some(_), pre) => {
+                        namespace::make_dir(&s.dest, &mut scratch)?;
+                        let conn = match pre {
+                            Some((tmp, mut c)) => {
+                                namespace::clone_mount(&tmp, &s.dest)?;
+                                c.allow_all();
+                                c
+                            }
+                            None => sheaf_mount::serve::connect(&mount_config(s, &s.dest, true))?,
+                        };
+                        (s.dest.clone(), conn)
+                    }
+                    (None, Some((tmp, c))) => {
+                        env.push((s.dest.to_string_lossy().into_owned(), tmp.clone()));
+                        (tmp, c)
+                    }
+                    (None, None) => {
+                        let root = temp_root
+                            .as_ref()
+                            .expect("made when the namespace was refused");
+                        let at = root.join(mount_dir_name(&s.dest));
+                        std::fs::create_dir(&at)
+                            .with_context(|| format!("creating {}", at.display()))?;
+                        env.push((s.dest.to_string_lossy().into_owned(), at.clone()));
+                        let c = sheaf_mount::serve::connect(&mount_config(s, &at, false))?;
+                        (at, c)
+                    }
+                };
+                // A mount copied in from outside cannot be detached from
+                // here; its watchdog unmounts it when sheaf exits.
+                let wait = !(iso.is_some() && premount);
+                sessions.push((at.clone(), start(s, &at, conn)?, wait));
+            }
+            Ok(())
+        })();
+    }
+    let mut code = 125;
+    let mut died_of = None;
+    if result.is_ok() {
+        let mut cmd = std::process::Command::new(&a.command[0]);
+        cmd.args(&a.command[1..]);
+        if iso.is_none() && !env.is_empty() {
+            let mut all = Vec::new();
+            for (dest, at) in &env {
+                cmd.env(env_name(Path::new(dest)), at);
+                all.push(format!("{dest}={}", at.display()));
+            }
+            cmd.env("SHEAF_MOUNTS", all.join(";"));
+        }
+        let in_ns = iso.is_some();
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::umask(umask);
+                // The namespace (and its mounts) must not outlive sheaf: if
+                // sheaf is killed, so is the command.
+                if in_ns {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                }
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(child) => match wait_forwarding(child.id() as libc::pid_t, &set) {
+                Ok(st) => {
+                    if let Some(c) = st.code() {
+                        code = c;
+                    } else if let Some(sig) = st.signal() {
+                        died_of = Some(sig);
+                        code = 128 + sig;
+                    }
+                }
+                Err(e) => result = Err(e),
+            },
+            Err(e) => {
+                code = if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                };
+                eprintln!(
+                    "sheaf run: {}: {}",
+                    a.command[0].to_string_lossy(),
+                    io_text(&e)
+                );
+            }
+        }
+    }
+    finish(&sessions, iso.is_some());
+    result?;
+    if let Some(sig) = died_of {
+        die_of(sig);
+    }
+    Ok(code)
+}
+
+/// An I/O error without Rust's "(os error N)" suffix.
+fn io_text(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+/// A fresh directory only this user can enter, removed when sheaf exits
+/// (even by kill -9) and its mounts are gone. Call while single-threaded.
+fn private_temp_dir() -> Result<PathBuf> {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
+    let d = tempfile::Builder::new()
+        .prefix("sheaf-run.")
+        .tempdir_in(&base)
+        .with_context(|| format!("creating a temporary directory in {}", base.display()))?
+        .keep();
+    spawn_janitor(&d)?;
+    Ok(d)
+}
+
+/// Fork a process that stays outside any namespace, waits for this one to
+/// end (a pipe closing), then for the mounts under `dir` to go (their
+/// fusermount3 watchdogs unmount them), and removes `dir`.
+fn spawn_janitor(dir: &Path) -> Result<()> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: single-threaded (checked by the callers' order); the child
+    // only reads, polls and removes files, then exits.
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            // SAFETY: plain syscalls on descriptors this process owns.
+            unsafe {
+                libc::close(fds[1]);
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                for fd in 0..3 {
+                    libc::dup2(null, fd);
+                }
+                libc::setsid();
+                let mut b = [0u8; 1];
+                while libc::read(fds[0], b.as_mut_ptr().cast(), 1) != 0 {
+                    if *libc::__errno_location() != libc::EINTR {
+                        break;
+                    }
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let prefix = dir.as_os_str().as_encoded_bytes().to_vec();
+            while Instant::now() < deadline {
+                let busy = std::fs::read_to_string("/proc/self/mountinfo")
+                    .map(|m| {
+                        kernel::parse_mountinfo(&m).iter().any(|e| {
+                            e.mountpoint
+                                .as_os_str()
+                                .as_encoded_bytes()
+                                .starts_with(&prefix)
+                        })
+                    })
+                    .unwrap_or(false);
+                if !busy {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_dir_all(dir);
+            // SAFETY: ending the forked child without running the parent's atexit.
+            unsafe { libc::_exit(0) }
+        }
+        _ => {
+            // SAFETY: our copy of the read end; the write end stays open
+            // (close-on-exec) until this process ends.
+            unsafe { libc::close(fds[0]) };
+            Ok(())
+        }
+    }
+}
+
+/// How spec `s` is mounted at `at` (`direct`: with mount(2), inside the
+/// namespace).
+fn mount_config(s: &Spec, at: &Path, direct: bool) -> MountConfig {
+    MountConfig {
+        writable: s.upper.is_some(),
+        direct,
+        mountpoint: at.to_path_buf(),
+        fsname: fsname_of(&s.images),
+        fs: FsConfig::default(),
+        threads: default_threads(),
+        allow_other: false,
+        allow_root: false,
+        suid: false,
+        dev: false,
+        exec: true,
+    }
+}
+
+/// Whether this process may open the FUSE device itself.
+fn fuse_device_usable() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .is_ok()
+}
+
+/// Serve spec `s`, mounted at `at` through `conn`, from a thread.
+fn start(s: &Spec, at: &Path, conn: Connected) -> Result<JoinHandle<std::io::Result<()>>> {
+    let policy = crate::trust::Policy::load(false, None, None)?;
+    let cache = 256 << 20;
+    let mut cfg = mount_config(s, at, false);
+    let mounted = if s.images.len() == 1 && s.upper.is_none() {
+        let image = &s.images[0];
+        let (img, src) = open_image(image, cache)?;
+        policy.enforce(&img, image)?;
+        let remote = sheaf_net::is_url(&image.to_string_lossy());
+        cfg.fs = FsConfig {
+            prefetch_threads: 1,
+            prefetch_blocks: 1,
+            prefetch_metadata: remote,
+            prefetch_list: match &s.prefetch {
+                Some(f) => crate::util::prefetch_blocks(&img, f)?,
+                None => img.prefetch_list()?,
+            },
+            record: s.record.clone(),
+            ..Default::default()
+        };
+        let fs = SheafFs::new(img, src, cfg.fs.clone());
+        sheaf_mount::serve::attach(&cfg, conn, fs)?.spawn()
+    } else {
+        let (fs, _, _) = union_fs(&s.images, s.upper.as_deref(), at, cache, &policy)?;
+        sheaf_mount::serve::attach(&cfg, conn, fs)?.spawn()
+    };
+    mounted.with_context(|| format!("serving {}", s.dest.display()))
+}
+
+/// Wait for `pid`, passing on the signals sheaf receives from other
+/// processes (a terminal's signals reach the command directly).
+fn wait_forwarding(pid: libc::pid_t, set: &libc::sigset_t) -> Result<std::process::ExitStatus> {
+    loop {
+        let mut status = 0;
+        // SAFETY: plain syscall on our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Ok(std::process::ExitStatus::from_raw(status));
+        }
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                bail!("waiting for the command: {e}");
+            }
+        }
+        // SAFETY: zeroed siginfo is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let ts = libc::timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid set, out-pointer and timeout.
+        let sig = unsafe { libc::sigtimedwait(set, &mut info, &ts) };
+        if sig > 0 && sig != libc::SIGCHLD && info.si_code <= 0 {
+            // SAFETY: plain syscall.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+}
+
+/// Detach every mount and give the sessions a moment to end.
+fn finish(sessions: &[(PathBuf, JoinHandle<std::io::Result<()>>, bool)], in_ns: bool) {
+    for (at, _, _) in sessions {
+        let r = if in_ns {
+            namespace::detach(at).map_err(|e| e.to_string())
+        } else {
+            kernel::unmount(at, true).map_err(|e| e.to_string())
+        };
+        if let Err(e) = r {
+            eprintln!("sheaf run: unmounting {}: {e}", at.display());
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while sessions
+        .iter()
+        .any(|(_, h, wait)| *wait && !h.is_finished())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Die of signal `sig`, as the command did.
+fn die_of(sig: libc::c_int) -> ! {
+    // SAFETY: plain syscalls; this process is about to end.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_from_the_right() {
+        let s = parse_spec("http://h:8080/a.sheaf:/data:upper=/tmp/u").unwrap();
+        assert_eq!(s.images, vec![PathBuf::from("http://h:8080/a.sheaf")]);
+        assert_eq!(s.dest, PathBuf::from("/data"));
+        assert_eq!(s.upper, Some(PathBuf::from("/tmp/u")));
+        let s = parse_spec("nonexistent-a.sheaf,nonexistent-b.sheaf:/opt/x").unwrap();
+        assert_eq!(s.images.len(), 2);
+        let e = |x: &str| parse_spec(x).unwrap_err().to_string();
+        assert!(e("a.sheaf:data").contains("absolute"));
+        assert!(e("a.sheaf:/").contains("over /"));
+        assert!(e(":/data").contains("IMAGE:DEST"));
+        assert!(e("a.sheaf:/d:bogus=1").contains("unknown option"));
+        assert!(e("a,b:/d:record=/x").contains("single"));
+    }
+
+    #[test]
+    fn env_names_are_shell_words() {
+        assert_eq!(env_name(Path::new("/data")), "SHEAF_MOUNT_DATA");
+        assert_eq!(
+            env_name(Path::new("/opt/my-stack/")),
+            "SHEAF_MOUNT_OPT_MY_STACK"
+        );
+    }
+}
