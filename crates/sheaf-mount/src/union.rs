@@ -1495,7 +1495,10 @@ impl Filesystem for UnionFs {
                 }
             };
             let path = proc_path(&fd);
-            let keep = f & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY) | libc::O_CLOEXEC;
+            // Reopened through /proc/self/fd (a magic link): O_NOFOLLOW
+            // would refuse it, and the kernel resolved the name already.
+            let keep = f & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY | libc::O_NOFOLLOW)
+                | libc::O_CLOEXEC;
             // SAFETY: valid C string; result checked.
             let raw = check(unsafe { libc::open(path.as_ptr(), keep) })?;
             // SAFETY: open just returned it.
