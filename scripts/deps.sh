@@ -6,6 +6,7 @@ set -euo pipefail
 want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2
       util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3 openssh-client:ssh-keygen nginx-light:nginx
       findutils:find squid:squid curl:curl openssh-server:/usr/sbin/sshd sshfs:sshfs
+      rsync:rsync git:git python3-pip:
       libacl1-dev:)  # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll) ;;

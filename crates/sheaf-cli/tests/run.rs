@@ -1,0 +1,392 @@
+//! `sheaf run`: images at fixed paths for one command, in a private mount
+//! namespace; exit codes and signals pass through; nothing is left mounted
+//! anywhere afterwards, even after kill -9; without root; without
+//! namespaces; and as the remote end of sshfs and rsync over a real sshd.
+
+mod common;
+
+use common::servers::Sshd;
+use common::*;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A small image: its source tree and the image.
+fn sample(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = dir.join("src");
+    small_tree(&src, 7);
+    write(&src.join("hello.txt"), b"hello from the image\n");
+    let img = dir.join("img.sheaf");
+    build(&src, &img, &["-q"]);
+    (src, img)
+}
+
+/// Every mount of `source` in any process's namespace on the machine.
+fn mounts_of(source: &Path) -> Vec<String> {
+    let needle = format!(" {} ", source.display());
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name();
+        if !name.to_string_lossy().chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(m) = fs::read_to_string(e.path().join("mountinfo")) {
+            for l in m.lines().filter(|l| l.contains(&needle)) {
+                found.push(format!("pid {}: {l}", name.to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+/// Wait until no process has a mount of `source` (namespaces die with
+/// their last process, a moment after it exits).
+fn assert_no_mounts_of(source: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = mounts_of(source);
+        if m.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still mounted: {m:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn run(args: &[&str]) -> Command {
+    let mut c = cmd();
+    c.arg("run").args(args);
+    c
+}
+
+#[test]
+fn exit_codes_stdio_and_signals_pass_through() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let spec = format!("{}:/sheaf-test-data", img.display());
+    assert!(!Path::new("/sheaf-test-data").exists());
+    // The exit code, stdout, and the image at a path that does not exist.
+    let o = run_cmd(&mut run(&[
+        "--mount",
+        &spec,
+        "--",
+        "sh",
+        "-c",
+        "cat /sheaf-test-data/hello.txt; echo err >&2; exit 7",
+    ]));
+    assert_eq!(o.code, 7, "{}", o.describe());
+    assert_eq!(o.text(), "hello from the image\n");
+    assert_eq!(o.stderr, "err\n");
+    assert!(!Path::new("/sheaf-test-data").exists());
+    // stdin reaches the command untouched (and binary data survives).
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut c = run(&["--mount", &spec, "--", "cat"]);
+    let o = run_with_stdin(&mut c, data.clone());
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert_eq!(o.stdout, data);
+    // The command dies of a signal: so does sheaf.
+    let st = run(&["--mount", &spec, "--", "sh", "-c", "kill -9 $$"])
+        .status()
+        .unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGKILL), "{st}");
+    // A signal sent to sheaf is passed on; the command's death is sheaf's.
+    let mut child = run(&[
+        "--mount",
+        &spec,
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got-term; exit 42' TERM; echo ready; while :; do sleep 0.05; done",
+    ])
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // Meanwhile nobody outside sees the mount.
+    assert!(!fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .contains("/sheaf-test-data"),);
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "got-term\n");
+    assert_eq!(st.code(), Some(42), "{st}");
+    // Refusals: one line, sheaf's own codes.
+    let o = run_cmd(&mut run(&["--mount", &spec, "--", "/no/such/program"]));
+    assert_eq!(o.code, 127, "{}", o.describe());
+    assert!(o.one_err_line().contains("/no/such/program"));
+    let o = run_cmd(&mut run(&[
+        "--mount",
+        "/no/such.sheaf:/sheaf-test-data",
+        "--",
+        "true",
+    ]));
+    assert_eq!(o.code, 125, "{}", o.describe());
+    assert!(
+        o.one_err_line().contains("/no/such.sheaf"),
+        "{}",
+        o.describe()
+    );
+    let o = run_cmd(&mut run(&["--mount", "x.sheaf:relative", "--", "true"]));
+    assert_eq!(o.code, 125);
+    assert!(o.one_err_line().contains("absolute"), "{}", o.describe());
+    assert_no_mounts_of(&img);
+}
+
+/// kill -9 of the command or of sheaf itself leaves no mount anywhere and
+/// no process behind.
+#[test]
+fn kill_9_leaves_nothing_mounted() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let spec = format!("{}:/sheaf-test-k9", img.display());
+    let pidfile = t.path().join("pid");
+    let mut child = run(&[
+        "--mount",
+        &spec,
+        "--",
+        "sh",
+        "-c",
+        &format!("echo $$ > {}; exec sleep 60", pidfile.display()),
+    ])
+    .spawn()
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pidfile.exists() || fs::read_to_string(&pidfile).unwrap().trim().is_empty() {
+        assert!(Instant::now() < deadline, "the command did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cmd_pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(!mounts_of(&img).is_empty(), "not mounted while running");
+    // Kill sheaf: the command goes too, and the namespace with its mount.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{cmd_pid}")).exists() {
+        let state = fs::read_to_string(format!("/proc/{cmd_pid}/stat")).unwrap_or_default();
+        if state.contains(") Z") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the command outlived sheaf");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_no_mounts_of(&img);
+    // Kill the command: sheaf reports it and cleans up.
+    let st = run(&["--mount", &spec, "--", "sh", "-c", "kill -9 $$"])
+        .status()
+        .unwrap();
+    assert_eq!(st.signal(), Some(libc::SIGKILL));
+    assert_no_mounts_of(&img);
+}
+
+/// Several mounts, one writable: changes land in the upper directory.
+#[test]
+fn stacks_and_overlays_at_fixed_paths() {
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let layer_src = t.path().join("layer");
+    fs::create_dir_all(&layer_src).unwrap();
+    write(&layer_src.join("hello.txt"), b"from the layer\n");
+    let layer = t.path().join("layer.sheaf");
+    build(&layer_src, &layer, &["-q"]);
+    let up = t.path().join("up");
+    fs::create_dir_all(&up).unwrap();
+    let o = run_cmd(&mut run(&[
+        "--mount",
+        &format!("{},{}:/opt/sheaf-test/stack", img.display(), layer.display()),
+        "--mount",
+        &format!("{}:/sheaf-test-w:upper={}", img.display(), up.display()),
+        "--",
+        "sh",
+        "-c",
+        "cat /opt/sheaf-test/stack/hello.txt && echo new > /sheaf-test-w/new && rm /sheaf-test-w/hello.txt && umask",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.describe());
+    let mut lines = o.text().lines().map(String::from).collect::<Vec<_>>();
+    let umask = lines.pop().unwrap();
+    assert_eq!(lines, ["from the layer"]);
+    // The command has the caller's umask, not the server's.
+    assert_eq!(umask, "0022");
+    assert_eq!(fs::read(up.join("new")).unwrap(), b"new\n");
+    assert!(up.join(".wh.hello.txt").exists());
+    assert!(!Path::new("/opt/sheaf-test").exists());
+    assert_no_mounts_of(&img);
+}
+
+/// Without namespaces: private temporary mount points in SHEAF_MOUNT_*,
+/// removed afterwards.
+#[test]
+fn without_namespaces_mounts_are_private_temporary_directories() {
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    let o = run_cmd(&mut run(&[
+        "--no-namespace",
+        "--mount",
+        &format!("{}:/data", img.display()),
+        "--",
+        "sh",
+        "-c",
+        "echo $SHEAF_MOUNT_DATA; echo $SHEAF_MOUNTS; cat $SHEAF_MOUNT_DATA/hello.txt",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.describe());
+    let text = o.text();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = PathBuf::from(lines[0]);
+    assert_eq!(lines[1], format!("/data={}", at.display()));
+    assert_eq!(lines[2], "hello from the image");
+    let _ = src;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while at.parent().unwrap().exists() {
+        assert!(Instant::now() < deadline, "{} left behind", at.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_no_mounts_of(&img);
+}
+
+/// A user without root: the user namespace path (where /dev/fuse is open
+/// to users, as Debian's udev rule makes it).
+#[test]
+fn a_user_runs_with_images_at_fixed_paths() {
+    if !is_root() {
+        eprintln!("not root: cannot create a test user");
+        return;
+    }
+    let user = "sheaf-mount-test";
+    if !Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        run_cmd(Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", user]))
+            .ok();
+    }
+    let t = tmpdir();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let (_src, img) = sample(t.path());
+    fs::set_permissions(&img, fs::Permissions::from_mode(0o644)).unwrap();
+    let dev = fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o666)).unwrap();
+    let r = std::panic::catch_unwind(|| {
+        let as_user = |args: &[&str]| {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", user, "--regid", user, "--init-groups", "--"])
+                .arg(bin())
+                .arg("run")
+                .args(args)
+                .current_dir("/")
+                .env("SHEAF_CACHE_DIR", "/tmp/sheaf-run-test-cache");
+            run_cmd(&mut c)
+        };
+        let spec = format!("{}:/sheaf-test-user", img.display());
+        let o = as_user(&[
+            "--mount",
+            &spec,
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat /sheaf-test-user/hello.txt; exit 5",
+        ]);
+        assert_eq!(o.code, 5, "{}", o.describe());
+        let uid = String::from_utf8(
+            Command::new("id")
+                .args(["-u", user])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        assert_eq!(o.text(), format!("{}hello from the image\n", uid));
+        let o = as_user(&["--root", "--mount", &spec, "--", "id", "-u"]);
+        assert_eq!(o.code, 0, "{}", o.describe());
+        assert_eq!(o.text(), "0\n");
+    });
+    fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(dev)).unwrap();
+    assert_no_mounts_of(&img);
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// `ssh host sheaf run --mount IMG:/data -- sftp-server` serves sshfs, and
+/// rsync pulls through `--rsync-path "sheaf run ... -- rsync"` (what seed
+/// 000's sing_sftpd and sing_rsync did with Singularity).
+#[test]
+fn sftp_server_and_rsync_through_sheaf_run_over_ssh() {
+    let t = tmpdir();
+    // sshfs cannot read a symlink whose target climbs with `..` (also from
+    // a plain directory and the stock sftp-server): use a sibling target.
+    let src = t.path().join("src");
+    small_tree(&src, 7);
+    fs::remove_file(src.join("docs/readme-link")).unwrap();
+    symlink(b"b.txt", &src.join("docs/b-link"));
+    let img = t.path().join("img.sheaf");
+    build(&src, &img, &["-q"]);
+    let img = img.canonicalize().unwrap();
+    let sshd = Sshd::start(t.path());
+    let spec = format!("{}:/data", img.display());
+    let mp = t.path().join("mnt");
+    fs::create_dir_all(&mp).unwrap();
+    let mp = mp.canonicalize().unwrap();
+    {
+        let remote = format!(
+            "{} run --mount {spec} -- /usr/lib/openssh/sftp-server",
+            bin()
+        );
+        let _m = sshd.sshfs(&remote, "/data", &mp);
+        let diff = Command::new("diff")
+            .args(["-r", "--no-dereference"])
+            .arg(&src)
+            .arg(&mp)
+            .output()
+            .unwrap();
+        assert!(
+            diff.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&diff.stdout),
+            String::from_utf8_lossy(&diff.stderr)
+        );
+    }
+    // rsync with the remote rsync started inside `sheaf run`.
+    let dst = t.path().join("copy");
+    let rsync_path = format!("{} run --mount {spec} -- rsync", bin());
+    let o = run_cmd(
+        Command::new("rsync")
+            .arg("-a")
+            .arg("-e")
+            .arg(sshd.ssh_command())
+            .arg("--rsync-path")
+            .arg(&rsync_path)
+            .arg(format!("{}:/data/", sshd.destination()))
+            .arg(&dst),
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.describe(), sshd.log_text());
+    let diff = Command::new("diff")
+        .args(["-r", "--no-dereference"])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    drop(sshd);
+    assert_no_mounts_of(&img);
+    let mut f = fs::File::create(t.path().join("done")).unwrap();
+    f.write_all(b"ok").unwrap();
+}
