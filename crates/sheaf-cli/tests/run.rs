@@ -390,3 +390,30 @@ fn sftp_server_and_rsync_through_sheaf_run_over_ssh() {
     let mut f = fs::File::create(t.path().join("done")).unwrap();
     f.write_all(b"ok").unwrap();
 }
+
+/// A URL mounts like a file (issue 5's `run --mount URL:DEST`), and
+/// `record=` writes the files the command read, in first-read order.
+#[test]
+fn urls_and_recording_through_run() {
+    use common::servers::Nginx;
+    let t = tmpdir();
+    let (_src, img) = sample(t.path());
+    let nginx = Nginx::start(t.path());
+    fs::copy(&img, nginx.www.join("img.sheaf")).unwrap();
+    let rec = t.path().join("read.txt");
+    let o = run_cmd(&mut run(&[
+        "--mount",
+        &format!(
+            "{}:/sheaf-test-url:record={}",
+            nginx.url("img.sheaf"),
+            rec.display()
+        ),
+        "--",
+        "sh",
+        "-c",
+        "cat /sheaf-test-url/docs/b.txt /sheaf-test-url/hello.txt > /dev/null && echo read",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert_eq!(o.text(), "read\n");
+    assert_eq!(fs::read_to_string(&rec).unwrap(), "docs/b.txt\nhello.txt\n");
+}
