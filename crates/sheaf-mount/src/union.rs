@@ -39,7 +39,7 @@ use fuser::{
 };
 use serde_json::json;
 use sheaf_format::records::FileType as Ft;
-use sheaf_read::{Found, Image, Inode, ReadError, Stack, OPAQUE_MARKER, WHITEOUT_PREFIX};
+use sheaf_read::{DirIndex, Found, Image, Inode, ReadError, Stack, OPAQUE_MARKER, WHITEOUT_PREFIX};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -54,6 +54,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Prefix of copy-up temporaries in the upper directory (hidden: it starts
 /// with the whiteout prefix; skipped by `sheaf commit`).
 pub const COPYUP_PREFIX: &[u8] = b".wh..sheaf-";
+
+/// A merged directory of at least this many layers is looked up through an
+/// index of its names instead of layer by layer.
+const INDEX_PARTS: usize = 4;
 
 /// How a union is presented.
 #[derive(Debug, Default)]
@@ -163,6 +167,9 @@ pub struct UnionFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_fh: AtomicU64,
     copyups: AtomicU64,
+    /// Name indexes of merged directories many layers share, by their top
+    /// part (layer, image inode): the layers never change.
+    indexes: Mutex<HashMap<(usize, u32), Arc<DirIndex>>>,
     stats: Arc<Stats>,
     started: Instant,
     pid: u32,
@@ -412,6 +419,7 @@ impl UnionFs {
             handles: Mutex::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             copyups: AtomicU64::new(0),
+            indexes: Mutex::new(HashMap::new()),
             stats: Arc::new(Stats::default()),
             started: Instant::now(),
             pid: std::process::id(),
@@ -469,6 +477,21 @@ impl UnionFs {
     /// The lower entry `name` of directory `dir`, ignoring the upper layer.
     fn lower_child(&self, dir: &Node, name: &[u8]) -> Result<Option<Found>, ReadError> {
         match dir.lower.as_deref() {
+            // Many layers share this directory: look names up in an index
+            // of it, so the cost does not grow with the number of layers.
+            Some(Found::Dir(md)) if md.parts.len() >= INDEX_PARTS => {
+                let key = (md.parts[0].0, md.parts[0].1.ino);
+                let cached = self.indexes.lock().expect("indexes").get(&key).cloned();
+                let idx = match cached {
+                    Some(i) => i,
+                    None => {
+                        let i = Arc::new(self.stack.index(md)?);
+                        self.indexes.lock().expect("indexes").insert(key, i.clone());
+                        i
+                    }
+                };
+                self.stack.lookup_in(md, &idx, name)
+            }
             Some(Found::Dir(md)) => self.stack.lookup(md, name),
             _ => Ok(None),
         }
@@ -476,6 +499,9 @@ impl UnionFs {
 
     /// What `name` in `dir` is, in the merged view.
     fn resolve(&self, dir: &Node, name: &[u8]) -> Result<Option<Child>, Errno> {
+        if name.len() > 255 {
+            return Err(Errno::from_i32(libc::ENAMETOOLONG));
+        }
         if name.starts_with(WHITEOUT_PREFIX) {
             return Ok(None);
         }

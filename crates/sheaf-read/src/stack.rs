@@ -62,6 +62,27 @@ pub struct StackEntry {
     pub file_type: FileType,
 }
 
+/// The names of a merged directory, read once from every part: for each
+/// name, the parts (top first) that hold it, down to the first that hides
+/// the rest. Makes a lookup in a directory many layers share cost the same
+/// as in one layer ([`Stack::lookup_in`]).
+#[derive(Debug, Clone, Default)]
+pub struct DirIndex {
+    names: std::collections::HashMap<Vec<u8>, Vec<(usize, u32, FileType)>>,
+}
+
+impl DirIndex {
+    /// Number of names shown.
+    pub fn len(&self) -> usize {
+        self.names.values().filter(|v| !v.is_empty()).count()
+    }
+
+    /// Whether no name is shown.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Images stacked bottom (index 0) to top.
 #[derive(Debug, Clone)]
 pub struct Stack {
@@ -168,6 +189,85 @@ impl Stack {
             }
         }
         Ok(None)
+    }
+
+    /// Index a merged directory (see [`DirIndex`]): reads every part's
+    /// entries once.
+    pub fn index(&self, dir: &MergedDir) -> Result<DirIndex, ReadError> {
+        let mut names: std::collections::HashMap<Vec<u8>, Vec<(usize, u32, FileType)>> =
+            Default::default();
+        // Names decided for good: hidden by a whiteout, or ended by a
+        // non-directory (nothing below it shows).
+        let mut closed: HashSet<Vec<u8>> = HashSet::new();
+        for (k, &(l, d)) in dir.parts.iter().enumerate() {
+            let img = &self.layers[l];
+            let n = img.dir_len(&d)?;
+            let mut whiteouts = Vec::new();
+            for e in img.read_dir(&d, 0, n as usize)? {
+                if e.name == OPAQUE_MARKER {
+                    continue;
+                }
+                if let Some(t) = e.name.strip_prefix(WHITEOUT_PREFIX) {
+                    whiteouts.push(t.to_vec());
+                    continue;
+                }
+                if closed.contains(&e.name) {
+                    continue;
+                }
+                let v = names.entry(e.name.clone()).or_default();
+                let is_dir = e.file_type == FileType::Directory;
+                // A directory merges only with directories below it.
+                if !v.is_empty() && !is_dir {
+                    closed.insert(e.name);
+                    continue;
+                }
+                v.push((k, e.ino, e.file_type));
+                if !is_dir {
+                    closed.insert(e.name);
+                }
+            }
+            // A whiteout hides the name in the parts below this one; beside
+            // a directory of the same layer it ends the merge there.
+            for w in whiteouts {
+                names.entry(w.clone()).or_default();
+                closed.insert(w);
+            }
+        }
+        Ok(DirIndex { names })
+    }
+
+    /// [`Stack::lookup`] through an index of `dir`: one hash lookup, plus
+    /// one opaque-marker check per layer that holds a directory of that name.
+    pub fn lookup_in(
+        &self,
+        dir: &MergedDir,
+        idx: &DirIndex,
+        name: &[u8],
+    ) -> Result<Option<Found>, ReadError> {
+        if name.starts_with(WHITEOUT_PREFIX) {
+            return Ok(None);
+        }
+        let Some(v) = idx.names.get(name).filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let (k, ino, ft) = v[0];
+        let l = dir.parts[k].0;
+        let top = self.layers[l].inode(ino)?;
+        if ft != FileType::Directory {
+            return Ok(Some(Found::Node(l, top)));
+        }
+        let mut parts = vec![(l, top)];
+        let mut blocked = self.has(l, &top, OPAQUE_MARKER)?;
+        for &(k, ino, ft) in &v[1..] {
+            if blocked || ft != FileType::Directory {
+                break;
+            }
+            let l = dir.parts[k].0;
+            let i = self.layers[l].inode(ino)?;
+            blocked = self.has(l, &i, OPAQUE_MARKER)?;
+            parts.push((l, i));
+        }
+        Ok(Some(Found::Dir(MergedDir { parts })))
     }
 
     /// Resolve a `/`-separated path from the merged root.

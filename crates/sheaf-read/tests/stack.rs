@@ -126,3 +126,98 @@ fn whiteouts_opaque_dirs_and_replacements_merge_as_oci_says() {
     let one = Stack::new(vec![base]);
     assert_eq!(names(&one, "b"), ["old", "sub"]);
 }
+
+/// Describe what a lookup found, for comparing two ways of looking up.
+fn describe(f: &Option<Found>) -> String {
+    match f {
+        None => "none".into(),
+        Some(Found::Node(l, i)) => format!("node {l}:{}", i.ino),
+        Some(Found::Dir(d)) => format!(
+            "dir {:?}",
+            d.parts.iter().map(|(l, i)| (*l, i.ino)).collect::<Vec<_>>()
+        ),
+    }
+}
+
+/// Looking names up through an index of a directory many layers share
+/// gives exactly what the layer-by-layer lookup gives, for every name any
+/// layer holds (whiteouts, opaque dirs, replacements both ways), at the
+/// root and one level down.
+#[test]
+fn indexed_lookups_agree_with_layer_by_layer_lookups() {
+    let t = tempfile::tempdir().unwrap();
+    let specs: Vec<Vec<(&str, &str)>> = vec![
+        vec![
+            ("a", "0"),
+            ("d/x", "0"),
+            ("d/y", "0"),
+            ("f/", ""),
+            ("g/in", "0"),
+            ("h", "0"),
+            ("o/old", "0"),
+        ],
+        vec![
+            ("b", "1"),
+            ("d/z", "1"),
+            (".wh.h", ""),
+            ("f", "file over dir"),
+            ("o/.wh..wh..opq", ""),
+            ("o/new", "1"),
+        ],
+        vec![
+            ("c/", ""),
+            ("d/.wh.x", ""),
+            ("g", "file over dir"),
+            ("h", "back"),
+        ],
+        vec![
+            (".wh.a", ""),
+            ("d/w", "3"),
+            ("g/", ""),
+            ("g/.wh..wh..opq", ""),
+            ("e/", ""),
+        ],
+        vec![
+            ("a/", ""),
+            ("a/inside", "4"),
+            ("d/y", "4 wins"),
+            (".wh.b", ""),
+            (".wh.f", ""),
+            ("f", "5"),
+        ],
+    ];
+    let layers: Vec<_> = specs
+        .iter()
+        .enumerate()
+        .map(|(k, e)| layer(t.path(), &format!("l{k}"), e))
+        .collect();
+    let s = Stack::new(layers);
+    let mut names: Vec<&str> = specs
+        .iter()
+        .flatten()
+        .map(|(p, _)| p.trim_end_matches('/'))
+        .collect();
+    names.extend(["missing", "d/missing", ".wh.h", "d/.wh.x"]);
+    let root = s.root().unwrap();
+    let idx = s.index(&root).unwrap();
+    let mut checked = 0;
+    for n in &names {
+        let (dir, idx, leaf) = match n.split_once('/') {
+            None => (root.clone(), idx.clone(), *n),
+            Some((top, leaf)) => match s.lookup(&root, top.as_bytes()).unwrap() {
+                Some(Found::Dir(d)) => {
+                    let i = s.index(&d).unwrap();
+                    (d, i, leaf)
+                }
+                _ => continue,
+            },
+        };
+        let slow = s.lookup(&dir, leaf.as_bytes()).unwrap();
+        let fast = s.lookup_in(&dir, &idx, leaf.as_bytes()).unwrap();
+        assert_eq!(describe(&slow), describe(&fast), "{n}");
+        checked += 1;
+    }
+    assert!(checked > 20, "{checked}");
+    // The index shows as many names as a listing.
+    assert_eq!(idx.len(), s.read_dir(&root).unwrap().len());
+}
