@@ -89,8 +89,9 @@ enum Cmd {
         #[arg(long, default_value = "sheaf-signer")]
         identity: String,
     },
-    /// Mount an image read-only on a directory (no root needed) and return
-    /// once it is ready; serves it from a background process.
+    /// Mount an image, or a stack of them, on a directory (no root needed),
+    /// read-only or writable through --upper DIR; returns once it is ready
+    /// and serves it from a background process.
     Mount(mount::MountArgs),
     /// Run a command with images mounted at fixed paths (e.g. /data) that
     /// only it sees, without root; the mounts vanish when it exits.

@@ -37,8 +37,12 @@ Mount options (-o, comma-separated, repeatable):
   ro, defaults, auto, noauto, user, users, nouser, nofail, _netdev, x-*, comment=*
                     accepted for fstab and ignored (the mount is always read-only)
 
-The mount is read-only: writes fail with EROFS. The kernel caches entries,
-attributes, listings and file pages forever (the image never changes).
+The mount is read-only (writes fail with EROFS) unless --upper DIR is given:
+then new and changed files go to DIR (whole-file copy-up on the first change,
+deletions as .wh.NAME whiteouts), the images never change, and
+`sheaf commit DIR -o LAYER` packs the changes as a layer. Several images are
+stacked bottom first, later ones winning (OCI whiteouts honoured, never shown).
+The kernel caches entries, attributes, listings and file pages forever.
 
 Logs: with -f, stderr; otherwise the file given with log=FILE, else syslog.
 
@@ -58,17 +62,22 @@ installed by `make install`):
 Examples:
   sheaf mount data.sheaf /mnt/data && ls /mnt/data
   sheaf mount -o cache_size=1G,allow_other stack.sheaf /opt/stack
+  sheaf mount site.sheaf project.sheaf /opt/sw          (a union, read-only)
+  sheaf mount base.sheaf /work --upper changes/          (writable overlay)
   sheaf stats /mnt/data
   sheaf umount /mnt/data";
 
 /// Arguments of `sheaf mount`.
 #[derive(Args, Debug)]
-#[command(after_long_help = MOUNT_OPTIONS_HELP)]
+#[command(
+    after_long_help = MOUNT_OPTIONS_HELP,
+    override_usage = "sheaf mount [OPTIONS] IMAGE... MOUNTPOINT"
+)]
 pub struct MountArgs {
     /// The image(s) to mount (files or http(s):// URLs, fetched lazily),
     /// then an existing, empty directory to mount on. Several images are
     /// stacked bottom first, later ones winning (also as BASE,LAYER,...).
-    #[arg(required = true, num_args = 2.., value_name = "IMAGE... MOUNTPOINT")]
+    #[arg(required = true, num_args = 2.., value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Make the mount writable: new and changed files go to DIR (an
     /// existing directory; whiteouts record deletions), the images never
@@ -242,7 +251,9 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
                 "ro" | "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail"
                 | "_netdev" | "async" | "atime" | "noatime" | "relatime" | "nodiratime" => {}
                 "rw" if from_fstab => {}
-                "rw" => bail!("mount option 'rw': sheaf images are read-only"),
+                "rw" => bail!(
+                    "mount option 'rw': images are read-only; use --upper DIR for a writable overlay"
+                ),
                 k if k.starts_with("x-") || k == "comment" => {}
                 _ => bail!("unknown mount option '{opt}' (see 'sheaf mount --help')"),
             }

@@ -57,7 +57,10 @@ Examples:
 
 /// Arguments of `sheaf run`.
 #[derive(clap::Args, Debug)]
-#[command(after_long_help = RUN_HELP)]
+#[command(
+    after_long_help = RUN_HELP,
+    override_usage = "sheaf run [OPTIONS] [--mount SPEC]... [--] CMD [ARGS]..."
+)]
 pub struct RunArgs {
     /// IMAGE[,IMAGE...]:DEST[:upper=DIR][:record=FILE][:prefetch=FILE]
     #[arg(short = 'm', long = "mount", value_name = "SPEC")]
