@@ -104,8 +104,23 @@ echo "server gone, remounted from the node cache: $(cat "$W/mnt/kinds/hello.txt"
 "$S" umount "$W/mnt"
 "$S" cache stats --cache-dir "$W/cache"
 
+step "11. layers: a writable overlay, commit its changes as a layer, stack it; sheaf run at /data"
+mkdir -p "$W/upper" "$W/mnt2"
+"$S" mount "$W/demo.sheaf" "$W/mnt" --upper "$W/upper"
+echo "changed in the overlay" > "$W/mnt/kinds/hello.txt"; rm -r "$W/mnt/kinds/sub"; mkdir "$W/mnt/results"
+echo 42 > "$W/mnt/results/answer"
+"$S" umount "$W/mnt"
+echo "upper directory: $(cd "$W/upper" && find . -mindepth 1 | sort | tr '\n' ' ')"
+"$S" commit "$W/upper" -o "$W/layer.sheaf" -q
+"$S" mount "$W/demo.sheaf" "$W/layer.sheaf" "$W/mnt2"
+echo "base + layer: kinds/hello.txt = $(cat "$W/mnt2/kinds/hello.txt"); kinds/sub $( [ -e "$W/mnt2/kinds/sub" ] && echo present || echo hidden)"
+"$S" umount "$W/mnt2"
+"$S" run --mount "$W/demo.sheaf,$W/layer.sheaf:/data" -- sh -c 'echo "inside sheaf run: /data/results/answer = $(cat /data/results/answer)"'
+[ -e /data/results ] && echo "(/data exists outside too)" || echo "outside: /data/results does not exist; nothing left mounted"
+
 step "report"
 src=$(du -sb "$W/src" | cut -f1); img=$(stat -c %s "$W/demo.sheaf")
 printf 'source %s bytes (apparent), image %s bytes, built in %.2f s; round trip exact;\n' "$src" "$img" "$(echo "$t1 - $t0" | bc)"
 printf 'mounted in %d ms, identical to the source, unmounted cleanly; signed and verified with an SSH key;\n' $(( (m1 - m0) / 1000000 ))
-printf 'published, mounted lazily over HTTP, and remounted offline from the node cache.\n'
+printf 'published, mounted lazily over HTTP, and remounted offline from the node cache;\n'
+printf 'changed in a writable overlay, committed as a layer, stacked, and given to a command at /data.\n'
