@@ -525,3 +525,40 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     let ino = fs::metadata(&img).unwrap().ino();
     assert!(ino > 0);
 }
+
+/// 25,000 new files (more than this machine's 20,000 descriptor limit)
+/// and a directory tree of them: the server keeps no descriptor per file.
+#[test]
+fn many_files_in_an_overlay_hold_no_descriptors() {
+    let t = tmpdir();
+    let base = t.path().join("base");
+    files(&base, &[("seed", "x")]);
+    let img = t.path().join("base.sheaf");
+    build(&base, &img, &["-q"]);
+    let (mp, up) = (t.path().join("mp"), t.path().join("up"));
+    fs::create_dir_all(&up).unwrap();
+    let m = mount(&[&img], &mp, &["--upper", up.to_str().unwrap()]);
+    let script = r#"
+import os, sys
+os.chdir(sys.argv[1])
+for d in range(25):
+    os.mkdir(f"d{d}")
+    for f in range(1000):
+        with open(f"d{d}/f{f}", "w") as fh: fh.write("x")
+n = sum(len(os.listdir(f"d{d}")) for d in range(25))
+assert n == 25000, n
+"#;
+    run_cmd(
+        Command::new("/usr/bin/python3")
+            .arg("-c")
+            .arg(script)
+            .arg(&mp),
+    )
+    .ok();
+    let stats = json(&sheaf(["stats".as_ref(), "--json".as_ref(), mp.as_os_str()]).ok());
+    let pid = stats["pid"].as_u64().unwrap();
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    assert!(fds < 200, "the server holds {fds} descriptors");
+    assert!(stats["nodes"].as_u64().unwrap() > 25000, "{stats}");
+    m.umount();
+}

@@ -108,7 +108,13 @@ struct Node {
     /// under it (none if opaque or absent); otherwise the lower object, as
     /// long as it has not been copied up.
     lower: Option<Arc<Found>>,
-    /// An `O_PATH` descriptor of its upper object.
+    /// Whether it exists in the upper directory.
+    in_upper: bool,
+    /// An `O_PATH` descriptor of its upper object. In the table only for
+    /// the root and hardlinked files (whose path may go while the object
+    /// stays); [`UnionFs::node`] opens the others by path for each request,
+    /// so a tree of millions of upper files never holds millions of
+    /// descriptors.
     upper: Option<Arc<OwnedFd>>,
     is_dir: bool,
     nlookup: u64,
@@ -172,7 +178,6 @@ pub struct UnionFs {
     indexes: Mutex<HashMap<(usize, u32), Arc<DirIndex>>>,
     stats: Arc<Stats>,
     started: Instant,
-    pid: u32,
 }
 
 fn errno_of(e: &io::Error) -> Errno {
@@ -422,7 +427,6 @@ impl UnionFs {
             indexes: Mutex::new(HashMap::new()),
             stats: Arc::new(Stats::default()),
             started: Instant::now(),
-            pid: std::process::id(),
         };
         let root_lower = fs.stack.root()?;
         let opaque = fs
@@ -433,6 +437,7 @@ impl UnionFs {
             parent: 1,
             name: Vec::new(),
             lower: (!opaque).then(|| Arc::new(Found::Dir(root_lower))),
+            in_upper: fs.upper.is_some(),
             upper: fs.upper.as_ref().map(|u| u.root.clone()),
             is_dir: true,
             nlookup: 1,
@@ -452,14 +457,22 @@ impl UnionFs {
         &self.stats
     }
 
+    /// A copy of node `ino`, with its upper object opened.
     fn node(&self, ino: INodeNo) -> Result<Node, Errno> {
-        self.table
-            .lock()
-            .expect("table")
-            .nodes
-            .get(&ino.0)
-            .cloned()
-            .ok_or(Errno::ENOENT)
+        let (mut n, path) = {
+            let t = self.table.lock().expect("table");
+            let n = t.nodes.get(&ino.0).cloned().ok_or(Errno::ENOENT)?;
+            let path = if n.in_upper && n.upper.is_none() {
+                Some(Self::path_in(&t, ino.0).ok_or(Errno::EIO)?)
+            } else {
+                None
+            };
+            (n, path)
+        };
+        if let (Some(p), Some(u)) = (path, &self.upper) {
+            n.upper = Some(Arc::new(open_path_at(u.root.as_raw_fd(), &p)?));
+        }
+        Ok(n)
     }
 
     fn read_err(&self, op: Op, e: &ReadError) -> Errno {
@@ -567,24 +580,33 @@ impl UnionFs {
             (None, Some(f)) => matches!(f, Found::Dir(_)),
             _ => false,
         };
+        let attr = match (&child.upper, child.lower.as_deref()) {
+            (Some((_, st)), _) => Some(*st),
+            _ => None,
+        };
+        // Hardlinked upper files keep their descriptor (see Node::upper).
+        let pin = |c: &mut Child| match c.upper.take() {
+            Some((fd, st)) if st.st_nlink > 1 && st.st_mode & libc::S_IFMT != libc::S_IFDIR => {
+                Some(Arc::new(fd))
+            }
+            _ => None,
+        };
+        let mut child = child;
+        let in_upper = child.upper.is_some();
+        let pinned = pin(&mut child);
         let mut t = self.table.lock().expect("table");
         let existing = t.by_key.get(&key).copied().filter(|id| {
             // An upper inode number may be reused after a delete while the
             // kernel still holds the old node.
-            t.nodes.get(id).is_some_and(|n| match &n.upper {
-                Some(fd) if matches!(key, Key::Upper(..)) => stat_fd(fd)
-                    .is_ok_and(|s| s.st_nlink > 0 || s.st_mode & libc::S_IFMT == libc::S_IFDIR),
-                _ => true,
-            })
+            !matches!(key, Key::Upper(..)) || self.upper_alive(&t, *id)
         });
         let id = match existing {
             Some(id) => {
                 let n = t.nodes.get_mut(&id).expect("mapped node");
                 n.nlookup += 1;
+                n.in_upper |= in_upper;
                 if n.upper.is_none() {
-                    if let Some((fd, _)) = child.upper {
-                        n.upper = Some(Arc::new(fd));
-                    }
+                    n.upper = pinned;
                 }
                 if n.is_dir {
                     n.lower = child.lower.clone();
@@ -609,7 +631,8 @@ impl UnionFs {
                         parent,
                         name: name.to_vec(),
                         lower: child.lower.clone(),
-                        upper: child.upper.map(|(fd, _)| Arc::new(fd)),
+                        in_upper,
+                        upper: pinned,
                         is_dir,
                         nlookup: 1,
                         keys: vec![key],
@@ -621,7 +644,49 @@ impl UnionFs {
         };
         let n = t.nodes.get(&id).expect("node").clone();
         drop(t);
-        self.attr(id, &n)
+        match attr {
+            Some(st) => Ok(stat_attr(id, &st)),
+            None => self.attr(id, &n),
+        }
+    }
+
+    /// The path of node `id` relative to the upper directory (`.` for the
+    /// root), from the names the table holds.
+    fn path_in(t: &Table, id: u64) -> Option<Vec<u8>> {
+        let mut names = Vec::new();
+        let mut cur = id;
+        while cur != 1 {
+            let n = t.nodes.get(&cur)?;
+            names.push(n.name.as_slice());
+            cur = n.parent;
+            if names.len() > 4096 {
+                return None;
+            }
+        }
+        if names.is_empty() {
+            return Some(b".".to_vec());
+        }
+        names.reverse();
+        Some(names.join(&b'/'))
+    }
+
+    /// Whether node `id`'s upper object still exists under the name the
+    /// table gives it (or, for a pinned one, anywhere).
+    fn upper_alive(&self, t: &Table, id: u64) -> bool {
+        let Some(n) = t.nodes.get(&id) else {
+            return false;
+        };
+        if let Some(fd) = &n.upper {
+            return stat_fd(fd)
+                .is_ok_and(|s| s.st_nlink > 0 || s.st_mode & libc::S_IFMT == libc::S_IFDIR);
+        }
+        let (Some(u), Some(path)) = (&self.upper, Self::path_in(t, id)) else {
+            return false;
+        };
+        let Ok(st) = stat_at(u.root.as_raw_fd(), &path, 0) else {
+            return false;
+        };
+        n.keys.contains(&Key::Upper(st.st_dev, st.st_ino))
     }
 
     fn attr(&self, id: u64, n: &Node) -> Result<FileAttr, Errno> {
@@ -777,7 +842,7 @@ impl UnionFs {
         let mut t = self.table.lock().expect("table");
         t.by_key.insert(Key::Upper(st.st_dev, st.st_ino), id);
         if let Some(node) = t.nodes.get_mut(&id) {
-            node.upper = Some(fd.clone());
+            node.in_upper = true;
             node.keys.push(Key::Upper(st.st_dev, st.st_ino));
             if !node.is_dir {
                 node.lower = None;
@@ -1035,11 +1100,7 @@ impl UnionFs {
         let Some(&id) = t.by_key.get(key) else {
             return;
         };
-        let gone = t.nodes.get(&id).is_some_and(|n| match &n.upper {
-            Some(fd) => stat_fd(fd).is_ok_and(|s| s.st_nlink == 0),
-            None => true,
-        });
-        if gone {
+        if !self.upper_alive(&t, id) {
             t.by_key.remove(key);
         }
     }
@@ -1069,6 +1130,20 @@ impl UnionFs {
         let pfd = self.copy_up(parent.0)?;
         let p = pfd.as_raw_fd();
         if let Some((fd, _)) = &child.upper {
+            // A file may stay open after its last name goes: keep its node
+            // reachable without a path (fstat of an open, unlinked file).
+            if !dir {
+                let mut t = self.table.lock().expect("table");
+                if let Some(id) = t.by_key.get(&key).copied() {
+                    if let Some(n) = t.nodes.get_mut(&id) {
+                        if n.upper.is_none() {
+                            if let Ok(own) = fd.try_clone() {
+                                n.upper = Some(Arc::new(own));
+                            }
+                        }
+                    }
+                }
+            }
             if dir {
                 self.clear_dir(fd.as_raw_fd())?;
                 unlink_at(p, name, libc::AT_REMOVEDIR)?;
@@ -1225,7 +1300,7 @@ impl UnionFs {
             "layers": layers,
             "upper": self.upper.is_some(),
             "copy_ups": self.copyups.load(Relaxed),
-            "pid": self.pid,
+            "pid": std::process::id(),
             "uptime_s": self.started.elapsed().as_secs_f64(),
             "bytes_served": s.bytes_served.load(Relaxed),
             "image_errors": s.image_errors.load(Relaxed),
@@ -1336,7 +1411,7 @@ impl UnionFs {
             return Ok(self.stats_json().to_string().into_bytes());
         }
         if ino.0 == 1 && name == crate::PID_XATTR.as_bytes() {
-            return Ok(self.pid.to_string().into_bytes());
+            return Ok(std::process::id().to_string().into_bytes());
         }
         let n = self.node(ino)?;
         if let Some(fd) = &n.upper {
@@ -2012,6 +2087,10 @@ impl Filesystem for UnionFs {
                     libc::AT_SYMLINK_FOLLOW,
                 )
             })?;
+            // Now hardlinked: its table name may go while it stays.
+            if let Some(n) = self.table.lock().expect("table").nodes.get_mut(&ino.0) {
+                n.upper = Some(fd.clone());
+            }
             self.entry_of(newparent, name)
         });
         match r {
