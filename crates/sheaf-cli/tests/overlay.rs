@@ -35,8 +35,14 @@ fn mounted(mp: &Path) -> bool {
 
 /// `sheaf mount IMAGES... MP [EXTRA...]`, asserting success.
 fn mount(images: &[&Path], mp: &Path, extra: &[&str]) -> Mount {
+    mount_env(images, mp, extra, &[])
+}
+
+/// The same with environment variables for the mount's process.
+fn mount_env(images: &[&Path], mp: &Path, extra: &[&str], env: &[(&str, &str)]) -> Mount {
     fs::create_dir_all(mp).unwrap();
     let mut c = cmd();
+    c.envs(env.iter().copied());
     c.arg("mount").args(images).arg(mp).args(extra);
     run_cmd(&mut c).ok();
     assert!(mounted(mp));
@@ -203,9 +209,19 @@ fn a_union_of_three_layers_follows_the_oci_rules() {
 /// Python's file API over a lower tree: every change lands in the upper
 /// directory, the images never change, a second writer is refused while
 /// read-only mounts of the same images work, and the changes survive a
-/// remount.
+/// remount. With kernel passthrough of upper files (a root server) and
+/// without.
 #[test]
 fn the_overlay_does_what_programs_do() {
+    overlay_programs(&[]);
+}
+
+#[test]
+fn the_overlay_does_what_programs_do_without_passthrough() {
+    overlay_programs(&[("SHEAF_NO_PASSTHROUGH", "1")]);
+}
+
+fn overlay_programs(env: &[(&str, &str)]) {
     let t = tmpdir();
     let base = t.path().join("base");
     files(
@@ -221,6 +237,7 @@ fn the_overlay_does_what_programs_do() {
             ("del/x", "x"),
             ("empty-after/y", "y"),
             ("attrs", "attrs"),
+            ("mixed", "lower"),
         ],
     );
     let img = t.path().join("base.sheaf");
@@ -228,7 +245,7 @@ fn the_overlay_does_what_programs_do() {
     let digest = sheaf(["root".as_ref(), img.as_os_str()]).ok().text();
     let (mp, up) = (t.path().join("mp"), t.path().join("up"));
     fs::create_dir_all(&up).unwrap();
-    let m = mount(&[&img], &mp, &["--upper", up.to_str().unwrap()]);
+    let m = mount_env(&[&img], &mp, &["--upper", up.to_str().unwrap()], env);
     let script = r#"
 import os, mmap, sys
 os.chdir(sys.argv[1])
@@ -257,6 +274,18 @@ os.removexattr("attrs", "user.k"); assert "user.k" not in os.listxattr("attrs")
 fd = os.open("new", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o600)
 os.write(fd, b"fresh"); os.fsync(fd); os.close(fd)
 assert os.stat("new").st_mode & 0o777 == 0o600
+# A reader of the lower file stays open while a writer copies it up, then
+# new opens see the copy (the kernel allows no passthrough and cached
+# opens of one file at once: sheaf must pick compatible modes).
+r = open("mixed", "rb")
+with open("mixed", "ab") as w: w.write(b"+")
+assert open("mixed", "rb").read() == b"lower+"
+with open("mixed", "r+b") as w2:
+    w2.seek(0, 2); w2.write(b"!")
+    m = mmap.mmap(w2.fileno(), 0); m[0:1] = b"L"; m.flush(); m.close()
+r.close()
+with open("mixed", "ab") as w: w.write(b"?")
+assert open("mixed", "rb").read() == b"Lower+!?", open("mixed", "rb").read()
 for bad in (".wh.x", ".wh..wh..opq"):
     try: open(bad, "w"); raise SystemExit("created " + bad)
     except OSError: pass

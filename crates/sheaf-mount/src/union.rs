@@ -155,6 +155,23 @@ enum Handle {
     Dir(Arc<Vec<Entry>>),
 }
 
+/// How the open files of one node do their I/O: the kernel refuses
+/// passthrough and cached opens of one inode at the same time, and wants
+/// every passthrough open of it on the same backing file.
+#[derive(Default)]
+struct IoState {
+    cached: u32,
+    passthrough: u32,
+    backing: Option<Arc<fuser::BackingId>>,
+}
+
+/// Open files by node, and each handle's node and mode.
+#[derive(Default)]
+struct IoModes {
+    nodes: HashMap<u64, IoState>,
+    handles: HashMap<u64, (u64, bool)>,
+}
+
 /// The upper directory.
 struct Upper {
     root: Arc<OwnedFd>,
@@ -176,6 +193,10 @@ pub struct UnionFs {
     /// Name indexes of merged directories many layers share, by their top
     /// part (layer, image inode): the layers never change.
     indexes: Mutex<HashMap<(usize, u32), Arc<DirIndex>>>,
+    /// Whether upper files are opened in kernel passthrough mode (reads and
+    /// writes go straight to the upper file; root only, Linux 6.9+).
+    passthrough: std::sync::atomic::AtomicBool,
+    io: Mutex<IoModes>,
     stats: Arc<Stats>,
     started: Instant,
 }
@@ -425,6 +446,8 @@ impl UnionFs {
             next_fh: AtomicU64::new(1),
             copyups: AtomicU64::new(0),
             indexes: Mutex::new(HashMap::new()),
+            passthrough: std::sync::atomic::AtomicBool::new(false),
+            io: Mutex::new(IoModes::default()),
             stats: Arc::new(Stats::default()),
             started: Instant::now(),
         };
@@ -1286,6 +1309,72 @@ impl UnionFs {
         }
     }
 
+    /// Decide how a new open of `node` does its I/O and count it: in
+    /// passthrough (returning the backing file to reply with) when enabled,
+    /// `file` is an upper file and no cached open of the node exists.
+    fn io_open(
+        &self,
+        node: u64,
+        file: Option<&File>,
+        register: impl FnOnce(&File) -> io::Result<fuser::BackingId>,
+    ) -> Option<Arc<fuser::BackingId>> {
+        let mut io = self.io.lock().expect("io");
+        let st = io.nodes.entry(node).or_default();
+        let want = file.filter(|_| self.passthrough.load(Relaxed) && st.cached == 0);
+        let backing = match (want, &st.backing) {
+            (None, _) => None,
+            (Some(_), Some(b)) => Some(b.clone()),
+            (Some(f), None) => match register(f) {
+                Ok(b) => {
+                    let b = Arc::new(b);
+                    st.backing = Some(b.clone());
+                    Some(b)
+                }
+                Err(e) => {
+                    log::warn!("kernel passthrough refused ({e}); serving reads and writes");
+                    self.passthrough.store(false, Relaxed);
+                    None
+                }
+            },
+        };
+        if backing.is_some() {
+            st.passthrough += 1;
+        } else {
+            st.cached += 1;
+        }
+        backing
+    }
+
+    /// Remember that handle `fh` of `node` was opened (after [`Self::io_open`]).
+    fn io_handle(&self, fh: FileHandle, node: u64, passthrough: bool) {
+        self.io
+            .lock()
+            .expect("io")
+            .handles
+            .insert(fh.0, (node, passthrough));
+    }
+
+    /// Forget handle `fh`.
+    fn io_release(&self, fh: FileHandle) {
+        let mut io = self.io.lock().expect("io");
+        let Some((node, pt)) = io.handles.remove(&fh.0) else {
+            return;
+        };
+        if let Some(st) = io.nodes.get_mut(&node) {
+            if pt {
+                st.passthrough = st.passthrough.saturating_sub(1);
+                if st.passthrough == 0 {
+                    st.backing = None;
+                }
+            } else {
+                st.cached = st.cached.saturating_sub(1);
+            }
+            if st.passthrough == 0 && st.cached == 0 {
+                io.nodes.remove(&node);
+            }
+        }
+    }
+
     /// Live statistics as JSON (the hidden stats xattr).
     pub fn stats_json(&self) -> serde_json::Value {
         let s = &self.stats;
@@ -1507,6 +1596,19 @@ impl Filesystem for UnionFs {
         let _ = config.add_capabilities(have);
         let _ = config.set_max_readahead(MAX_READ);
         let _ = config.set_max_write(MAX_READ);
+        // Kernel passthrough of upper files: registering a backing file
+        // needs CAP_SYS_ADMIN, so only a root server asks for it.
+        // SAFETY: plain getter.
+        let root = unsafe { libc::geteuid() } == 0;
+        if self.writable()
+            && root
+            && std::env::var_os("SHEAF_NO_PASSTHROUGH").is_none()
+            && config.capabilities().contains(InitFlags::FUSE_PASSTHROUGH)
+            && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(1).is_ok()
+        {
+            self.passthrough.store(true, Relaxed);
+        }
         Ok(())
     }
 
@@ -1605,9 +1707,21 @@ impl Filesystem for UnionFs {
             // SAFETY: open just returned it.
             Ok(Handle::File(Arc::new(unsafe { File::from_raw_fd(raw) })))
         })();
-        match r {
-            Ok(h) => reply.opened(self.add_handle(h), FopenFlags::FOPEN_KEEP_CACHE),
-            Err(e) => reply.error(e),
+        let h = match r {
+            Ok(h) => h,
+            Err(e) => return reply.error(e),
+        };
+        let file = match &h {
+            Handle::File(f) => Some(f.clone()),
+            _ => None,
+        };
+        let backing = self.io_open(ino.0, file.as_deref(), |f| reply.open_backing(f));
+        let fh = self.add_handle(h);
+        self.io_handle(fh, ino.0, backing.is_some());
+        match backing {
+            // (The kernel answers EIO to FOPEN_KEEP_CACHE with passthrough.)
+            Some(b) => reply.opened_passthrough(fh, FopenFlags::empty(), &b),
+            None => reply.opened(fh, FopenFlags::FOPEN_KEEP_CACHE),
         }
     }
 
@@ -1716,6 +1830,7 @@ impl Filesystem for UnionFs {
         reply: ReplyEmpty,
     ) {
         self.handles.lock().expect("handles").remove(&fh.0);
+        self.io_release(fh);
         reply.ok();
     }
 
@@ -2126,15 +2241,26 @@ impl Filesystem for UnionFs {
             let a = self.entry_of(parent, name)?;
             Ok((a, f))
         });
-        match r {
-            Ok((a, f)) => reply.created(
+        let (a, f) = match r {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        let f = Arc::new(f);
+        let backing = self.io_open(a.ino.0, Some(&f), |f| reply.open_backing(f));
+        let fh = self.add_handle(Handle::File(f));
+        self.io_handle(fh, a.ino.0, backing.is_some());
+        match backing {
+            // (The kernel answers EIO to FOPEN_KEEP_CACHE with passthrough.)
+            Some(b) => {
+                reply.created_passthrough(&FOREVER, &a, Generation(0), fh, FopenFlags::empty(), &b)
+            }
+            None => reply.created(
                 &FOREVER,
                 &a,
                 Generation(0),
-                self.add_handle(Handle::File(Arc::new(f))),
+                fh,
                 FopenFlags::FOPEN_KEEP_CACHE,
             ),
-            Err(e) => reply.error(e),
         }
     }
 
