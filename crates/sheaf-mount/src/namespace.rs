@@ -71,6 +71,40 @@ fn check(r: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// A detached clone of the mount tree at `path` (`open_tree`); with
+/// `recursive`, the mounts below it too.
+fn clone_tree(path: &Path, recursive: bool) -> io::Result<OwnedFd> {
+    let c = cpath(path)?;
+    let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: valid C string; result checked.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: open_tree just returned it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
+/// Attach a detached mount tree at `to`.
+fn attach_tree(tree: &OwnedFd, to: &Path) -> io::Result<()> {
+    let t = cpath(to)?;
+    // SAFETY: valid descriptor and C strings.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    check(r as libc::c_int)
+}
+
 /// Enter a private mount namespace (with a user namespace unless root).
 /// Must be called before the process starts any thread.
 pub fn enter(id: Identity) -> Result<Isolation, NamespaceError> {
@@ -164,27 +198,10 @@ fn save_entries(dir: &Path) -> Result<Vec<Saved>, NamespaceError> {
         }
         // A detached copy of the entry and every mount below it, taken
         // before anything covers it.
-        let c = cpath(&path).map_err(step(format!("cloning {}", path.display())))?;
-        // SAFETY: valid C string; result checked.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                libc::AT_FDCWD,
-                c.as_ptr(),
-                libc::OPEN_TREE_CLONE
-                    | libc::OPEN_TREE_CLOEXEC
-                    | libc::AT_RECURSIVE as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(step(format!("cloning {}", path.display()))(
-                io::Error::last_os_error(),
-            ));
-        }
+        let tree = clone_tree(&path, true).map_err(step(format!("cloning {}", path.display())))?;
         out.push(Saved {
             name: e.file_name().as_bytes().to_vec(),
-            // SAFETY: open_tree just returned it.
-            tree: Some(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) }),
+            tree: Some(tree),
             kind,
             target: None,
         });
@@ -220,19 +237,7 @@ fn cover(at: &Path, mode: u32, saved: &[Saved]) -> Result<u64, NamespaceError> {
             std::fs::File::create(&path).map_err(step(what()))?;
         }
         let Some(tree) = &s.tree else { continue };
-        let dst = cpath(&path).map_err(step(what()))?;
-        // SAFETY: valid descriptor and C strings.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                tree.as_raw_fd(),
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                dst.as_ptr(),
-                libc::MOVE_MOUNT_F_EMPTY_PATH,
-            )
-        };
-        check(r as libc::c_int).map_err(step(what()))?;
+        attach_tree(tree, &path).map_err(step(what()))?;
     }
     std::fs::metadata(at)
         .map(|m| m.dev())
@@ -320,36 +325,8 @@ fn new_root(saved: &[Saved], scratch: &mut Scratch) -> Result<(), NamespaceError
 /// `fusermount3` where `/dev/fuse` is closed to users) on directory `to`.
 pub fn clone_mount(from: &Path, to: &Path) -> Result<(), NamespaceError> {
     let what = || format!("moving {} to {}", from.display(), to.display());
-    let (f, t) = (
-        cpath(from).map_err(step(what()))?,
-        cpath(to).map_err(step(what()))?,
-    );
-    // SAFETY: valid C string; result checked.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(step(what())(io::Error::last_os_error()));
-    }
-    // SAFETY: open_tree just returned it.
-    let tree = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-    // SAFETY: valid descriptor and C strings.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            libc::MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    check(r as libc::c_int).map_err(step(what()))
+    let tree = clone_tree(from, false).map_err(step(what()))?;
+    attach_tree(&tree, to).map_err(step(what()))
 }
 
 /// Detach the mount at `path` (inside the namespace).

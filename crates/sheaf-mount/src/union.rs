@@ -1576,6 +1576,14 @@ fn xattr_list(path: &str) -> Result<Vec<u8>, Errno> {
     }
 }
 
+/// Answer a request that makes an entry.
+fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, Errno>) {
+    match r {
+        Ok(a) => reply.entry(&FOREVER, &a, Generation(0)),
+        Err(e) => reply.error(e),
+    }
+}
+
 /// Answer a getxattr/listxattr.
 fn reply_xattr(reply: ReplyXattr, size: u32, v: Result<Vec<u8>, Errno>) {
     match v {
@@ -2083,10 +2091,7 @@ impl Filesystem for UnionFs {
             self.own(req, pfd.as_raw_fd(), name, Some(mode))?;
             self.entry_of(parent, name)
         });
-        match r {
-            Ok(a) => reply.entry(&FOREVER, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r)
     }
 
     fn mkdir(
@@ -2111,10 +2116,7 @@ impl Filesystem for UnionFs {
             }
             self.entry_of(parent, name)
         });
-        match r {
-            Ok(a) => reply.entry(&FOREVER, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r)
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -2148,10 +2150,7 @@ impl Filesystem for UnionFs {
             self.own(req, pfd.as_raw_fd(), name, None)?;
             self.entry_of(parent, name)
         });
-        match r {
-            Ok(a) => reply.entry(&FOREVER, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r)
     }
 
     fn rename(
@@ -2208,10 +2207,7 @@ impl Filesystem for UnionFs {
             }
             self.entry_of(newparent, name)
         });
-        match r {
-            Ok(a) => reply.entry(&FOREVER, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        reply_entry(reply, r)
     }
 
     fn create(

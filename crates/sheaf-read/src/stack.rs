@@ -290,36 +290,21 @@ impl Stack {
     /// The entries of a merged directory, sorted by name, whiteouts applied
     /// and never listed.
     pub fn read_dir(&self, dir: &MergedDir) -> Result<Vec<StackEntry>, ReadError> {
-        let mut seen: HashSet<Vec<u8>> = HashSet::new();
-        let mut hidden: HashSet<Vec<u8>> = HashSet::new();
-        let mut out = Vec::new();
-        for &(l, d) in &dir.parts {
-            let img = &self.layers[l];
-            let n = img.dir_len(&d)?;
-            let mut whiteouts = Vec::new();
-            for e in img.read_dir(&d, 0, n as usize)? {
-                if e.name == OPAQUE_MARKER {
-                    continue;
-                }
-                if let Some(target) = e.name.strip_prefix(WHITEOUT_PREFIX) {
-                    whiteouts.push(target.to_vec());
-                    continue;
-                }
-                if hidden.contains(&e.name) || !seen.insert(e.name.clone()) {
-                    continue;
-                }
-                // A lower directory under an upper non-directory is hidden
-                // (seen already); an upper directory is shown from its layer.
-                out.push(StackEntry {
-                    name: e.name,
-                    layer: l,
-                    ino: e.ino,
-                    file_type: e.file_type,
-                });
-            }
-            // Whiteouts hide names in the layers below this one only.
-            hidden.extend(whiteouts);
-        }
+        let idx = self.index(dir)?;
+        let mut out: Vec<StackEntry> = idx
+            .names
+            .into_iter()
+            .filter_map(|(name, v)| {
+                // A directory is shown from its top layer.
+                let &(k, ino, file_type) = v.first()?;
+                Some(StackEntry {
+                    name,
+                    layer: dir.parts[k].0,
+                    ino,
+                    file_type,
+                })
+            })
+            .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
