@@ -44,6 +44,7 @@ bench: build
 	bench/run.sh
 	bench/mount.sh
 	bench/http.sh
+	bench/layers.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

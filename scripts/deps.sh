@@ -9,7 +9,8 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       rsync:rsync git:git python3-pip:
       libacl1-dev:)  # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
 case "${1:-}" in
-  bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll) ;;
+  bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll
+               fuse-overlayfs:fuse-overlayfs) ;;
 esac
 missing=()
 for w in "${want[@]}"; do
