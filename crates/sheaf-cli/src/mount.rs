@@ -476,9 +476,11 @@ pub(crate) fn union_fs(
     Ok((fs, fsname_of(images), signer))
 }
 
-/// The mount source shown in `/proc/mounts`: the images, absolute, `:`-joined.
+/// The mount source shown in `/proc/mounts`: the images, absolute,
+/// `:`-joined; for a long stack, the first and last and how many (the
+/// kernel refuses mount options past a page).
 pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
-    images
+    let names: Vec<String> = images
         .iter()
         .map(|i| {
             if sheaf_net::is_url(&i.to_string_lossy()) {
@@ -490,8 +492,17 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
                     .to_string()
             }
         })
-        .collect::<Vec<_>>()
-        .join(":")
+        .collect();
+    let all = names.join(":");
+    if all.len() <= 1024 || names.len() < 3 {
+        return all;
+    }
+    format!(
+        "{}:...({} layers):{}",
+        names[0],
+        names.len() - 2,
+        names[names.len() - 1]
+    )
 }
 
 /// Mount the filesystem `make` builds and serve it: in the foreground, or

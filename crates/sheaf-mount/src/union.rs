@@ -1393,6 +1393,14 @@ impl UnionFs {
             "uptime_s": self.started.elapsed().as_secs_f64(),
             "bytes_served": s.bytes_served.load(Relaxed),
             "image_errors": s.image_errors.load(Relaxed),
+            "block_cache": {
+                "capacity": self.stack.layers().iter().map(|i| i.block_cache().capacity()).sum::<usize>(),
+                "size": self.stack.layers().iter().map(|i| i.block_cache().size()).sum::<usize>(),
+                "hits": self.stack.layers().iter().map(|i| i.block_cache().stats.hits.load(Relaxed)).sum::<u64>(),
+                "misses": self.stack.layers().iter().map(|i| i.block_cache().stats.misses.load(Relaxed)).sum::<u64>(),
+                "waits": self.stack.layers().iter().map(|i| i.block_cache().stats.waits.load(Relaxed)).sum::<u64>(),
+                "evictions": self.stack.layers().iter().map(|i| i.block_cache().stats.evictions.load(Relaxed)).sum::<u64>(),
+            },
             "nodes": self.table.lock().expect("table").nodes.len(),
             "ops": s.ops_json(),
         })
@@ -1824,7 +1832,9 @@ impl Filesystem for UnionFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        // ENOSYS: the kernel stops sending a flush on every close (writes
+        // reach the upper file as they come; there is nothing to flush).
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -1873,9 +1883,11 @@ impl Filesystem for UnionFs {
         }
         let _g = self.ns.read().expect("ns lock");
         match self.node(ino).and_then(|n| self.listing(&n)) {
+            // The kernel may keep the listing: every change to the
+            // directory goes through this mount and invalidates it.
             Ok(l) => reply.opened(
                 self.add_handle(Handle::Dir(Arc::new(l))),
-                FopenFlags::empty(),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
             ),
             Err(e) => reply.error(e),
         }
