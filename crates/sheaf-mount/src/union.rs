@@ -34,8 +34,8 @@ use crate::stats::{Op, Stats};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use serde_json::json;
 use sheaf_format::records::FileType as Ft;
@@ -56,8 +56,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const COPYUP_PREFIX: &[u8] = b".wh..sheaf-";
 
 /// A merged directory of at least this many layers is looked up through an
-/// index of its names instead of layer by layer.
-const INDEX_PARTS: usize = 4;
+/// index of its names instead of layer by layer (building it costs one
+/// listing; a listing with attributes then costs one hash lookup a name).
+const INDEX_PARTS: usize = 2;
 
 /// How a union is presented.
 #[derive(Debug, Default)]
@@ -1608,6 +1609,13 @@ impl Filesystem for UnionFs {
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_MAX_PAGES
             | InitFlags::FUSE_SPLICE_WRITE;
+        // A read-only union lists with attributes when the kernel sees use
+        // for them (its listings never change; an overlay's would).
+        let want = if self.writable() {
+            want
+        } else {
+            want | InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO
+        };
         let have = config.capabilities() & want;
         let _ = config.add_capabilities(have);
         let _ = config.set_max_readahead(MAX_READ);
@@ -1891,6 +1899,66 @@ impl Filesystem for UnionFs {
             ),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        // Asked for only by a read-only union (see init): its listings
+        // never change, so they come from the cached listing.
+        let _t = self.stats.time(Op::Readdirplus);
+        let listing = {
+            let _g = self.ns.read().expect("ns lock");
+            self.cached_listing(ino)
+        };
+        let l = match listing {
+            Ok(l) => l,
+            Err(e) => return reply.error(e),
+        };
+        let dir = match self.node(ino) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        let mut off = offset.max(2);
+        if offset < 2 {
+            // "." and ".." are not counted as lookups by the kernel.
+            if let Ok(a) = self.attr(ino.0, &dir) {
+                if offset == 0 && reply.add(ino, 1, ".", &FOREVER, &a, Generation(0)) {
+                    return reply.ok();
+                }
+                if reply.add(INodeNo(dir.parent), 2, "..", &FOREVER, &a, Generation(0)) {
+                    return reply.ok();
+                }
+            }
+            off = 2;
+        }
+        for (k, e) in l.iter().enumerate().skip((off - 2) as usize) {
+            let a = match self.resolve(&dir, &e.name) {
+                Ok(Some(c)) => match self.remember(ino.0, &e.name, c) {
+                    Ok(a) => a,
+                    Err(_) => continue,
+                },
+                _ => continue,
+            };
+            if reply.add(
+                a.ino,
+                k as u64 + 3,
+                OsStr::from_bytes(&e.name),
+                &FOREVER,
+                &a,
+                Generation(0),
+            ) {
+                // Not sent: the kernel did not count this lookup.
+                self.forget_one(a.ino.0);
+                break;
+            }
+        }
+        reply.ok()
     }
 
     fn readdir(
