@@ -228,48 +228,10 @@ impl SheafFs {
     }
 
     fn attr(&self, i: &Inode) -> FileAttr {
-        let r = &i.rec;
-        let ft = i.file_type();
-        let kind = match ft {
-            Ft::Regular => FileType::RegularFile,
-            Ft::Directory => FileType::Directory,
-            Ft::Symlink => FileType::Symlink,
-            Ft::CharDevice => FileType::CharDevice,
-            Ft::BlockDevice => FileType::BlockDevice,
-            Ft::Fifo => FileType::NamedPipe,
-            Ft::Socket => FileType::Socket,
-        };
-        let mtime = if r.mtime_sec >= 0 {
-            UNIX_EPOCH + Duration::new(r.mtime_sec as u64, r.mtime_nsec)
-        } else {
-            UNIX_EPOCH - Duration::from_secs(r.mtime_sec.unsigned_abs())
-                + Duration::from_nanos(r.mtime_nsec as u64)
-        };
-        let size = match ft {
-            Ft::Regular | Ft::Symlink | Ft::Directory => r.size,
-            _ => 0,
-        };
-        let rdev = match ft {
-            Ft::CharDevice | Ft::BlockDevice => encode_dev(r.data),
-            _ => 0,
-        };
-        FileAttr {
-            ino: self.fuse_ino(i.ino),
-            size,
-            blocks: size.div_ceil(512),
-            atime: mtime,
-            mtime,
-            ctime: mtime,
-            crtime: mtime,
-            kind,
-            perm: (r.mode & 0o7777) as u16,
-            nlink: r.nlink,
-            uid: self.cfg.uid.unwrap_or(r.uid),
-            gid: self.cfg.gid.unwrap_or(r.gid),
-            rdev,
-            blksize: 4096,
-            flags: 0,
-        }
+        let mut a = image_attr(self.fuse_ino(i.ino).0, i);
+        a.uid = self.cfg.uid.unwrap_or(a.uid);
+        a.gid = self.cfg.gid.unwrap_or(a.gid);
+        a
     }
 
     /// Live statistics as JSON (the hidden stats xattr).
@@ -382,6 +344,56 @@ impl SheafFs {
             }
         }
         Ok(())
+    }
+}
+
+/// The FUSE file type of an image file type.
+pub(crate) fn kind_of(ft: Ft) -> FileType {
+    match ft {
+        Ft::Regular => FileType::RegularFile,
+        Ft::Directory => FileType::Directory,
+        Ft::Symlink => FileType::Symlink,
+        Ft::CharDevice => FileType::CharDevice,
+        Ft::BlockDevice => FileType::BlockDevice,
+        Ft::Fifo => FileType::NamedPipe,
+        Ft::Socket => FileType::Socket,
+    }
+}
+
+/// The attributes of image inode `i`, presented as FUSE inode `ino` (the
+/// mtime stands for every time: an image keeps only that one).
+pub(crate) fn image_attr(ino: u64, i: &Inode) -> FileAttr {
+    let r = &i.rec;
+    let ft = i.file_type();
+    let mtime = if r.mtime_sec >= 0 {
+        UNIX_EPOCH + Duration::new(r.mtime_sec as u64, r.mtime_nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(r.mtime_sec.unsigned_abs())
+            + Duration::from_nanos(r.mtime_nsec as u64)
+    };
+    let size = match ft {
+        Ft::Regular | Ft::Symlink | Ft::Directory => r.size,
+        _ => 0,
+    };
+    FileAttr {
+        ino: INodeNo(ino),
+        size,
+        blocks: size.div_ceil(512),
+        atime: mtime,
+        mtime,
+        ctime: mtime,
+        crtime: mtime,
+        kind: kind_of(ft),
+        perm: (r.mode & 0o7777) as u16,
+        nlink: r.nlink,
+        uid: r.uid,
+        gid: r.gid,
+        rdev: match ft {
+            Ft::CharDevice | Ft::BlockDevice => encode_dev(r.data),
+            _ => 0,
+        },
+        blksize: 4096,
+        flags: 0,
     }
 }
 

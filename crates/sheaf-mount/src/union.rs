@@ -29,7 +29,7 @@
 //! take a write lock; lookups, listings and attribute reads take a read
 //! lock; data reads and writes on open files take neither.
 
-use crate::fs::{encode_dev, FOREVER, MAX_READ};
+use crate::fs::{encode_dev, image_attr, kind_of, FOREVER, MAX_READ};
 use crate::stats::{Op, Stats};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
@@ -280,18 +280,6 @@ fn kind_of_mode(mode: u32) -> FileType {
     }
 }
 
-fn kind_of(ft: Ft) -> FileType {
-    match ft {
-        Ft::Regular => FileType::RegularFile,
-        Ft::Directory => FileType::Directory,
-        Ft::Symlink => FileType::Symlink,
-        Ft::CharDevice => FileType::CharDevice,
-        Ft::BlockDevice => FileType::BlockDevice,
-        Ft::Fifo => FileType::NamedPipe,
-        Ft::Socket => FileType::Socket,
-    }
-}
-
 fn time(sec: i64, nsec: i64) -> SystemTime {
     if sec >= 0 {
         UNIX_EPOCH + Duration::new(sec as u64, nsec as u32)
@@ -320,36 +308,6 @@ fn stat_attr(ino: u64, st: &libc::stat) -> FileAttr {
             _ => 0,
         },
         blksize: st.st_blksize as u32,
-        flags: 0,
-    }
-}
-
-fn image_attr(ino: u64, i: &Inode) -> FileAttr {
-    let r = &i.rec;
-    let ft = i.file_type();
-    let mtime = time(r.mtime_sec, r.mtime_nsec as i64);
-    let size = match ft {
-        Ft::Regular | Ft::Symlink | Ft::Directory => r.size,
-        _ => 0,
-    };
-    FileAttr {
-        ino: INodeNo(ino),
-        size,
-        blocks: size.div_ceil(512),
-        atime: mtime,
-        mtime,
-        ctime: mtime,
-        crtime: mtime,
-        kind: kind_of(ft),
-        perm: (r.mode & 0o7777) as u16,
-        nlink: r.nlink,
-        uid: r.uid,
-        gid: r.gid,
-        rdev: match ft {
-            Ft::CharDevice | Ft::BlockDevice => encode_dev(r.data),
-            _ => 0,
-        },
-        blksize: 4096,
         flags: 0,
     }
 }
