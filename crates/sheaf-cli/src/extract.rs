@@ -58,6 +58,8 @@ struct Ctx<'a> {
     stats: Stats,
     is_root: bool,
     buf: Vec<u8>,
+    /// Directories entered, so a hostile image cannot make the walk loop.
+    seen: sheaf_read::Seen,
 }
 
 fn safe_name(name: &[u8]) -> Result<&OsStr> {
@@ -83,6 +85,7 @@ pub fn run(a: ExtractArgs) -> Result<i32> {
         stats: Stats::default(),
         is_root: unsafe { libc::geteuid() } == 0,
         buf: vec![0; img.superblock().block_size as usize],
+        seen: sheaf_read::Seen::new(&img),
     };
     let paths = if a.paths.is_empty() {
         vec!["/".into()]
@@ -156,13 +159,14 @@ fn enter_dir(name: &OsStr, mode: u32, rel: &mut PathBuf) -> Result<()> {
 }
 
 fn extract_dir_contents(cx: &mut Ctx, dir: &Inode, rel: &mut PathBuf) -> Result<()> {
+    cx.seen.enter(cx.img, dir)?;
     let n = cx.img.dir_len(dir)?;
     let mut from = 0;
     while from < n {
         let batch = cx.img.read_dir(dir, from, 4096)?;
         from += batch.len() as u64;
         for e in batch {
-            let ino = cx.img.inode(e.ino)?;
+            let ino = cx.img.child(dir, e.ino, e.file_type)?;
             extract_one(cx, &ino, &e.name, rel)?;
         }
     }

@@ -15,7 +15,9 @@ fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>)> {
     use sheaf_read::stack::{OPAQUE_MARKER, WHITEOUT_PREFIX};
     let (mut wh, mut opaque) = (Vec::new(), Vec::new());
     let mut todo = vec![(img.root()?, Vec::<u8>::new())];
+    let mut seen = sheaf_read::Seen::new(img);
     while let Some((dir, prefix)) = todo.pop() {
+        seen.enter(img, &dir)?;
         let n = img.dir_len(&dir)?;
         for e in img.read_dir(&dir, 0, n as usize)? {
             let full = join_name(&prefix, &e.name);
@@ -27,7 +29,7 @@ fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>)> {
             } else if let Some(t) = e.name.strip_prefix(WHITEOUT_PREFIX) {
                 wh.push(String::from_utf8_lossy(&join_name(&prefix, t)).into_owned());
             } else if e.file_type == FileType::Directory {
-                todo.push((img.inode(e.ino)?, full));
+                todo.push((img.child(&dir, e.ino, e.file_type)?, full));
             }
         }
     }
@@ -295,11 +297,13 @@ pub fn ls(a: LsArgs) -> Result<i32> {
         return Ok(0);
     }
     let mut stack = vec![(start, Vec::<u8>::new())];
+    let mut seen = sheaf_read::Seen::new(&img);
     while let Some((dir, prefix)) = stack.pop() {
+        seen.enter(&img, &dir)?;
         let n = img.dir_len(&dir)?;
         let mut subdirs = Vec::new();
         for e in img.read_dir(&dir, 0, n as usize)? {
-            let ino = img.inode(e.ino)?;
+            let ino = img.child(&dir, e.ino, e.file_type)?;
             let full = join_name(&prefix, &e.name);
             print_entry(&mut o, &img, &ino, &full, a.long)?;
             if a.recursive && e.file_type == FileType::Directory {
@@ -341,11 +345,13 @@ fn ls_stack(a: &LsArgs) -> Result<i32> {
         }
     };
     let mut todo = vec![(dir, Vec::<u8>::new())];
+    let mut seen = sheaf_read::SeenMerged::new(&stack);
     while let Some((dir, prefix)) = todo.pop() {
+        seen.enter(&stack, &dir)?;
         let mut subdirs = Vec::new();
         for e in stack.read_dir(&dir)? {
             let img = &stack.layers()[e.layer];
-            let ino = img.inode(e.ino)?;
+            let ino = stack.entry_inode(&dir, &e)?;
             let full = join_name(&prefix, &e.name);
             print_entry(&mut o, img, &ino, &full, a.long)?;
             if a.recursive && e.file_type == FileType::Directory {
@@ -408,7 +414,7 @@ pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
             serde_json::to_string_pretty(&serde_json::json!({
                 "image": image.display().to_string(),
                 "ok": rep.errors.is_empty(),
-                "pages": rep.pages, "blocks": rep.blocks, "inodes": rep.inodes,
+                "pages": rep.pages, "blocks": rep.blocks, "inodes": rep.inodes, "entries": rep.entries,
                 "block_bytes": rep.block_bytes, "logical_bytes": img.superblock().logical_bytes,
                 "data_bytes": logical, "mb_per_s": logical as f64 / secs / 1e6,
                 "seconds": secs, "errors": rep.errors,
@@ -417,12 +423,13 @@ pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
         );
     } else if rep.errors.is_empty() {
         println!(
-            "{}: OK: {} pages, {} blocks ({}), {} inodes verified in {:.2} s ({:.0} MB/s of file data)",
+            "{}: OK: {} pages, {} blocks ({}), {} inodes, a tree of {} entries verified in {:.2} s ({:.0} MB/s of file data)",
             image.display(),
             rep.pages,
             rep.blocks,
             human(rep.block_bytes),
             rep.inodes,
+            rep.entries,
             secs,
             logical as f64 / secs / 1e6
         );
@@ -431,9 +438,10 @@ pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
             eprintln!("sheaf: {e}");
         }
         eprintln!(
-            "sheaf: error: {}: {} problems found",
+            "sheaf: error: {}: {} problem{} found",
             image.display(),
-            rep.errors.len()
+            rep.errors.len(),
+            if rep.errors.len() == 1 { "" } else { "s" }
         );
     }
     Ok(if rep.errors.is_empty() { 0 } else { 1 })

@@ -118,6 +118,7 @@ impl EntrySource for StackSource {
             started: false,
             todo: Vec::new(),
             failed: false,
+            seen: sheaf_read::SeenMerged::new(&self.stack),
         })
     }
 }
@@ -136,6 +137,8 @@ struct Walk<'a> {
     started: bool,
     todo: Vec<Frame>,
     failed: bool,
+    /// Directories entered (a hostile layer cannot make the walk loop).
+    seen: sheaf_read::SeenMerged,
 }
 
 fn read_err(path: &[u8], e: sheaf_read::ReadError) -> BuildError {
@@ -150,7 +153,10 @@ fn read_err(path: &[u8], e: sheaf_read::ReadError) -> BuildError {
 }
 
 impl<'a> Walk<'a> {
-    fn frame(&self, dir: MergedDir, path: Vec<u8>) -> Result<Frame, BuildError> {
+    fn frame(&mut self, dir: MergedDir, path: Vec<u8>) -> Result<Frame, BuildError> {
+        self.seen
+            .enter(self.stack, &dir)
+            .map_err(|e| read_err(&path, e))?;
         let list = self.stack.read_dir(&dir).map_err(|e| read_err(&path, e))?;
         Ok(Frame {
             dir,
@@ -225,8 +231,9 @@ impl<'a> Walk<'a> {
                 self.todo.push(frame);
                 return self.entry(l, ino, path).map(Some);
             }
-            let ino = self.stack.layers()[e.layer]
-                .inode(e.ino)
+            let ino = self
+                .stack
+                .entry_inode(&top.dir, &e)
                 .map_err(|err| read_err(&path, err))?;
             return self.entry(e.layer, ino, path).map(Some);
         }

@@ -722,10 +722,11 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
             println!("network           offline: serving from the node cache only");
         } else {
             println!(
-                "network           {} fetched in {} requests; {} retries, {} failovers, {} errors",
+                "network           {} fetched in {} requests; {} retries ({:.1} s waiting), {} failovers, {} errors",
                 human(n("http_bytes")),
                 n("http_requests"),
                 n("http_retries"),
+                n("http_wait_ms") as f64 / 1000.0,
                 n("http_failovers"),
                 n("http_errors")
             );

@@ -436,6 +436,85 @@ fn faults_end_in_a_clear_error_within_the_timeout_never_wrong_bytes() {
 }
 
 #[test]
+fn an_outage_shorter_than_the_timeout_is_only_a_wait_and_a_longer_one_is_eio_and_a_log_line() {
+    let t = tmpdir();
+    let (mut ng, src) = setup(t.path());
+    let big = fs::read(src.join("big.bin")).unwrap();
+    let text = fs::read(src.join("text.txt")).unwrap();
+    let log = t.path().join("mount.log");
+    let m = Mnt::new(
+        &ng.url("repo/img"),
+        &t.path().join("m"),
+        &[
+            "--timeout",
+            "20",
+            "-o",
+            &format!("prefetch_metadata=off,log={}", log.display()),
+            "--no-cache",
+        ],
+    );
+    // The web server restarts: down for 6 s (longer than the 4 rounds of
+    // backoff that used to end in EIO), then back on the same port.
+    ng.stop();
+    let t0 = Instant::now();
+    let mp = m.mp.clone();
+    let reader = std::thread::spawn(move || fs::read(mp.join("big.bin")));
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(
+        !reader.is_finished(),
+        "the reader did not wait for the server"
+    );
+    ng.restart();
+    let got = reader
+        .join()
+        .unwrap()
+        .expect("a read across a server restart");
+    assert!(got == big, "wrong bytes after the restart");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    let s = m.stats();
+    let waited = s["remote"]["http_wait_ms"].as_u64().unwrap();
+    assert!(
+        s["remote"]["http_retries"].as_u64().unwrap() >= 3 && waited >= 4000,
+        "stats do not show the wait: {s}"
+    );
+    // An outage longer than the timeout: EIO once it has passed (not
+    // before), and the reason in the mount's log.
+    drop(m);
+    let m = Mnt::new(
+        &ng.url("repo/img"),
+        &t.path().join("m2"),
+        &[
+            "--timeout",
+            "4",
+            "-o",
+            &format!("prefetch_metadata=off,log={}", log.display()),
+            "--no-cache",
+        ],
+    );
+    assert!(fs::read(m.mp.join("text.txt")).unwrap() == text);
+    ng.stop();
+    let t0 = Instant::now();
+    let r = fs::read(m.mp.join("big.bin"));
+    let took = t0.elapsed();
+    assert_eq!(
+        r.map(|b| b.len()).map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EIO))
+    );
+    assert!(
+        took >= Duration::from_millis(3500) && took < Duration::from_secs(12),
+        "EIO after {took:?} with --timeout 4"
+    );
+    let logged = fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("Connection refused") && logged.contains("gave up after"),
+        "no log line for the EIO:\n{logged}"
+    );
+    // Back again: the same mount reads right bytes.
+    ng.restart();
+    assert!(fs::read(m.mp.join("big.bin")).unwrap() == big);
+}
+
+#[test]
 fn eight_mounts_share_one_cache_through_kill_9() {
     let t = tmpdir();
     let (mut ng, src) = setup(t.path());

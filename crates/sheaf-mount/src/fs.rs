@@ -77,7 +77,10 @@ pub enum Readdirplus {
 
 /// Receives one directory entry (its inode, the offset of the next entry,
 /// its name); returns true when the reply buffer is full.
-type DirSink<'a> = dyn FnMut(&SheafFs, Inode, u64, &[u8]) -> bool + 'a;
+/// Takes an entry's inode, whether its attributes are known (readdirplus
+/// read them and they passed the tree checks), the next offset and the
+/// name; returns true when the buffer is full.
+type DirSink<'a> = dyn FnMut(&SheafFs, Inode, bool, u64, &[u8]) -> bool + 'a;
 
 /// A mounted image.
 pub struct SheafFs {
@@ -299,14 +302,14 @@ impl SheafFs {
         let dir = self.inode(ino)?;
         let mut off = offset;
         if off == 0 {
-            if add(self, dir, 1, b".") {
+            if add(self, dir, true, 1, b".") {
                 return Ok(());
             }
             off = 1;
         }
         if off == 1 {
             let parent = self.img.inode(dir.rec.parent)?;
-            if add(self, parent, 2, b"..") {
+            if add(self, parent, true, 2, b"..") {
                 return Ok(());
             }
             off = 2;
@@ -320,25 +323,36 @@ impl SheafFs {
                 DIR_BATCH
             };
             let batch = self.img.read_dir(&dir, k, want)?;
-            let children = if op == Op::Readdirplus {
+            let plain = |e: &sheaf_read::DirEntry| Inode {
+                ino: e.ino,
+                rec: sheaf_format::records::InodeRecord {
+                    mode: (e.file_type.dtype() as u32) << 12,
+                    ..Default::default()
+                },
+            };
+            let children: Vec<(Inode, bool)> = if op == Op::Readdirplus {
                 let inos: Vec<u32> = batch.iter().map(|e| e.ino).collect();
-                self.img.inodes(&inos)?
-            } else {
-                // Plain readdir needs only the number and type.
+                let inodes = self.img.inodes(&inos)?;
                 batch
                     .iter()
-                    .map(|e| Inode {
-                        ino: e.ino,
-                        rec: sheaf_format::records::InodeRecord {
-                            mode: (e.file_type.dtype() as u32) << 12,
-                            ..Default::default()
-                        },
+                    .zip(inodes)
+                    .map(|(e, i)| match self.img.check_child(&dir, &i, e.file_type) {
+                        Ok(()) => (i, true),
+                        // Listed without attributes: a lookup of this
+                        // name answers EIO, the rest of the listing stands.
+                        Err(err) => {
+                            self.errno(op, &err);
+                            (plain(e), false)
+                        }
                     })
                     .collect()
+            } else {
+                // Plain readdir needs only the number and type.
+                batch.iter().map(|e| (plain(e), true)).collect()
             };
-            for (e, child) in batch.iter().zip(children) {
+            for (e, (child, known)) in batch.iter().zip(children) {
                 k += 1;
-                if add(self, child, k + 2, &e.name) {
+                if add(self, child, known, k + 2, &e.name) {
                     return Ok(());
                 }
             }
@@ -458,12 +472,9 @@ impl Filesystem for SheafFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _t = self.stats.time(Op::Lookup);
-        let r =
-            self.inode(parent)
-                .and_then(|dir| match self.img.lookup(&dir, name.as_bytes())? {
-                    Some(i) => Ok(Some(self.img.inode(i)?)),
-                    None => Ok(None),
-                });
+        let r = self
+            .inode(parent)
+            .and_then(|dir| self.img.lookup_child(&dir, name.as_bytes()));
         match r {
             Ok(Some(i)) => reply.entry(&FOREVER, &self.attr(&i), Generation(0)),
             Ok(None) => {
@@ -548,7 +559,7 @@ impl Filesystem for SheafFs {
         mut reply: ReplyDirectory,
     ) {
         let _t = self.stats.time(Op::Readdir);
-        let r = self.fill_dir(Op::Readdir, ino, offset, &mut |fs, i, next, name| {
+        let r = self.fill_dir(Op::Readdir, ino, offset, &mut |fs, i, _, next, name| {
             let kind = fs.attr(&i).kind;
             reply.add(fs.fuse_ino(i.ino), next, kind, OsStr::from_bytes(name))
         });
@@ -567,17 +578,27 @@ impl Filesystem for SheafFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         let _t = self.stats.time(Op::Readdirplus);
-        let r = self.fill_dir(Op::Readdirplus, ino, offset, &mut |fs, i, next, name| {
-            let attr = fs.attr(&i);
-            reply.add(
-                attr.ino,
-                next,
-                OsStr::from_bytes(name),
-                &FOREVER,
-                &attr,
-                Generation(0),
-            )
-        });
+        let r = self.fill_dir(
+            Op::Readdirplus,
+            ino,
+            offset,
+            &mut |fs, i, known, next, name| {
+                let mut attr = fs.attr(&i);
+                let ino = attr.ino;
+                if !known {
+                    // Node 0: the kernel lists the name but makes no entry.
+                    attr.ino = INodeNo(0);
+                }
+                reply.add(
+                    ino,
+                    next,
+                    OsStr::from_bytes(name),
+                    &FOREVER,
+                    &attr,
+                    Generation(0),
+                )
+            },
+        );
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(self.errno(Op::Readdirplus, &e)),

@@ -5,7 +5,9 @@
 //! requests go to the current route; a failure moves to the next route at
 //! once (the CVMFS way: proxies first, then mirrors), and only when every
 //! route has failed does the client wait and retry, with exponential backoff
-//! and an overall deadline per request. After a failover the client returns
+//! capped at [`HttpOptions::max_backoff`], for as long as the request's
+//! deadline allows: an outage shorter than the deadline (a server, proxy or
+//! mirror restarting) is only a wait for the reader, never an error. After a failover the client returns
 //! to the first route once `failback` has passed, so a recovered primary
 //! takes the load back.
 
@@ -25,10 +27,12 @@ pub struct HttpOptions {
     /// Longest time one read may take over all its retries and failovers;
     /// past it the read fails (a mount answers EIO) instead of hanging.
     pub deadline: Duration,
-    /// Rounds over all routes before giving up (1 = no retry).
-    pub attempts: u32,
-    /// First wait between rounds; doubled each time.
+    /// First wait between rounds over all routes; doubled each time up to
+    /// `max_backoff`. Rounds go on until `deadline`.
     pub backoff: Duration,
+    /// Longest wait between two rounds, so a recovered server is noticed
+    /// soon after it is back.
+    pub max_backoff: Duration,
     /// After a failover, go back to the first route after this long.
     pub failback: Duration,
     /// Mirrors: further URLs of the same image (or repository index).
@@ -44,8 +48,8 @@ impl Default for HttpOptions {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             deadline: Duration::from_secs(60),
-            attempts: 4,
             backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(2),
             failback: Duration::from_secs(300),
             mirrors: Vec::new(),
             proxies: Vec::new(),
@@ -62,6 +66,8 @@ pub struct NetStats {
     pub bytes: AtomicU64,
     /// Waits before a new round over the routes.
     pub retries: AtomicU64,
+    /// Total time spent in those waits, in milliseconds.
+    pub wait_ms: AtomicU64,
     /// Switches to another route.
     pub failovers: AtomicU64,
     /// Failed tries (any cause).
@@ -262,6 +268,7 @@ impl Http {
             "http_requests": s.requests.load(Relaxed),
             "http_bytes": s.bytes.load(Relaxed),
             "http_retries": s.retries.load(Relaxed),
+            "http_wait_ms": s.wait_ms.load(Relaxed),
             "http_failovers": s.failovers.load(Relaxed),
             "http_errors": s.errors.load(Relaxed),
             "http_url": self.urls[r / self.vias.len()],
@@ -270,17 +277,23 @@ impl Http {
         })
     }
 
-    /// Run a request, failing over and retrying within the deadline.
+    /// Run a request, failing over and retrying until the deadline.
     /// Returns the body and, for ranges and probes, the total length.
     pub fn get(&self, want: Want<'_>) -> io::Result<(Vec<u8>, u64)> {
-        let deadline = Instant::now() + self.opts.deadline;
+        let start = Instant::now();
+        let deadline = start + self.opts.deadline;
         let mut delay = self.opts.backoff;
-        let mut round = 1;
         let mut failed_in_round = 0;
         loop {
             let route = self.route();
             self.stats.requests.fetch_add(1, Relaxed);
-            match self.once(route, want) {
+            // One try never runs far past the deadline (a hung server).
+            let left = deadline.saturating_duration_since(Instant::now());
+            let limit = self
+                .opts
+                .request_timeout
+                .min(left.max(Duration::from_millis(500)));
+            match self.once(route, want, limit) {
                 Ok(v) => {
                     self.stats.bytes.fetch_add(v.0.len() as u64, Relaxed);
                     return Ok(v);
@@ -297,16 +310,26 @@ impl Http {
                         self.failover(route);
                         continue;
                     }
-                    // Every route failed this round: wait, then start over
-                    // from the next route.
-                    if round >= self.opts.attempts || Instant::now() + delay > deadline {
-                        return Err(e);
+                    // Every route failed this round: wait (never past the
+                    // deadline), then start over from the next route.
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!(
+                                "{e}; gave up after {:.1} s (--timeout)",
+                                start.elapsed().as_secs_f64()
+                            ),
+                        ));
                     }
+                    let wait = delay.min(deadline - now);
                     self.failover(route);
                     self.stats.retries.fetch_add(1, Relaxed);
-                    std::thread::sleep(delay);
-                    delay *= 2;
-                    round += 1;
+                    self.stats
+                        .wait_ms
+                        .fetch_add(wait.as_millis() as u64, Relaxed);
+                    std::thread::sleep(wait);
+                    delay = (delay * 2).min(self.opts.max_backoff);
                     failed_in_round = 0;
                 }
             }
@@ -349,7 +372,7 @@ impl Http {
         Ok(c)
     }
 
-    fn once(&self, route: usize, want: Want<'_>) -> io::Result<(Vec<u8>, u64)> {
+    fn once(&self, route: usize, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
         let base = &self.urls[route / self.vias.len()];
         let client = self.client(route % self.vias.len())?;
         let url = match want {
@@ -359,7 +382,7 @@ impl Http {
             },
             _ => base.clone(),
         };
-        let mut req = client.get(&url);
+        let mut req = client.get(&url).timeout(limit);
         let (limit, want_len) = match want {
             Want::Range(from, to) => {
                 req = req.header("Range", format!("bytes={from}-{to}"));

@@ -57,8 +57,11 @@ pub fn codecs(data: &[u8]) {
     }
 }
 
-/// Open `data` as an image and walk it: list every directory reachable
-/// within a budget, stat, read links and xattrs, read files, verify.
+/// Open `data` as an image and walk it: list every directory reachable,
+/// stat, read links and xattrs, read files, verify. The walk follows the
+/// reader's tree rules and has no budget: it must end by itself, and one
+/// that takes more steps than the image has entries panics, so the fuzzer
+/// reports it as a crash instead of stopping silently.
 pub fn image(data: &[u8]) {
     let src = Arc::new(MemSource::new(data.to_vec(), "fuzz.sheaf"));
     let opts = ImageOptions {
@@ -69,26 +72,34 @@ pub fn image(data: &[u8]) {
         return;
     };
     let _ = img.build_info();
-    let mut budget = 2000u32;
     let mut stack = match img.root() {
         Ok(r) => vec![r],
         Err(_) => return,
     };
+    let mut seen = crate::Seen::new(&img);
+    let limit = img.superblock().dirent_count;
+    let mut steps = 0u64;
     let mut buf = vec![0u8; 1 << 16];
     while let Some(dir) = stack.pop() {
+        if seen.enter(&img, &dir).is_err() {
+            continue;
+        }
         let Ok(entries) = img.read_dir(&dir, 0, 256) else {
             continue;
         };
         for e in entries {
-            budget = match budget.checked_sub(1) {
-                Some(b) => b,
-                None => return,
-            };
+            steps += 1;
+            assert!(
+                steps <= limit,
+                "the walk took more steps than the image has entries ({limit})"
+            );
             let _ = img.lookup(&dir, &e.name);
-            let Ok(ino) = img.inode(e.ino) else { continue };
+            let Ok(ino) = img.child(&dir, e.ino, e.file_type) else {
+                continue;
+            };
             let _ = img.xattrs(&ino);
             match ino.file_type() {
-                sheaf_format::FileType::Directory if ino.ino != dir.ino => stack.push(ino),
+                sheaf_format::FileType::Directory => stack.push(ino),
                 sheaf_format::FileType::Symlink => {
                     let _ = img.read_link(&ino);
                 }

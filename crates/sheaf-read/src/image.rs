@@ -776,9 +776,16 @@ impl Image {
         Ok(Inode { ino, rec })
     }
 
-    /// The root directory.
+    /// The root directory (a directory that is its own parent).
     pub fn root(&self) -> Result<Inode, ReadError> {
-        self.inode(self.sb.root_inode)
+        let r = self.inode(self.sb.root_inode)?;
+        if r.file_type() != FileType::Directory || r.rec.parent != r.ino {
+            return Err(self.tree_error(
+                r.ino,
+                "the root is not a directory that is its own parent".into(),
+            ));
+        }
+        Ok(r)
     }
 
     fn dir_range(&self, dir: &Inode) -> Result<(u64, u64), ReadError> {
@@ -860,7 +867,7 @@ impl Image {
         } else {
             None
         };
-        let mut v = Vec::with_capacity(count);
+        let mut v: Vec<DirEntry> = Vec::with_capacity(count);
         for d in recs {
             let name = match &names {
                 Some(h) => {
@@ -869,6 +876,23 @@ impl Image {
                 }
                 None => self.dirent_name(&d)?,
             };
+            // Names are plain and strictly sorted (a duplicate, `..` or a
+            // `/` would let a walker step outside the tree or loop).
+            if name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0) {
+                return Err(self.tree_error(
+                    dir.ino,
+                    format!("bad entry name {:?}", String::from_utf8_lossy(&name)),
+                ));
+            }
+            if v.last().is_some_and(|p| p.name >= name) {
+                return Err(self.tree_error(
+                    dir.ino,
+                    format!(
+                        "entry {:?} is out of order or listed twice",
+                        String::from_utf8_lossy(&name)
+                    ),
+                ));
+            }
             v.push(DirEntry {
                 name,
                 ino: d.inode,
@@ -910,15 +934,28 @@ impl Image {
         Ok(out)
     }
 
-    /// Find `name` in a directory by binary search.
+    /// Find `name` in a directory by binary search: the inode number it
+    /// names (unchecked; [`Image::lookup_child`] reads and checks it).
     pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>, ReadError> {
+        Ok(self.lookup_entry(dir, name)?.map(|e| e.0))
+    }
+
+    /// Find `name` in a directory: the inode number and the entry's type.
+    pub fn lookup_entry(
+        &self,
+        dir: &Inode,
+        name: &[u8],
+    ) -> Result<Option<(u32, FileType)>, ReadError> {
         let (start, n) = self.dir_range(dir)?;
         let (mut lo, mut hi) = (0u64, n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let d = self.dirent(start + mid)?;
             match self.dirent_name(&d)?.as_slice().cmp(name) {
-                std::cmp::Ordering::Equal => return Ok(Some(d.inode)),
+                std::cmp::Ordering::Equal => {
+                    let t = FileType::from_dtype(d.dtype).expect("validated");
+                    return Ok(Some((d.inode, t)));
+                }
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
             }
@@ -933,11 +970,13 @@ impl Image {
         let mut want: std::collections::HashMap<u32, Option<Vec<u8>>> =
             inos.iter().map(|&i| (i, None)).collect();
         let mut left = want.len();
+        let mut seen = crate::tree::Seen::new(self);
         let mut queue = std::collections::VecDeque::from([(self.root()?, Vec::new())]);
         while let Some((dir, path)) = queue.pop_front() {
             if left == 0 {
                 break;
             }
+            seen.enter(self, &dir)?;
             let n = self.dir_len(&dir)?;
             let mut from = 0;
             while from < n {
@@ -954,7 +993,7 @@ impl Image {
                         left -= 1;
                     }
                     if e.file_type == FileType::Directory {
-                        queue.push_back((self.inode(e.ino)?, p));
+                        queue.push_back((self.child(&dir, e.ino, e.file_type)?, p));
                     }
                 }
             }
@@ -994,8 +1033,8 @@ impl Image {
                     })?
                 }
                 c => {
-                    let ino = self
-                        .lookup(&cur, c)
+                    cur = self
+                        .lookup_child(&cur, c)
                         .map_err(|e| match e {
                             ReadError::NotADirectory(_) => {
                                 ReadError::NotFound(String::from_utf8_lossy(path).into())
@@ -1003,7 +1042,6 @@ impl Image {
                             e => e,
                         })?
                         .ok_or_else(|| ReadError::NotFound(String::from_utf8_lossy(path).into()))?;
-                    cur = self.inode(ino)?;
                 }
             }
         }

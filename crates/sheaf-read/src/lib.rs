@@ -15,6 +15,7 @@ pub mod fuzzing;
 pub mod image;
 pub mod source;
 pub mod stack;
+pub mod tree;
 pub mod verify;
 
 pub use cache::Cache;
@@ -22,6 +23,7 @@ pub use error::ReadError;
 pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
 pub use source::{CountingSource, FileSource, MemSource, ObjectStore, Source};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry, OPAQUE_MARKER, WHITEOUT_PREFIX};
+pub use tree::{Seen, SeenMerged};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -127,9 +127,8 @@ impl Stack {
                 break;
             }
             let img = &self.layers[l];
-            match img.lookup(&parent, name)? {
-                Some(ino) => {
-                    let i = img.inode(ino)?;
+            match img.lookup_child(&parent, name)? {
+                Some(i) => {
                     if i.file_type() != FileType::Directory {
                         break;
                     }
@@ -165,8 +164,7 @@ impl Stack {
         let wh = whiteout_name(name);
         for (k, &(l, d)) in dir.parts.iter().enumerate() {
             let img = &self.layers[l];
-            if let Some(ino) = img.lookup(&d, name)? {
-                let i = img.inode(ino)?;
+            if let Some(i) = img.lookup_child(&d, name)? {
                 if i.file_type() == FileType::Directory {
                     let below = &dir.parts[k + 1..];
                     // A whiteout beside the directory in the same layer
@@ -251,8 +249,8 @@ impl Stack {
             return Ok(None);
         };
         let (k, ino, ft) = v[0];
-        let l = dir.parts[k].0;
-        let top = self.layers[l].inode(ino)?;
+        let (l, d) = dir.parts[k];
+        let top = self.layers[l].child(&d, ino, ft)?;
         if ft != FileType::Directory {
             return Ok(Some(Found::Node(l, top)));
         }
@@ -262,12 +260,22 @@ impl Stack {
             if blocked || ft != FileType::Directory {
                 break;
             }
-            let l = dir.parts[k].0;
-            let i = self.layers[l].inode(ino)?;
+            let (l, d) = dir.parts[k];
+            let i = self.layers[l].child(&d, ino, ft)?;
             blocked = self.has(l, &i, OPAQUE_MARKER)?;
             parts.push((l, i));
         }
         Ok(Some(Found::Dir(MergedDir { parts })))
+    }
+
+    /// The inode an entry of `dir`'s listing shows, checked against the
+    /// tree rules in its layer.
+    pub fn entry_inode(&self, dir: &MergedDir, e: &StackEntry) -> Result<Inode, ReadError> {
+        let img = &self.layers[e.layer];
+        match dir.parts.iter().find(|p| p.0 == e.layer) {
+            Some((_, d)) => img.child(d, e.ino, e.file_type),
+            None => img.inode(e.ino),
+        }
     }
 
     /// Resolve a `/`-separated path from the merged root.

@@ -1,8 +1,12 @@
 //! Full verification of an image: every metadata page and data block is
-//! read, decompressed and checked against its hash, and every inode decoded.
+//! read, decompressed and checked against its hash, every inode decoded,
+//! and the tree walked once against the rules of format.md §8.5.
 
+use crate::error::ReadError;
 use crate::image::Image;
+use crate::tree::Seen;
 use rayon::prelude::*;
+use sheaf_format::FileType;
 use sheaf_format::StreamId;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +19,8 @@ pub struct VerifyReport {
     pub blocks: u64,
     /// Inodes decoded.
     pub inodes: u64,
+    /// Entries reached by the tree walk (the root included).
+    pub entries: u64,
     /// Uncompressed bytes of data blocks checked.
     pub block_bytes: u64,
     /// Problems found, one line each.
@@ -82,5 +88,35 @@ pub fn verify(img: &Image, progress: &AtomicU64) -> VerifyReport {
     for e in errs {
         push(&mut rep, e);
     }
+    match walk_tree(img) {
+        Ok(n) => rep.entries = n,
+        Err(e) => push(&mut rep, e.to_string()),
+    }
     rep
+}
+
+/// Walk the whole tree from the root, each directory once, checking every
+/// entry against the tree rules; the number of entries reached.
+pub fn walk_tree(img: &Image) -> Result<u64, ReadError> {
+    let mut seen = Seen::new(img);
+    let mut todo = vec![img.root()?];
+    let mut entries = 1;
+    while let Some(dir) = todo.pop() {
+        seen.enter(img, &dir)?;
+        let n = img.dir_len(&dir)?;
+        let mut from = 0;
+        while from < n {
+            let batch = img.read_dir(&dir, from, 4096)?;
+            from += batch.len() as u64;
+            let inos: Vec<u32> = batch.iter().map(|e| e.ino).collect();
+            for (e, i) in batch.iter().zip(img.inodes(&inos)?) {
+                img.check_child(&dir, &i, e.file_type)?;
+                if e.file_type == FileType::Directory {
+                    todo.push(i);
+                }
+            }
+            entries += batch.len() as u64;
+        }
+    }
+    Ok(entries)
 }

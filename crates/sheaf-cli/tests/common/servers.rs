@@ -109,6 +109,7 @@ pub struct Nginx {
     /// nginx's error log.
     pub log: PathBuf,
     scheme: &'static str,
+    conf: PathBuf,
 }
 
 impl Nginx {
@@ -158,22 +159,34 @@ impl Nginx {
             ),
         )
         .unwrap();
-        let mut child = Command::new(program("nginx"))
-            .arg("-e")
-            .arg(&log)
-            .arg("-c")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("nginx (apt-get install nginx-light)");
-        wait_port(&mut child, port, "nginx", &log, Duration::from_secs(10));
+        let child = Nginx::spawn(&conf, &log, port);
         Nginx {
             child,
             port,
             www,
             log,
             scheme: if tls.is_some() { "https" } else { "http" },
+            conf,
         }
+    }
+
+    fn spawn(conf: &Path, log: &Path, port: u16) -> Child {
+        let mut child = Command::new(program("nginx"))
+            .arg("-e")
+            .arg(log)
+            .arg("-c")
+            .arg(conf)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("nginx (apt-get install nginx-light)");
+        wait_port(&mut child, port, "nginx", log, Duration::from_secs(10));
+        child
+    }
+
+    /// Start the server again, on the same port, after `stop`.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.child = Nginx::spawn(&self.conf, &self.log, self.port);
     }
 
     /// URL of `name` (relative to `www`).

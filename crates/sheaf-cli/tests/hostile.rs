@@ -1,0 +1,307 @@
+//! Hostile trees: images whose every page and block hashes correctly (they
+//! are re-sealed after the edit, as an attacker or a buggy writer would) but
+//! whose tree breaks the rules of format.md §8.5 — a dirent naming an
+//! ancestor or the root, a directory listed twice, a parent field that
+//! disagrees, a dirent type that disagrees with its inode, names out of
+//! order. Every command must end with one line and exit 1 (never loop, never
+//! panic); a mount must answer EIO on the bad entries and keep serving the
+//! rest, and a `find` over it must finish.
+
+mod common;
+
+use common::*;
+use sheaf_format::{StreamId, Superblock};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// The source tree, with inode numbers as the builder assigns them
+/// (breadth-first, names sorted): / 0, a 1, f 2, a/b 3, a/g 4, a/b/h 5.
+fn source(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    fs::create_dir_all(src.join("a/b")).unwrap();
+    write(&src.join("f"), b"top file\n");
+    write(&src.join("a/g"), b"middle file\n");
+    write(&src.join("a/b/h"), b"deep file\n");
+    src
+}
+
+const INODE_LEN: usize = 64;
+const DIRENT_LEN: usize = 16;
+
+/// Rebuild `img` into `out` after `edit` changed its uncompressed metadata
+/// streams; every page, block and the root digest are hashed anew.
+fn craft(img: &Path, out: &Path, edit: impl Fn(&mut [Vec<u8>; 5], &Superblock)) {
+    let im = sheaf_read::open_path(img).unwrap();
+    let sb = im.superblock().clone();
+    let mut streams: [Vec<u8>; 5] = Default::default();
+    for id in StreamId::ALL {
+        if id != StreamId::Blocks {
+            let len = sb.stream(id).len as usize;
+            streams[id as usize] = im.read_stream(id, 0, len).unwrap();
+        }
+    }
+    edit(&mut streams, &sb);
+    let blocks = (0..sb.block_count as u32)
+        .map(|id| im.block_ref(id).unwrap())
+        .collect();
+    let parts = sheaf_build::rewrite::Parts {
+        superblock: sb.clone(),
+        streams,
+        blocks,
+        build_info: Vec::new(),
+    };
+    let stored = |_id: u32, r: &sheaf_format::BlockRef| {
+        let obj = im.object(r, sb.block_size).map_err(|e| e.to_string())?;
+        let (codec, bytes) =
+            sheaf_format::remote::decode_object(&obj).map_err(|e| e.to_string())?;
+        Ok((codec, bytes.to_vec()))
+    };
+    sheaf_build::rewrite::rewrite(parts, &[], &stored, out, &Default::default(), true).unwrap();
+}
+
+/// The dirent records of `streams`, with their names.
+fn dirents(streams: &[Vec<u8>; 5]) -> Vec<(usize, Vec<u8>)> {
+    let d = &streams[StreamId::Dirents as usize];
+    let heap = &streams[StreamId::Heap as usize];
+    (0..d.len() / DIRENT_LEN)
+        .map(|i| {
+            let r = &d[i * DIRENT_LEN..][..DIRENT_LEN];
+            let off = u64::from_le_bytes(r[0..8].try_into().unwrap()) as usize;
+            let len = u16::from_le_bytes(r[8..10].try_into().unwrap()) as usize;
+            (i, heap[off..off + len].to_vec())
+        })
+        .collect()
+}
+
+/// Point the dirent named `name` at inode `ino` with type `dtype`.
+fn retarget(streams: &mut [Vec<u8>; 5], name: &str, ino: u32, dtype: u8) {
+    let (i, _) = dirents(streams)
+        .into_iter()
+        .find(|(_, n)| n == name.as_bytes())
+        .unwrap_or_else(|| panic!("no dirent {name}"));
+    let r = &mut streams[StreamId::Dirents as usize][i * DIRENT_LEN..][..DIRENT_LEN];
+    r[10] = dtype;
+    r[12..16].copy_from_slice(&ino.to_le_bytes());
+}
+
+/// Set the parent field of inode `ino`.
+fn set_parent(streams: &mut [Vec<u8>; 5], ino: u32, parent: u32) {
+    let r = &mut streams[StreamId::Inodes as usize][ino as usize * INODE_LEN..][..INODE_LEN];
+    r[52..56].copy_from_slice(&parent.to_le_bytes());
+}
+
+const DIR: u8 = 4;
+const REG: u8 = 8;
+
+/// The hostile variants: (name, edit, a path whose lookup must fail).
+#[allow(clippy::type_complexity)]
+fn cases() -> Vec<(&'static str, Box<dyn Fn(&mut [Vec<u8>; 5])>, &'static str)> {
+    vec![
+        (
+            "a dirent names an ancestor",
+            Box::new(|s| retarget(s, "h", 1, DIR)),
+            "a/b/h",
+        ),
+        (
+            "a dirent names the root",
+            Box::new(|s| retarget(s, "g", 0, DIR)),
+            "a/g",
+        ),
+        (
+            "a directory is listed twice",
+            Box::new(|s| retarget(s, "f", 1, DIR)),
+            "",
+        ),
+        (
+            "a parent field disagrees",
+            Box::new(|s| set_parent(s, 3, 3)),
+            "a/b",
+        ),
+        (
+            "a dirent says directory for a file",
+            Box::new(|s| retarget(s, "g", 4, DIR)),
+            "a/g",
+        ),
+        (
+            "a dirent says file for a directory",
+            Box::new(|s| retarget(s, "b", 3, REG)),
+            "a/b",
+        ),
+        (
+            "names out of order",
+            Box::new(|s| {
+                // Swap the name fields of / 's two entries ("a", "f").
+                let d = dirents(s);
+                let ia = d.iter().find(|e| e.1 == b"a").unwrap().0;
+                let iff = d.iter().find(|e| e.1 == b"f").unwrap().0;
+                let ds = &mut s[StreamId::Dirents as usize];
+                for k in 0..10 {
+                    ds.swap(ia * DIRENT_LEN + k, iff * DIRENT_LEN + k);
+                }
+            }),
+            "",
+        ),
+    ]
+}
+
+/// Run `sheaf ARGS` and kill it if it has not ended after 30 s.
+fn bounded(args: &[&std::ffi::OsStr]) -> (Out, bool) {
+    let t0 = Instant::now();
+    let mut c = cmd();
+    c.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut hung = false;
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            hung = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: o.stdout,
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            what: format!("sheaf {args:?}"),
+        },
+        hung,
+    )
+}
+
+#[test]
+fn every_command_ends_with_one_line_on_a_hostile_tree() {
+    let t = tmpdir();
+    let src = source(t.path());
+    let good = t.path().join("good.sheaf");
+    build(&src, &good, &[]);
+    // The fixture is what the cases assume (ids from the builder's rule).
+    let im = sheaf_read::open_path(&good).unwrap();
+    for (path, ino) in [("a", 1), ("f", 2), ("a/b", 3), ("a/g", 4), ("a/b/h", 5)] {
+        assert_eq!(im.resolve(path.as_bytes()).unwrap().ino, ino, "{path}");
+    }
+    // Re-sealing an unedited image keeps a good image.
+    let same = t.path().join("same.sheaf");
+    craft(&good, &same, |_, _| {});
+    sheaf(["check".as_ref(), same.as_os_str()]).ok();
+    for (name, edit, bad_path) in cases() {
+        let img = t.path().join("hostile.sheaf");
+        craft(&good, &img, |s, _| edit(s));
+        let out = t.path().join("x");
+        let _ = fs::remove_dir_all(&out);
+        let merged = t.path().join("merged.sheaf");
+        let i = img.as_os_str();
+        // Commands that read every entry must refuse the image; `info
+        // --whiteouts` reads only names and directories, so it must end,
+        // and fail cleanly if it meets the damage.
+        let runs: Vec<(Vec<&std::ffi::OsStr>, bool)> = vec![
+            (vec!["ls".as_ref(), "-lR".as_ref(), i], true),
+            (vec!["check".as_ref(), i], true),
+            (
+                vec!["extract".as_ref(), i, "-C".as_ref(), out.as_os_str()],
+                true,
+            ),
+            (vec!["info".as_ref(), "--whiteouts".as_ref(), i], false),
+            (
+                vec![
+                    "merge".as_ref(),
+                    i,
+                    "-o".as_ref(),
+                    merged.as_os_str(),
+                    "-f".as_ref(),
+                ],
+                true,
+            ),
+        ];
+        for (args, must_fail) in runs {
+            let (o, hung) = bounded(&args);
+            assert!(!hung, "{name}: {:?} did not end", args);
+            o.no_panic();
+            if !must_fail && o.code == 0 {
+                continue;
+            }
+            let o = o.fails_with(1);
+            // `check` lists each problem, then a summary line.
+            let line = if args[0] == "check" {
+                o.err_lines().join("\n")
+            } else {
+                o.one_err_line().to_string()
+            };
+            assert!(
+                line.contains("hostile.sheaf"),
+                "{name}: {:?}: {}",
+                args,
+                o.describe()
+            );
+        }
+        assert!(!merged.exists(), "{name}: merge left an output");
+        if !bad_path.is_empty() {
+            let (o, hung) = bounded(&["cat".as_ref(), i, bad_path.as_ref()]);
+            assert!(!hung, "{name}: cat did not end");
+            o.no_panic();
+            o.fails_with(1);
+        }
+    }
+}
+
+/// A mount that is unmounted when dropped.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = sheaf(["umount".as_ref(), "--lazy".as_ref(), self.0.as_os_str()]);
+    }
+}
+
+#[test]
+fn a_mount_of_a_hostile_tree_answers_eio_on_bad_entries_and_serves_the_rest() {
+    let t = tmpdir();
+    let src = source(t.path());
+    let good = t.path().join("good.sheaf");
+    build(&src, &good, &[]);
+    for (name, edit, bad_path) in cases() {
+        let img = t.path().join("hostile.sheaf");
+        craft(&good, &img, |s, _| edit(s));
+        let mp = t.path().join("mp");
+        fs::create_dir_all(&mp).unwrap();
+        sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
+        let _m = Mounted(mp.clone());
+        // A whole-tree walk ends (GNU find, bounded by a timeout).
+        let t0 = Instant::now();
+        let st = std::process::Command::new("timeout")
+            .args(["30", "find"])
+            .arg(&mp)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert_ne!(st.code(), Some(124), "{name}: find over the mount hung");
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        if !bad_path.is_empty() {
+            let e = fs::symlink_metadata(mp.join(bad_path))
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error());
+            assert_eq!(e, Err(Some(libc::EIO)), "{name}: {bad_path}");
+        }
+        // What the edit did not touch reads right.
+        // (Out of order, a lookup of "a" may find another entry: the
+        // image's own word, not wrong bytes.)
+        if ![
+            "a dirent says directory for a file",
+            "a dirent names the root",
+            "names out of order",
+        ]
+        .contains(&name)
+        {
+            assert_eq!(
+                fs::read(mp.join("a/g")).unwrap(),
+                b"middle file\n",
+                "{name}"
+            );
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The tree rules (format.md §8.5), checked as a reader goes.
+//!
+//! Every record of an image may be well formed and hashed and the tree
+//! still be hostile: a dirent naming an ancestor, a directory listed twice,
+//! a parent field that disagrees, a dirent type that disagrees with its
+//! inode. A signed image is no exception. This module is the one place
+//! those rules are enforced:
+//!
+//! - [`Image::child`] checks every step down the tree for free (the inode is
+//!   read anyway): the type agrees with the dirent's, and a directory names
+//!   the directory it is listed in as its parent and is neither that
+//!   directory nor the root. With these, a descent from the root can never
+//!   come back to a directory it passed through, so paths and lookups end.
+//! - [`Seen`] bounds whole-tree walks: a directory listed under two names of
+//!   its one parent passes the step check, so a walk remembers which
+//!   directories it has entered (one bit per inode) and refuses a second
+//!   visit, which keeps every walk linear in the image's entries.
+
+use crate::error::ReadError;
+use crate::image::{Image, Inode};
+use sheaf_format::{FileType, FormatError};
+
+impl Image {
+    /// The inode a directory entry names, checked against the tree rules:
+    /// `file_type` is what the entry in `dir` says.
+    pub fn child(&self, dir: &Inode, ino: u32, file_type: FileType) -> Result<Inode, ReadError> {
+        let i = self.inode(ino)?;
+        self.check_child(dir, &i, file_type)?;
+        Ok(i)
+    }
+
+    /// Check an inode already read against the entry of `dir` that names it.
+    pub fn check_child(
+        &self,
+        dir: &Inode,
+        child: &Inode,
+        file_type: FileType,
+    ) -> Result<(), ReadError> {
+        let t = child.file_type();
+        if t != file_type {
+            return Err(self.tree_error(
+                dir.ino,
+                format!(
+                    "an entry says inode {} is a {} but it is a {}",
+                    child.ino,
+                    file_type.name(),
+                    t.name()
+                ),
+            ));
+        }
+        if t == FileType::Directory {
+            if child.ino == self.superblock().root_inode || child.ino == dir.ino {
+                return Err(self.tree_error(
+                    dir.ino,
+                    format!(
+                        "an entry names directory inode {} (itself or the root)",
+                        child.ino
+                    ),
+                ));
+            }
+            if child.rec.parent != dir.ino {
+                return Err(self.tree_error(
+                    dir.ino,
+                    format!(
+                        "an entry names directory inode {} whose parent is inode {}",
+                        child.ino, child.rec.parent
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Look `name` up in `dir` and read the inode it names, checked.
+    pub fn lookup_child(&self, dir: &Inode, name: &[u8]) -> Result<Option<Inode>, ReadError> {
+        match self.lookup_entry(dir, name)? {
+            Some((ino, t)) => Ok(Some(self.child(dir, ino, t)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A broken tree rule, naming the directory where it was found.
+    pub(crate) fn tree_error(&self, dir: u32, detail: String) -> ReadError {
+        ReadError::format(
+            self.name(),
+            &format!("directory inode {dir}"),
+            FormatError::invalid("tree", detail),
+        )
+    }
+}
+
+/// The directories a walk has entered, one bit per inode of one image.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    bits: Vec<u64>,
+}
+
+impl Seen {
+    /// An empty set for `img`'s inodes.
+    pub fn new(img: &Image) -> Seen {
+        let n = img.superblock().inode_count.div_ceil(64) as usize;
+        Seen { bits: vec![0; n] }
+    }
+
+    /// Record that the walk enters directory `dir`; an error if it did
+    /// before (the directory is listed twice).
+    pub fn enter(&mut self, img: &Image, dir: &Inode) -> Result<(), ReadError> {
+        let (w, b) = ((dir.ino / 64) as usize, dir.ino % 64);
+        // inode() refused numbers beyond the table, so `w` is in range.
+        let word = &mut self.bits[w];
+        if *word & (1 << b) != 0 {
+            return Err(img.tree_error(
+                dir.rec.parent,
+                format!("directory inode {} is listed twice", dir.ino),
+            ));
+        }
+        *word |= 1 << b;
+        Ok(())
+    }
+}
+
+/// The directories a walk of a [`Stack`](crate::Stack) has entered: one
+/// [`Seen`] per layer, so a directory listed twice in any layer is refused.
+#[derive(Debug, Clone)]
+pub struct SeenMerged {
+    layers: Vec<Seen>,
+}
+
+impl SeenMerged {
+    /// An empty set for `stack`'s layers.
+    pub fn new(stack: &crate::Stack) -> SeenMerged {
+        SeenMerged {
+            layers: stack.layers().iter().map(|i| Seen::new(i)).collect(),
+        }
+    }
+
+    /// Record that the walk enters the merged directory `dir`.
+    pub fn enter(&mut self, stack: &crate::Stack, dir: &crate::MergedDir) -> Result<(), ReadError> {
+        for &(l, d) in &dir.parts {
+            self.layers[l].enter(&stack.layers()[l], &d)?;
+        }
+        Ok(())
+    }
+}
