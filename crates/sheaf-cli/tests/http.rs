@@ -107,13 +107,16 @@ fn missing_dead_and_lying_servers_are_clear_errors() {
     let o = run_cmd(cmd().arg("cat").arg(ng.url("lying.sheaf")).arg("big.bin")).fails_with(1);
     assert!(o.one_err_line().contains("lying.sheaf"), "{}", o.describe());
     assert!(o.stdout.len() < 9 << 20, "wrong bytes were written");
-    // The server dies under a mount: readers get EIO promptly, not a hang.
+    // The server dies under a mount: once --timeout has passed, readers get
+    // EIO, not a hang.
     let mp = t.path().join("mnt");
     fs::create_dir(&mp).unwrap();
     sheaf([
         "mount".as_ref(),
         ng.url("img.sheaf").as_ref(),
         mp.as_os_str(),
+        "--timeout".as_ref(),
+        "5".as_ref(),
     ])
     .ok();
     let big_before = fs::metadata(mp.join("big.bin")).unwrap().len();
@@ -132,8 +135,14 @@ fn missing_dead_and_lying_servers_are_clear_errors() {
         ),
     }
     sheaf(["umount".as_ref(), "--lazy".as_ref(), mp.as_os_str()]).ok();
-    // No server at all: one line, after bounded retries.
-    let o = run_cmd(cmd().arg("info").arg(ng.url("img.sheaf"))).fails_with(1);
+    // No server at all: one line, once --timeout has passed.
+    let o = run_cmd(
+        cmd()
+            .arg("info")
+            .arg(ng.url("img.sheaf"))
+            .args(["--timeout", "2"]),
+    )
+    .fails_with(1);
     assert!(
         o.one_err_line().contains("Connection refused"),
         "{}",

@@ -167,8 +167,9 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
     assert_same_tree(&src, &m.mp, Cmp::all());
     assert_eq!(m.stats()["remote"]["offline"], true);
     drop(m);
-    // Without that cache, offline is one clear line.
-    let o = run_cmd(cmd().arg("ls").arg(&url)).fails_with(1);
+    // Without that cache, offline is one clear line once --timeout has
+    // passed.
+    let o = run_cmd(cmd().arg("ls").arg(&url).args(["--timeout", "2"])).fails_with(1);
     assert!(
         o.one_err_line().contains("Connection refused"),
         "{}",
@@ -760,7 +761,9 @@ fn https_is_verified_against_the_system_roots() {
     let ng = Nginx::start_tls(d, &www, &d.join("srv.pem"), &d.join("srv.key"));
     let url = ng.url("img.sheaf");
     assert!(url.starts_with("https://"));
-    // Not trusted by the system roots: refused, in one line.
+    // Not trusted by the system roots: refused, in one line, at once
+    // (waiting until --timeout would not make it trusted).
+    let t0 = Instant::now();
     let o = run_cmd(
         cmd()
             .args(["ls", &url])
@@ -768,6 +771,12 @@ fn https_is_verified_against_the_system_roots() {
     )
     .fails_with(1);
     assert!(o.one_err_line().contains(&url), "{}", o.describe());
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "{:?}: {}",
+        t0.elapsed(),
+        o.describe()
+    );
     // With the CA among the roots (SSL_CERT_FILE, as for a site CA bundle).
     let mut c = cmd();
     c.args(["cat", &url, "README.txt"])

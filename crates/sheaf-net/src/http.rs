@@ -157,6 +157,33 @@ fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Whether a transport error is TLS refusing the server (its certificate
+/// or the handshake), not a network failure.
+fn is_tls_rejection(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if c.downcast_ref::<rustls::Error>().is_some() {
+            return true;
+        }
+        if let Some(io) = c.downcast_ref::<io::Error>() {
+            if io
+                .get_ref()
+                .is_some_and(|i| i.downcast_ref::<rustls::Error>().is_some())
+            {
+                return true;
+            }
+        }
+        // Wrappers that keep the TLS error only as text (hyper's connect
+        // error) still name it.
+        let t = c.to_string();
+        if t.contains("invalid peer certificate") || t.contains("peer is incompatible") {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
+}
+
 impl Http {
     /// A client for `url` (and `opts.mirrors`) over `opts.proxies`.
     pub fn new(url: &str, opts: HttpOptions) -> io::Result<Http> {
@@ -280,8 +307,13 @@ impl Http {
     /// Run a request, failing over and retrying until the deadline.
     /// Returns the body and, for ranges and probes, the total length.
     pub fn get(&self, want: Want<'_>) -> io::Result<(Vec<u8>, u64)> {
+        self.get_within(want, self.opts.deadline)
+    }
+
+    /// [`Http::get`] with a deadline of its own (at most the configured one).
+    pub fn get_within(&self, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
         let start = Instant::now();
-        let deadline = start + self.opts.deadline;
+        let deadline = start + limit.min(self.opts.deadline);
         let mut delay = self.opts.backoff;
         let mut failed_in_round = 0;
         loop {
@@ -397,6 +429,9 @@ impl Http {
         let resp = req.send().map_err(|e| {
             let kind = if e.is_timeout() {
                 io::ErrorKind::TimedOut
+            } else if is_tls_rejection(&e) {
+                // Waiting will not make an untrusted server trusted.
+                io::ErrorKind::PermissionDenied
             } else {
                 io::ErrorKind::Other
             };

@@ -19,7 +19,10 @@ use sheaf_format::remote::{object_path, ImageIndex};
 use sheaf_format::{BlockRef, Codec, HEADER_LEN};
 use sheaf_read::Source;
 use std::io;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
+
+/// How long opening waits for a server before a cached index stands in.
+const OFFLINE_PROBE: Duration = Duration::from_secs(3);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {
@@ -59,7 +62,11 @@ impl RemoteSource {
     /// holds for `url` when the network is down.
     pub fn open(url: &str, opts: HttpOptions, cache: Option<&DiskCache>) -> io::Result<Self> {
         let http = Http::new(url, opts)?;
-        match Self::probe(&http) {
+        // With an index in the cache, an unreachable server need not be
+        // waited for up to the whole timeout: the cached index stands in.
+        let cached = cache.is_some_and(|c| c.load_index(url).is_some());
+        let limit = if cached { OFFLINE_PROBE } else { Duration::MAX };
+        match Self::probe(&http, limit) {
             Ok((form, len, index)) => Ok(RemoteSource {
                 name: url.to_string(),
                 form,
@@ -84,8 +91,8 @@ impl RemoteSource {
     }
 
     /// First request: the header (or an index, whole).
-    fn probe(http: &Http) -> io::Result<(Form, u64, ImageIndex)> {
-        let (head, total) = http.get(Want::Probe(HEADER_LEN as u64))?;
+    fn probe(http: &Http, limit: Duration) -> io::Result<(Form, u64, ImageIndex)> {
+        let (head, total) = http.get_within(Want::Probe(HEADER_LEN as u64), limit)?;
         if ImageIndex::is_index(&head) {
             let all = if head.len() as u64 >= total {
                 head
