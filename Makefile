@@ -4,7 +4,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 SHEAF := target/release/sheaf
 
-.PHONY: all build deps trees test install lint demo bench fuzz fuzz-build clean
+.PHONY: all build deps trees check test install lint demo bench fuzz fuzz-build clean
 
 all: build
 
@@ -23,7 +23,16 @@ BENCH_DATA ?= /var/tmp/sheaf-bench
 trees: deps
 	SHEAF_BENCH_DATA=$(BENCH_DATA) bench/setup.sh K P
 
-# All tests: unit, property, integration (real trees, real FUSE mounts), lint.
+# The fast tier: unit and property tests and the integration tests that need
+# no root, no mounts, no servers and no real trees (those say they are skipped).
+CHECK_TESTS := --test bigdir --test cli --test corruption --test deep --test proptest \
+	--test tar_input --test hostile --test roundtrip --test reader --test stack
+check: build
+	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace --lib --bins $(CHECK_TESTS)
+
+# All tests, as CI runs them: unit, property, integration (real trees, real
+# FUSE mounts, nginx, squid, sshd, pjdfstest), lint. A test whose
+# prerequisite is missing fails here.
 test: build lint trees
 	SHEAF_BENCH_DATA=$(BENCH_DATA) $(CARGO) test --release --locked --workspace
 

@@ -162,6 +162,7 @@ pub enum BuildError {
         /// The entry.
         path: String,
         /// The cause.
+        #[source]
         cause: std::io::Error,
     },
     /// The input is not something sheaf can pack.
@@ -178,6 +179,7 @@ pub enum BuildError {
         /// The image being written.
         path: String,
         /// The cause.
+        #[source]
         cause: std::io::Error,
     },
     /// The output exists and `force` was not given.

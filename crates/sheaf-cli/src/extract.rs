@@ -74,8 +74,8 @@ fn safe_name(name: &[u8]) -> Result<&OsStr> {
 }
 
 /// `sheaf extract`.
-pub fn run(a: ExtractArgs) -> Result<i32> {
-    let img = open_path(&a.image)?;
+pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    let img = open_path(&a.image, remote)?;
     fs::create_dir_all(&a.dir).with_context(|| format!("{}", a.dir.display()))?;
     let root = fs::canonicalize(&a.dir).with_context(|| format!("{}", a.dir.display()))?;
     let mut cx = Ctx {

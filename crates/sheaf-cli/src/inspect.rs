@@ -39,8 +39,13 @@ fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>)> {
 }
 
 /// `sheaf info`.
-pub fn info(path: &Path, json: bool, list_whiteouts: bool) -> Result<i32> {
-    let img = open_path(path)?;
+pub fn info(
+    path: &Path,
+    json: bool,
+    list_whiteouts: bool,
+    remote: &crate::util::RemoteArgs,
+) -> Result<i32> {
+    let img = open_path(path, remote)?;
     let (wh, opaque) = if list_whiteouts {
         whiteouts(&img)?
     } else {
@@ -282,12 +287,12 @@ fn print_entry(
 }
 
 /// `sheaf ls`.
-pub fn ls(a: LsArgs) -> Result<i32> {
+pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let arg = a.image.to_string_lossy();
     if arg.contains(',') && !a.image.exists() {
-        return ls_stack(&a);
+        return ls_stack(&a, remote);
     }
-    let img = open_path(&a.image)?;
+    let img = open_path(&a.image, remote)?;
     let path = a.path.as_bytes();
     let start = img.resolve(path)?;
     let mut o = std::io::BufWriter::new(std::io::stdout().lock());
@@ -325,12 +330,12 @@ fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 /// `sheaf ls BASE,LAYER,...`: the merged view of a stack.
-fn ls_stack(a: &LsArgs) -> Result<i32> {
+fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     use sheaf_read::{Found, Stack};
     let arg = a.image.to_string_lossy();
     let layers = arg
         .split(',')
-        .map(|p| open_path(Path::new(p)).map(std::sync::Arc::new))
+        .map(|p| open_path(Path::new(p), remote).map(std::sync::Arc::new))
         .collect::<Result<Vec<_>>>()?;
     let stack = Stack::new(layers);
     let path = a.path.as_bytes();
@@ -366,8 +371,8 @@ fn ls_stack(a: &LsArgs) -> Result<i32> {
 }
 
 /// `sheaf cat`.
-pub fn cat(image: &Path, path: &std::ffi::OsStr) -> Result<i32> {
-    let img = open_path(image)?;
+pub fn cat(image: &Path, path: &std::ffi::OsStr, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    let img = open_path(image, remote)?;
     let ino = img.resolve(path.as_bytes())?;
     if ino.file_type() != FileType::Regular {
         bail!(
@@ -392,9 +397,14 @@ pub fn cat(image: &Path, path: &std::ffi::OsStr) -> Result<i32> {
 }
 
 /// `sheaf check`.
-pub fn check(image: &Path, threads: Option<usize>, json: bool) -> Result<i32> {
+pub fn check(
+    image: &Path,
+    threads: Option<usize>,
+    json: bool,
+    remote: &crate::util::RemoteArgs,
+) -> Result<i32> {
     let start = Instant::now();
-    let img = open_path(image)?;
+    let img = open_path(image, remote)?;
     let pool = rayon_pool(threads)?;
     let progress = std::sync::atomic::AtomicU64::new(0);
     let rep = pool.install(|| sheaf_read::verify::verify(&img, &progress));

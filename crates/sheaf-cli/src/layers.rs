@@ -75,7 +75,7 @@ pub struct MergeArgs {
 const MERGE_BLOCK_CACHE: usize = 32 << 20;
 
 /// Run `sheaf merge`.
-pub fn merge(a: MergeArgs) -> Result<i32> {
+pub fn merge(a: MergeArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let opts = a.image.options()?;
     // Files are read once, in walk order, which follows each layer's
     // packing order closely: a few blocks of cache per layer are enough.
@@ -86,7 +86,7 @@ pub fn merge(a: MergeArgs) -> Result<i32> {
     let layers = a
         .images
         .iter()
-        .map(|p| crate::util::open_image_with(p, cache, |s| s).map(Arc::new))
+        .map(|p| crate::util::open_image_with(p, remote, cache, |s| s).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
     let src = StackSource {
         stack: Stack::new(layers),

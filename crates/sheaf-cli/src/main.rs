@@ -167,32 +167,32 @@ fn main() {
     };
     // A closed stdout (e.g. `sheaf cat ... | head`) is not an error.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    util::set_remote_args(cli.remote);
+    let r = &cli.remote;
     let r = match cli.cmd {
-        Cmd::Publish(a) => remote::publish(a),
-        Cmd::Cache(a) => remote::cache(a),
-        Cmd::Optimize(a) => remote::optimize(a),
+        Cmd::Publish(a) => remote::publish(a, r),
+        Cmd::Cache(a) => remote::cache(a, r),
+        Cmd::Optimize(a) => remote::optimize(a, r),
         Cmd::Build(a) => build::run(a),
         Cmd::Commit(a) => layers::commit(a),
-        Cmd::Merge(a) => layers::merge(a),
+        Cmd::Merge(a) => layers::merge(a, r),
         Cmd::Info {
             image,
             json,
             whiteouts,
-        } => inspect::info(&image, json, whiteouts),
-        Cmd::Ls(a) => inspect::ls(a),
-        Cmd::Cat { image, path } => inspect::cat(&image, &path),
-        Cmd::Extract(a) => extract::run(a),
+        } => inspect::info(&image, json, whiteouts, r),
+        Cmd::Ls(a) => inspect::ls(a, r),
+        Cmd::Cat { image, path } => inspect::cat(&image, &path, r),
+        Cmd::Extract(a) => extract::run(a, r),
         Cmd::Check {
             image,
             threads,
             json,
-        } => inspect::check(&image, threads, json),
-        Cmd::Mount(a) => mount::run(a),
-        Cmd::Run(a) => run::run(a),
-        Cmd::Sign(a) => trust::sign(a),
-        Cmd::Verify(a) => trust::verify(a),
-        Cmd::Root { image } => trust::root(&image),
+        } => inspect::check(&image, threads, json, r),
+        Cmd::Mount(a) => mount::run(a, r),
+        Cmd::Run(a) => run::run(a, r),
+        Cmd::Sign(a) => trust::sign(a, r),
+        Cmd::Verify(a) => trust::verify(a, r),
+        Cmd::Root { image } => trust::root(&image, r),
         Cmd::Keygen { file, identity } => trust::keygen(&file, &identity),
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json),
@@ -205,8 +205,7 @@ fn finish(r: anyhow::Result<i32>) -> ! {
     match r {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("sheaf: error: {msg}");
+            eprintln!("sheaf: error: {}", util::one_line(&e));
             std::process::exit(1);
         }
     }

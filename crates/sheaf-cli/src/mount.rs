@@ -1,7 +1,7 @@
 //! `sheaf mount`, `sheaf umount`, `sheaf stats` and the `mount.fuse.sheaf`
 //! helper that mount(8) runs for `-t fuse.sheaf` and fstab entries.
 
-use crate::util::{human, parse_size64};
+use crate::util::{human, parse_size64, RemoteArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use sheaf_mount::serve::{check_mountpoint, MountConfig};
@@ -132,6 +132,8 @@ struct Parsed {
     record: Option<PathBuf>,
     prefetch: Option<PathBuf>,
     prefetch_metadata: Option<bool>,
+    /// The remote flags, with any given as options (cache_dir=, timeout=, ...).
+    remote: RemoteArgs,
 }
 
 pub(crate) fn default_threads() -> usize {
@@ -140,7 +142,7 @@ pub(crate) fn default_threads() -> usize {
 }
 
 /// Parse `-o` lists. `from_fstab` also tolerates `rw`, which mount(8) may pass.
-fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
+fn parse_options(lists: &[String], from_fstab: bool, remote: &RemoteArgs) -> Result<Parsed> {
     let mut p = Parsed {
         cache_size: 256 << 20,
         threads: default_threads(),
@@ -158,6 +160,7 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
         record: None,
         prefetch: None,
         prefetch_metadata: None,
+        remote: remote.clone(),
     };
     for list in lists {
         for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
@@ -218,35 +221,32 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
                 // The remote flags, as options (for fstab, where there are no flags).
                 "cache_dir" => {
                     let v = PathBuf::from(need()?);
-                    crate::util::update_remote_args(|r| r.cache_dir = Some(v));
+                    p.remote.cache_dir = Some(v);
                 }
                 "cache_quota" => {
                     let v = parse_size64(need()?)
                         .map_err(|e| anyhow!("mount option cache_quota: {e}"))?;
-                    crate::util::update_remote_args(|r| r.cache_size = v);
+                    p.remote.cache_size = v;
                 }
-                "no_cache" => crate::util::update_remote_args(|r| r.no_cache = true),
+                "no_cache" => p.remote.no_cache = true,
                 "mirror" => {
                     let v = need()?.to_string();
-                    crate::util::update_remote_args(|r| r.mirrors.push(v));
+                    p.remote.mirrors.push(v);
                 }
                 "proxy" => {
                     let v = need()?.to_string();
-                    crate::util::update_remote_args(|r| r.proxy = Some(v));
+                    p.remote.proxy = Some(v);
                 }
                 "timeout" | "failback" => {
                     let v = need()?;
                     let secs: f64 = v
                         .parse()
                         .map_err(|_| anyhow!("mount option {key}={v}: seconds must be a number"))?;
-                    let timeout = key == "timeout";
-                    crate::util::update_remote_args(|r| {
-                        if timeout {
-                            r.timeout = secs
-                        } else {
-                            r.failback = secs
-                        }
-                    });
+                    if key == "timeout" {
+                        p.remote.timeout = secs
+                    } else {
+                        p.remote.failback = secs
+                    }
                 }
                 "ro" | "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail"
                 | "_netdev" | "async" | "atime" | "noatime" | "relatime" | "nodiratime" => {}
@@ -266,10 +266,15 @@ fn parse_options(lists: &[String], from_fstab: bool) -> Result<Parsed> {
 }
 
 /// Open an image for mounting, counting the bytes read from it.
-pub(crate) fn open_image(path: &Path, cache: usize) -> Result<(Arc<Image>, Arc<CountingSource>)> {
+pub(crate) fn open_image(
+    path: &Path,
+    remote: &RemoteArgs,
+    cache: usize,
+) -> Result<(Arc<Image>, Arc<CountingSource>)> {
     let mut counting = None;
     let img = crate::util::open_image_with(
         path,
+        remote,
         ImageOptions {
             block_cache_bytes: cache,
             ..Default::default()
@@ -302,8 +307,8 @@ pub fn split_layers(args: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// `sheaf mount`.
-pub fn run(a: MountArgs) -> Result<i32> {
-    let policy = crate::trust::Policy::load(a.require_signature, a.signers, a.identity)?;
+pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
+    let policy = sheaf_trust::Policy::load(a.require_signature, a.signers, a.identity)?;
     let (mountpoint, images) = a.paths.split_last().expect("clap requires two");
     let images = split_layers(images);
     if images.len() == 1 && a.upper.is_none() {
@@ -314,6 +319,7 @@ pub fn run(a: MountArgs) -> Result<i32> {
             a.foreground,
             false,
             &policy,
+            remote,
         );
     }
     mount_union(
@@ -323,6 +329,7 @@ pub fn run(a: MountArgs) -> Result<i32> {
         &a.options,
         a.foreground,
         &policy,
+        remote,
     )
 }
 
@@ -332,13 +339,13 @@ fn mount(
     options: &[String],
     foreground: bool,
     from_fstab: bool,
-    policy: &crate::trust::Policy,
+    policy: &sheaf_trust::Policy,
+    remote: &RemoteArgs,
 ) -> Result<i32> {
     let started = Instant::now();
-    let p = parse_options(options, from_fstab)?;
-    let (img, src) = open_image(image, p.cache_size)?;
-    let signer = policy
-        .enforce(&img, image)?
+    let p = parse_options(options, from_fstab, remote)?;
+    let (img, src) = open_image(image, &p.remote, p.cache_size)?;
+    let signer = crate::trust::enforce(policy, &img, image)?
         .map(|v| {
             format!(
                 "; signature trusted: {} ({})",
@@ -397,15 +404,16 @@ fn mount_union(
     mountpoint: &Path,
     options: &[String],
     foreground: bool,
-    policy: &crate::trust::Policy,
+    policy: &sheaf_trust::Policy,
+    remote: &RemoteArgs,
 ) -> Result<i32> {
     let started = Instant::now();
-    let p = parse_options(options, false)?;
+    let p = parse_options(options, false, remote)?;
     if p.record.is_some() || p.prefetch.is_some() {
         bail!("mount options record= and prefetch= apply to a single image");
     }
     let mp = check_mountpoint(mountpoint)?;
-    let (fs, fsname, signer) = union_fs(images, upper, &mp, p.cache_size, policy)?;
+    let (fs, fsname, signer) = union_fs(images, upper, &mp, &p.remote, p.cache_size, policy)?;
     let cfg = MountConfig {
         writable: upper.is_some(),
         direct: false,
@@ -429,14 +437,15 @@ pub(crate) fn union_fs(
     images: &[PathBuf],
     upper: Option<&Path>,
     mp: &Path,
+    remote: &RemoteArgs,
     cache_size: usize,
-    policy: &crate::trust::Policy,
+    policy: &sheaf_trust::Policy,
 ) -> Result<(UnionFs, String, String)> {
     let mut layers = Vec::new();
     let mut signers = Vec::new();
     for image in images {
-        let (img, _src) = open_image(image, cache_size)?;
-        if let Some(v) = policy.enforce(&img, image)? {
+        let (img, _src) = open_image(image, remote, cache_size)?;
+        if let Some(v) = crate::trust::enforce(policy, &img, image)? {
             signers.push(format!("{} ({})", v.principals.join(", "), v.fingerprint));
         }
         layers.push(img);
@@ -800,8 +809,19 @@ pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
     }
     let [image, mountpoint] = <[PathBuf; 2]>::try_from(pos)
         .map_err(|_| anyhow!("usage: mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTIONS]"))?;
-    let policy = crate::trust::Policy::load(false, None, None)?;
-    mount(&image, &mountpoint, &opts, foreground, true, &policy)
+    let policy = sheaf_trust::Policy::load(false, None, None)?;
+    // mount(8) passes no flags: the remote settings are the flags' defaults
+    // (and their environment variables), changed by options.
+    let remote = RemoteArgs::from_env()?;
+    mount(
+        &image,
+        &mountpoint,
+        &opts,
+        foreground,
+        true,
+        &policy,
+        &remote,
+    )
 }
 
 #[cfg(test)]
@@ -810,20 +830,29 @@ mod tests {
 
     #[test]
     fn options_parse_and_refuse_clearly() {
+        let r = RemoteArgs::default();
         let p = parse_options(
             &["cache_size=1G,uid=5".into(), "allow_other,noexec".into()],
             false,
+            &r,
         )
         .unwrap();
         assert_eq!(p.cache_size, 1 << 30);
         assert_eq!(p.uid, Some(5));
         assert!(p.allow_other && !p.exec && !p.suid && !p.dev);
-        let e = |s: &str| parse_options(&[s.into()], false).err().unwrap().to_string();
+        let e = |s: &str| {
+            parse_options(&[s.into()], false, &r)
+                .err()
+                .unwrap()
+                .to_string()
+        };
         assert!(e("bogus").contains("unknown mount option 'bogus'"));
         assert!(e("rw").contains("read-only"));
         assert!(e("uid=x").contains("uid=x"));
         assert!(e("cache_size").contains("needs a value"));
         assert!(e("allow_other,allow_root").contains("exclude"));
-        assert!(parse_options(&["defaults,rw,noauto,x-systemd.automount".into()], true).is_ok());
+        assert!(
+            parse_options(&["defaults,rw,noauto,x-systemd.automount".into()], true, &r).is_ok()
+        );
     }
 }

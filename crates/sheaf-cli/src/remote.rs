@@ -1,6 +1,6 @@
 //! `sheaf publish` and `sheaf cache`.
 
-use crate::util::{disk_cache, human, open_image, remote_args};
+use crate::util::{disk_cache, human, open_image, RemoteArgs};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -34,7 +34,7 @@ pub struct PublishArgs {
 }
 
 /// `sheaf publish`.
-pub fn publish(a: PublishArgs) -> Result<i32> {
+pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
     let name = match a.name {
         Some(n) => n,
         None => {
@@ -46,7 +46,7 @@ pub fn publish(a: PublishArgs) -> Result<i32> {
             f.strip_suffix(".sheaf").unwrap_or(&f).to_string()
         }
     };
-    let img = open_image(&a.image)?;
+    let img = open_image(&a.image, remote)?;
     let bar = crate::util::stderr_is_tty().then(|| {
         let b = indicatif::ProgressBar::new(0);
         b.set_style(
@@ -115,9 +115,8 @@ enum CacheCmd {
 }
 
 /// `sheaf cache`.
-pub fn cache(a: CacheArgs) -> Result<i32> {
-    let ra = remote_args();
-    let Some(c) = disk_cache(&ra)? else {
+pub fn cache(a: CacheArgs, remote: &RemoteArgs) -> Result<i32> {
+    let Some(c) = disk_cache(remote)? else {
         bail!("no node cache (--no-cache given, or no --cache-dir and no HOME)");
     };
     match a.cmd {
@@ -184,9 +183,9 @@ pub struct OptimizeArgs {
 
 /// `sheaf optimize`: the same tree with the listed files' blocks first and
 /// listed in a prefetch section; data is copied as stored, not recompressed.
-pub fn optimize(a: OptimizeArgs) -> Result<i32> {
+pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
     use sheaf_format::{SectionKind, StreamId};
-    let img = open_image(&a.image)?;
+    let img = open_image(&a.image, remote)?;
     let first = crate::util::prefetch_blocks(&img, &a.prefetch)?;
     if first.is_empty() {
         bail!(

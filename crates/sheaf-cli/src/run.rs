@@ -193,17 +193,17 @@ fn signal_set() -> libc::sigset_t {
 }
 
 /// `sheaf run`.
-pub fn run(a: RunArgs) -> Result<i32> {
-    match run_inner(a) {
+pub fn run(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    match run_inner(a, remote) {
         Ok(code) => Ok(code),
         Err(e) => {
-            eprintln!("sheaf run: {}", format!("{e:#}").replace('\n', " "));
+            eprintln!("sheaf run: {}", crate::util::one_line(&e));
             Ok(125)
         }
     }
 }
 
-fn run_inner(a: RunArgs) -> Result<i32> {
+fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let specs = a
         .mounts
         .iter()
@@ -346,7 +346,7 @@ fn run_inner(a: RunArgs) -> Result<i32> {
                 // A mount copied in from outside cannot be detached from
                 // here; its watchdog unmounts it when sheaf exits.
                 let wait = !(iso.is_some() && premount);
-                sessions.push((at.clone(), start(s, &at, conn)?, wait));
+                sessions.push((at.clone(), start(s, &at, conn, remote)?, wait));
             }
             Ok(())
         })();
@@ -524,14 +524,19 @@ fn fuse_device_usable() -> bool {
 }
 
 /// Serve spec `s`, mounted at `at` through `conn`, from a thread.
-fn start(s: &Spec, at: &Path, conn: Connected) -> Result<JoinHandle<std::io::Result<()>>> {
-    let policy = crate::trust::Policy::load(false, None, None)?;
+fn start(
+    s: &Spec,
+    at: &Path,
+    conn: Connected,
+    remote: &crate::util::RemoteArgs,
+) -> Result<JoinHandle<std::io::Result<()>>> {
+    let policy = sheaf_trust::Policy::load(false, None, None)?;
     let cache = 256 << 20;
     let mut cfg = mount_config(s, at, false);
     let mounted = if s.images.len() == 1 && s.upper.is_none() {
         let image = &s.images[0];
-        let (img, src) = open_image(image, cache)?;
-        policy.enforce(&img, image)?;
+        let (img, src) = open_image(image, remote, cache)?;
+        crate::trust::enforce(&policy, &img, image)?;
         let remote = sheaf_net::is_url(&image.to_string_lossy());
         cfg.fs = FsConfig {
             prefetch_threads: 1,
@@ -547,7 +552,7 @@ fn start(s: &Spec, at: &Path, conn: Connected) -> Result<JoinHandle<std::io::Res
         let fs = SheafFs::new(img, src, cfg.fs.clone());
         sheaf_mount::serve::attach(&cfg, conn, fs)?.spawn()
     } else {
-        let (fs, _, _) = union_fs(&s.images, s.upper.as_deref(), at, cache, &policy)?;
+        let (fs, _, _) = union_fs(&s.images, s.upper.as_deref(), at, remote, cache, &policy)?;
         sheaf_mount::serve::attach(&cfg, conn, fs)?.spawn()
     };
     mounted.with_context(|| format!("serving {}", s.dest.display()))

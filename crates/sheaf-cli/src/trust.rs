@@ -1,11 +1,12 @@
 //! `sheaf sign`, `sheaf verify`, `sheaf root`, `sheaf keygen`, and the
 //! signature policy applied before mounting.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use sheaf_format::signatures::{encode_block, SIG_FOOTER_LEN};
 use sheaf_read::Image;
-use sheaf_trust::{AllowedSigners, Rejection, Verified};
+use sheaf_trust::policy::detached_path;
+use sheaf_trust::{Checked, Policy, Verified};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -58,38 +59,9 @@ pub struct VerifyArgs {
     json: bool,
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
-fn detached_path(image: &Path) -> PathBuf {
-    let mut s = image.as_os_str().to_owned();
-    s.push(".sig");
-    PathBuf::from(s)
-}
-
-/// Every signature of an image: appended ones, then IMAGE.sig if present.
-fn all_signatures(img: &Image, path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
-    let mut v: Vec<(String, Vec<u8>)> = img
-        .signatures()
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (format!("signature {}", i + 1), s.clone()))
-        .collect();
-    let d = detached_path(path);
-    match std::fs::read(&d) {
-        Ok(b) => v.push((d.display().to_string(), b)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => bail!("{}: {e}", d.display()),
-    }
-    Ok(v)
-}
-
 /// `sheaf sign`.
-pub fn sign(a: SignArgs) -> Result<i32> {
-    let img = crate::util::open_image(&a.image)?;
+pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    let img = crate::util::open_image(&a.image, remote)?;
     let msg = img.signed_message();
     let pem = sheaf_trust::sign(&a.key, msg.as_bytes())?;
     let who = a.identity.as_deref().unwrap_or("key");
@@ -143,56 +115,30 @@ pub fn sign(a: SignArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Outcome of checking an image's signatures.
-pub struct Checked {
-    /// Per signature: where it came from, and the result.
-    pub results: Vec<(String, Result<Verified, Rejection>)>,
-}
-
-impl Checked {
-    /// The first accepted signature.
-    pub fn trusted(&self) -> Option<&Verified> {
-        self.results.iter().find_map(|(_, r)| r.as_ref().ok())
-    }
-
-    /// One line saying why nothing was trusted.
-    pub fn why_not(&self) -> String {
-        if self.results.is_empty() {
-            return "no signature".into();
-        }
-        self.results
-            .iter()
-            .map(|(w, r)| match r {
-                Err(e) => format!("{w}: {e}"),
-                Ok(_) => format!("{w}: ok"),
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-}
-
-/// Check every signature of `img` against `signers`.
+/// Check every signature of `img` (named `path`) against `signers`.
 pub fn check_image(
     img: &Image,
     path: &Path,
     signers: &Path,
     identity: Option<&str>,
 ) -> Result<Checked> {
-    let allowed = AllowedSigners::load(signers)?;
-    let msg = img.signed_message();
-    let results = all_signatures(img, path)?
-        .into_iter()
-        .map(|(w, s)| {
-            let r = sheaf_trust::check(&s, msg.as_bytes(), &allowed, identity, now());
-            (w, r)
-        })
-        .collect();
-    Ok(Checked { results })
+    Ok(sheaf_trust::policy::check_signatures(
+        &img.signed_message(),
+        img.signatures(),
+        path,
+        signers,
+        identity,
+    )?)
+}
+
+/// Refuse `img` (named `path`) unless `policy` is met.
+pub fn enforce(policy: &Policy, img: &Image, path: &Path) -> Result<Option<Verified>> {
+    Ok(policy.enforce(&img.signed_message(), img.signatures(), path)?)
 }
 
 /// `sheaf verify`.
-pub fn verify(a: VerifyArgs) -> Result<i32> {
-    let img = crate::util::open_image(&a.image)?;
+pub fn verify(a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    let img = crate::util::open_image(&a.image, remote)?;
     let c = check_image(&img, &a.image, &a.signers, a.identity.as_deref())?;
     let root = sheaf_format::hex(&img.root_digest());
     let mut damaged = None;
@@ -253,8 +199,8 @@ pub fn verify(a: VerifyArgs) -> Result<i32> {
 }
 
 /// `sheaf root`: the exact message a signature signs.
-pub fn root(image: &Path) -> Result<i32> {
-    let img = crate::util::open_image(image)?;
+pub fn root(image: &Path, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    let img = crate::util::open_image(image, remote)?;
     print!("{}", img.signed_message());
     Ok(0)
 }
@@ -269,80 +215,4 @@ pub fn keygen(path: &Path, identity: &str) -> Result<i32> {
     );
     println!("{line}");
     Ok(0)
-}
-
-/// Signature policy for mounting: from flags, else the site config.
-#[derive(Debug, Clone, Default)]
-pub struct Policy {
-    /// Refuse images without a trusted signature.
-    pub require: bool,
-    /// Trusted keys.
-    pub signers: Option<PathBuf>,
-    /// Required principal.
-    pub identity: Option<String>,
-}
-
-impl Policy {
-    /// Combine command-line flags with the config file (`SHEAF_CONFIG`, else
-    /// `/etc/sheaf/config.toml`): flags add to, never relax, the site policy.
-    pub fn load(require: bool, signers: Option<PathBuf>, identity: Option<String>) -> Result<Self> {
-        let path = std::env::var_os("SHEAF_CONFIG")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/etc/sheaf/config.toml"));
-        let mut p = Policy {
-            require,
-            signers,
-            identity,
-        };
-        match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                let v: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                    anyhow!("{}: {}", path.display(), one_line(&e.to_string()))
-                })?;
-                let sig = v.get("signatures").and_then(|s| s.as_table());
-                if let Some(t) = sig {
-                    if t.get("require").and_then(|x| x.as_bool()) == Some(true) {
-                        p.require = true;
-                    }
-                    if p.signers.is_none() {
-                        p.signers = t.get("signers").and_then(|x| x.as_str()).map(PathBuf::from);
-                    }
-                    if p.identity.is_none() {
-                        p.identity = t.get("identity").and_then(|x| x.as_str()).map(String::from);
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => bail!("{}: {e}", path.display()),
-        }
-        if p.require && p.signers.is_none() {
-            bail!("signatures are required but no signers file is set (--signers FILE, or signers in the config)");
-        }
-        Ok(p)
-    }
-
-    /// Refuse `img` unless it carries a trusted signature (when required).
-    pub fn enforce(&self, img: &Image, path: &Path) -> Result<Option<Verified>> {
-        if !self.require {
-            return Ok(None);
-        }
-        let signers = self.signers.as_ref().expect("checked in load");
-        let c = check_image(img, path, signers, self.identity.as_deref())?;
-        match c.trusted() {
-            Some(v) => Ok(Some(v.clone())),
-            None => bail!(
-                "{}: refused: no trusted signature ({})",
-                path.display(),
-                c.why_not()
-            ),
-        }
-    }
-}
-
-fn one_line(s: &str) -> String {
-    s.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
 }

@@ -30,6 +30,23 @@ pub fn parse_size64(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is not a size (examples: 64K, 1M, 4M)"))
 }
 
+/// An error and its causes (`source()` chain) on one line, each cause once:
+/// a message that already spells out its cause does not repeat it.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for c in e.chain() {
+        let t = c.to_string();
+        if t.is_empty() || s.contains(&t) {
+            continue;
+        }
+        if !s.is_empty() {
+            s.push_str(": ");
+        }
+        s.push_str(&t);
+    }
+    s.replace('\n', " ")
+}
+
 /// Human-readable bytes.
 pub fn human(n: u64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -102,33 +119,30 @@ pub struct RemoteArgs {
     pub failback: f64,
 }
 
-static REMOTE: std::sync::Mutex<Option<RemoteArgs>> = std::sync::Mutex::new(None);
+impl RemoteArgs {
+    /// The flags' defaults and environment variables, as when no flag is
+    /// given (for mount(8), which passes none).
+    pub fn from_env() -> anyhow::Result<RemoteArgs> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            remote: RemoteArgs,
+        }
+        Ok(Only::try_parse_from(["sheaf"])
+            .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim()))?
+            .remote)
+    }
 
-/// Record the remote flags of this invocation (from `main`).
-pub fn set_remote_args(a: RemoteArgs) {
-    *REMOTE.lock().expect("remote args") = Some(a);
-}
-
-/// Change the remote settings (mount options given from fstab override the
-/// flags).
-pub fn update_remote_args(f: impl FnOnce(&mut RemoteArgs)) {
-    let mut a = remote_args();
-    f(&mut a);
-    set_remote_args(a);
-}
-
-/// The remote flags of this invocation.
-pub fn remote_args() -> RemoteArgs {
-    REMOTE
-        .lock()
-        .expect("remote args")
-        .clone()
-        .unwrap_or_else(|| RemoteArgs {
-            cache_size: sheaf_net::cache::DEFAULT_QUOTA,
-            timeout: 60.0,
-            failback: 300.0,
-            ..Default::default()
+    /// The library's settings from these flags.
+    pub fn config(&self) -> anyhow::Result<sheaf_net::RemoteConfig> {
+        Ok(sheaf_net::RemoteConfig {
+            cache_dir: self.cache_dir.clone(),
+            cache_quota: self.cache_size,
+            no_cache: self.no_cache,
+            http: http_options(self)?,
         })
+    }
 }
 
 /// Network settings from the flags.
@@ -159,71 +173,33 @@ pub fn http_options(a: &RemoteArgs) -> anyhow::Result<sheaf_net::HttpOptions> {
 
 /// The node cache named by the flags (None with --no-cache).
 pub fn disk_cache(a: &RemoteArgs) -> anyhow::Result<Option<Arc<sheaf_net::DiskCache>>> {
-    if a.no_cache {
-        return Ok(None);
-    }
-    let Some(dir) = a.cache_dir.clone().or_else(sheaf_net::default_cache_dir) else {
-        return Ok(None);
-    };
-    let c = sheaf_net::DiskCache::open(&dir, a.cache_size)
-        .map_err(|e| anyhow::anyhow!("node cache: {e}"))?;
-    Ok(Some(Arc::new(c)))
+    Ok(a.config()?.disk_cache()?)
 }
 
-/// An image named on the command line, opened: a local file, or an
-/// `http(s)://` URL (a whole image read with Range requests, or a published
-/// repository), using the node cache. `wrap` may interpose on the source
-/// (e.g. to count reads).
+/// An image named on the command line, opened (a local file or a URL, see
+/// [`sheaf_net::open_image`]); warns when a cached index stands in for an
+/// unreachable server. `wrap` may interpose on the source.
 pub fn open_image_with(
     arg: &Path,
+    remote: &RemoteArgs,
     opts: sheaf_read::ImageOptions,
     wrap: impl FnOnce(Arc<dyn sheaf_read::Source>) -> Arc<dyn sheaf_read::Source>,
 ) -> anyhow::Result<sheaf_read::Image> {
-    let s = arg.to_string_lossy();
-    if !sheaf_net::is_url(&s) {
-        let f = sheaf_read::FileSource::open(arg)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", arg.display()))?;
-        return Ok(sheaf_read::Image::open_with(wrap(Arc::new(f)), opts)?);
-    }
-    let a = remote_args();
-    let cache = disk_cache(&a)?;
-    let src = sheaf_net::RemoteSource::open(&s, http_options(&a)?, cache.as_deref())
-        .map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
-    if let Some(t) = src.offline_since() {
+    let o = sheaf_net::open_image(arg, &remote.config()?, opts, wrap)?;
+    if let Some(t) = o.offline_since {
         let age = t.elapsed().unwrap_or_default().as_secs();
         eprintln!(
-            "sheaf: warning: {s} is unreachable; using the index cached {} ago",
+            "sheaf: warning: {} is unreachable; using the index cached {} ago",
+            arg.display(),
             human_duration(age)
         );
     }
-    let online = src.offline_since().is_none();
-    let src = wrap(Arc::new(src));
-    // Bytes that fail verification while opening (a corrupting proxy or
-    // mirror) make the source switch route, as reads do later.
-    let mut reroutes = 8;
-    let mut img = loop {
-        match sheaf_read::Image::open_with(src.clone(), opts) {
-            Err(sheaf_read::ReadError::Format { .. }) if reroutes > 0 && src.reject(0) => {
-                reroutes -= 1
-            }
-            r => break r?,
-        }
-    };
-    if let Some(c) = cache {
-        if online {
-            // Best effort: without it only offline re-opens are lost.
-            if let Ok(idx) = img.index() {
-                let _ = c.save_index(&s, &idx);
-            }
-        }
-        img = img.with_store(c);
-    }
-    Ok(img)
+    Ok(o.image)
 }
 
 /// Open an image named on the command line (file or URL).
-pub fn open_image(arg: &Path) -> anyhow::Result<sheaf_read::Image> {
-    open_image_with(arg, Default::default(), |s| s)
+pub fn open_image(arg: &Path, remote: &RemoteArgs) -> anyhow::Result<sheaf_read::Image> {
+    open_image_with(arg, remote, Default::default(), |s| s)
 }
 
 /// A list of paths inside an image, one per line (as `-o record=` writes):

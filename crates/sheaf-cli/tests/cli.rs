@@ -588,8 +588,7 @@ fn as_nobody(bin_dir: &Path, args: &[&std::ffi::OsStr]) -> Out {
 
 #[test]
 fn skip_errors_leaves_out_unreadable_files_and_lists_them() {
-    if !is_root() {
-        eprintln!("skipped: needs root to run the build as another user");
+    if !prerequisite(is_root(), "root, to run the build as another user") {
         return;
     }
     let t = tmpdir();

@@ -4,8 +4,8 @@
 //!
 //! The real trees K (Linux source) and P (a scientific Python stack) come
 //! from `bench/setup.sh K P`, which `make test` runs and points
-//! `SHEAF_BENCH_DATA` at; run alone without it, those two tests say so and
-//! return.
+//! `SHEAF_BENCH_DATA` at; run without it, those two tests fail (and the
+//! fast tier, `make check`, skips them).
 
 mod common;
 
@@ -108,20 +108,6 @@ fn one_file_image(dir: &Path, name: &str, data: &[u8], extra: &[&str]) -> PathBu
     let img = dir.join("one.sheaf");
     build(&src, &img, extra).ok();
     img
-}
-
-fn real_tree(name: &str) -> Option<PathBuf> {
-    let Some(data) = std::env::var_os("SHEAF_BENCH_DATA") else {
-        eprintln!("SHEAF_BENCH_DATA unset: tree {name} not tested (run `make test`)");
-        return None;
-    };
-    let p = PathBuf::from(data).join(name);
-    assert!(
-        p.is_dir(),
-        "{} missing: run bench/setup.sh {name}",
-        p.display()
-    );
-    Some(p)
 }
 
 /// Mount an image of a real tree and compare every entry with the source
@@ -489,8 +475,7 @@ fn every_refusal_is_one_line_and_leaves_nothing() {
 
 #[test]
 fn no_fuse_device_is_refused_clearly() {
-    if !is_root() {
-        eprintln!("not root: cannot hide /dev/fuse in a private namespace");
+    if !prerequisite(is_root(), "root, to hide /dev/fuse in a private namespace") {
         return;
     }
     let t = tmpdir();
@@ -526,8 +511,7 @@ fn no_fuse_device_is_refused_clearly() {
 /// /dev/fuse gets fusermount3's reason in one line.
 #[test]
 fn a_non_root_user_mounts_and_unmounts() {
-    if !is_root() {
-        eprintln!("not root: cannot create a test user");
+    if !prerequisite(is_root(), "root, to create a test user") {
         return;
     }
     let user = "sheaf-mount-test";
@@ -632,8 +616,7 @@ fn a_non_root_user_mounts_and_unmounts() {
 /// `mount -t fuse.sheaf` and an fstab line, through /sbin/mount.fuse.sheaf.
 #[test]
 fn mount_8_and_fstab_use_the_helper() {
-    if !is_root() {
-        eprintln!("not root: cannot install /sbin/mount.fuse.sheaf");
+    if !prerequisite(is_root(), "root, to install /sbin/mount.fuse.sheaf") {
         return;
     }
     let helper = Path::new("/sbin/mount.fuse.sheaf");

@@ -345,8 +345,7 @@ for bad in (".wh.x", ".wh..wh..opq"):
 /// in a directory copied up from the image.
 #[test]
 fn pjdfstest_passes_on_the_overlay() {
-    if !is_root() {
-        eprintln!("not root: pjdfstest needs root");
+    if !prerequisite(is_root(), "root, for pjdfstest") {
         return;
     }
     let t = tmpdir();
@@ -391,12 +390,9 @@ fn pjdfstest_passes_on_the_overlay() {
 /// exactly what the overlay showed.
 #[test]
 fn real_programs_in_an_overlay_commit_to_the_same_tree() {
-    let Some(data) = std::env::var_os("SHEAF_BENCH_DATA") else {
-        eprintln!("SHEAF_BENCH_DATA unset: tree K not used (run `make test`)");
+    let Some(k) = real_tree("K") else {
         return;
     };
-    let k = PathBuf::from(data).join("K");
-    assert!(k.is_dir(), "{} missing: run bench/setup.sh K", k.display());
     let t = tmpdir();
     let base = t.path().join("base");
     fs::create_dir_all(&base).unwrap();

@@ -168,7 +168,11 @@ fn materialize(root: &Path, specs: &[Spec]) {
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: 24,
-        failure_persistence: None,
+        // A failing case is written to tests/proptest-regressions/ and
+        // replayed first on every later run: commit that file with the fix.
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::SourceParallel("proptest-regressions"),
+        )),
         max_shrink_iters: 200,
         .. ProptestConfig::default()
     })]

@@ -259,8 +259,7 @@ fn without_namespaces_mounts_are_private_temporary_directories() {
 /// to users, as Debian's udev rule makes it).
 #[test]
 fn a_user_runs_with_images_at_fixed_paths() {
-    if !is_root() {
-        eprintln!("not root: cannot create a test user");
+    if !prerequisite(is_root(), "root, to create a test user") {
         return;
     }
     let user = "sheaf-mount-test";

@@ -32,6 +32,7 @@ pub enum NamespaceError {
         /// What was being done.
         what: String,
         /// Why it failed.
+        #[source]
         cause: io::Error,
     },
 }

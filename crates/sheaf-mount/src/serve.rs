@@ -64,6 +64,7 @@ pub enum MountError {
         /// The mountpoint.
         path: PathBuf,
         /// Why.
+        #[source]
         cause: io::Error,
     },
 }

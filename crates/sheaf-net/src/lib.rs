@@ -7,7 +7,9 @@
 //! [`sheaf_read::Source`] for an image URL or a published repository, with
 //! offline fallback to a cached index) and [`cache`] (the node's
 //! [`sheaf_read::ObjectStore`] on disk: quota, LRU eviction, safe under
-//! concurrent use and `kill -9`); [`publish`] writes the repository layout.
+//! concurrent use and `kill -9`); [`publish`] writes the repository layout;
+//! [`open`] opens whatever image a user names (file or URL) under one
+//! [`RemoteConfig`], passed in, never global.
 //!
 //! This crate owns network and cache *policy*. It knows the format only
 //! through `sheaf_format::remote` (objects and image indexes) and never
@@ -17,11 +19,13 @@
 
 pub mod cache;
 pub mod http;
+pub mod open;
 pub mod publish;
 pub mod remote;
 
 pub use cache::DiskCache;
 pub use http::HttpOptions;
+pub use open::{open_image, OpenError, Opened, RemoteConfig};
 pub use publish::{publish, PublishError, PublishReport};
 pub use remote::RemoteSource;
 

@@ -47,6 +47,7 @@ pub enum PublishError {
         /// What was being written.
         path: String,
         /// Why it failed.
+        #[source]
         cause: io::Error,
     },
 }

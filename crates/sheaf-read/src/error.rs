@@ -12,6 +12,7 @@ pub enum ReadError {
         /// Image name.
         image: String,
         /// Cause.
+        #[source]
         cause: std::io::Error,
     },
     /// The bytes are not a valid image (corrupt, truncated, hostile, too new).
@@ -22,6 +23,7 @@ pub enum ReadError {
         /// Which part (e.g. "data block 17", "inode table page 3 (level 0)").
         what: String,
         /// What is wrong.
+        #[source]
         err: FormatError,
     },
     /// No entry at that path.

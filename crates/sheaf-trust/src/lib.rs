@@ -5,12 +5,16 @@
 //! which keys and principals are trusted and when. Signatures are OpenSSH
 //! `SSHSIG`s over the image's signed message (see
 //! `sheaf_read::signed_message`), so `ssh-keygen -Y sign -n sheaf` and
-//! `ssh-keygen -Y verify` interoperate both ways. It knows nothing of where
-//! signatures are stored in an image (that is `sheaf-format`) or of mounts.
+//! `ssh-keygen -Y verify` interoperate both ways; [`policy`] is the site
+//! rule every command applies before it uses an image. It knows nothing of
+//! where signatures are stored in an image (that is `sheaf-format`) or of
+//! mounts.
 
 pub mod allowed;
+pub mod policy;
 
 pub use allowed::{AllowedSigners, Signer};
+pub use policy::{Checked, Policy, PolicyError};
 use ssh_key::{HashAlg, LineEnding, PrivateKey, PublicKey, SshSig};
 use std::path::Path;
 
@@ -36,6 +40,7 @@ pub enum TrustError {
         /// The file.
         what: String,
         /// Why.
+        #[source]
         cause: std::io::Error,
     },
     /// A key could not be used.

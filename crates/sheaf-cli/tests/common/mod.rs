@@ -175,6 +175,49 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether this run is the fast tier (`make check`: no root, no servers, no
+/// mounts, no real trees).
+pub fn check_tier() -> bool {
+    std::env::var("SHEAF_TEST_TIER").as_deref() == Ok("check")
+}
+
+/// Whether a test's prerequisite is met. In the fast tier a test without it
+/// is skipped, saying so; anywhere else (`make test`, CI) a missing
+/// prerequisite fails the test instead of letting it pass unseen.
+#[track_caller]
+pub fn prerequisite(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if check_tier() {
+        eprintln!("skipped in the check tier: needs {what}");
+        return false;
+    }
+    panic!("prerequisite missing: {what} (`make test` provides it; `make check` skips this test)");
+}
+
+/// Whether this test may mount real FUSE filesystems (not in the fast tier).
+#[track_caller]
+pub fn mounts_allowed() -> bool {
+    prerequisite(!check_tier(), "real FUSE mounts")
+}
+
+/// A real tree (K, P) prepared by `make trees` under `$SHEAF_BENCH_DATA`.
+#[track_caller]
+pub fn real_tree(name: &str) -> Option<PathBuf> {
+    let data = std::env::var_os("SHEAF_BENCH_DATA").filter(|_| !check_tier());
+    if !prerequisite(data.is_some(), &format!("tree {name} (SHEAF_BENCH_DATA)")) {
+        return None;
+    }
+    let p = PathBuf::from(data.expect("checked")).join(name);
+    assert!(
+        p.is_dir(),
+        "{} missing: run bench/setup.sh {name}",
+        p.display()
+    );
+    Some(p)
+}
+
 /// A temporary directory on the ordinary filesystem (/tmp: sparse files,
 /// xattrs and ACLs work there).
 pub fn tmpdir() -> tempfile::TempDir {
