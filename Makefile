@@ -25,7 +25,7 @@ trees: deps
 
 # The fast tier: unit and property tests and the integration tests that need
 # no root, no mounts, no servers and no real trees (those say they are skipped).
-CHECK_TESTS := --test bigdir --test cli --test corruption --test deep --test proptest \
+CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test tar_input --test hostile --test roundtrip --test reader --test stack
 check: build
 	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace --lib --bins $(CHECK_TESTS)

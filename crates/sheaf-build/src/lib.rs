@@ -17,6 +17,8 @@
 //! into place only when complete, so an interrupted or failed build never
 //! leaves anything under the target name.
 
+#![warn(missing_docs)]
+
 pub mod entries;
 pub mod meta;
 pub mod options;

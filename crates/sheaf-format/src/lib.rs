@@ -11,6 +11,8 @@
 //! Every decoder here takes untrusted bytes and returns a [`FormatError`]
 //! instead of panicking; the fuzz targets in `fuzz/` exercise them.
 
+#![warn(missing_docs)]
+
 pub mod codec;
 pub mod error;
 pub mod layout;

@@ -17,6 +17,8 @@
 //! digest, so no server, mirror, proxy or cache can change a byte. It knows
 //! nothing of FUSE or the command line.
 
+#![warn(missing_docs)]
+
 pub mod cache;
 pub mod http;
 pub mod open;

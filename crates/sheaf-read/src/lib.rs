@@ -1,12 +1,14 @@
 //! Reading sheaf images.
 //!
 //! Owns the read side: [`source`] (where bytes come from: a local file with
-//! `pread`, memory; later HTTP), [`image`] (open with a bounded number of
+//! `pread`, memory; `sheaf-net` adds HTTP), [`image`] (open with a bounded number of
 //! reads, verified access to pages and blocks, lookup, directory listing,
 //! stat, xattrs, read at offset), [`cache`] (bounded, content-addressed,
 //! single-flight caches of decoded pages and blocks) and [`verify`] (check
 //! everything). Every byte handed out has been checked against its BLAKE3
 //! hash. This crate knows nothing of FUSE, the CLI or how images are built.
+
+#![warn(missing_docs)]
 
 pub mod cache;
 pub mod error;

@@ -10,6 +10,8 @@
 //! where signatures are stored in an image (that is `sheaf-format`) or of
 //! mounts.
 
+#![warn(missing_docs)]
+
 pub mod allowed;
 pub mod policy;
 
