@@ -555,8 +555,12 @@ fn serve_mount<F: sheaf_mount::Filesystem>(
     }
     // SAFETY: pipe2 just returned these descriptors.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: single-threaded here (nothing above starts threads); the child
-    // only continues in Rust code that does not rely on other threads.
+    // SAFETY: for a local image nothing above starts threads. For a URL the
+    // HTTP client that opened the image owns a runtime thread, which the
+    // child does not get: the child never touches that client (sheaf-net
+    // builds one per process id and forgets an inherited one without
+    // joining its thread), and no lock is held across the fork, so the
+    // child only runs code that does not rely on the parent's threads.
     match unsafe { libc::fork() } {
         -1 => bail!("fork: {}", std::io::Error::last_os_error()),
         0 => {
