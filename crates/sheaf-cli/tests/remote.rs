@@ -516,6 +516,53 @@ fn an_outage_shorter_than_the_timeout_is_only_a_wait_and_a_longer_one_is_eio_and
 }
 
 #[test]
+fn a_cache_deleted_or_unusable_under_a_mount_costs_only_refetches() {
+    let t = tmpdir();
+    let (_ng, src) = setup(t.path());
+    let cache = t.path().join("cache");
+    let log = t.path().join("mount.log");
+    let m = Mnt::new(
+        &_ng.url("repo/img"),
+        &t.path().join("m"),
+        &[&cache_arg(&cache), "-o", &format!("log={}", log.display())],
+    );
+    let text = fs::read(src.join("text.txt")).unwrap();
+    assert!(fs::read(m.mp.join("text.txt")).unwrap() == text);
+    assert!(cache.join("objects").is_dir());
+    // Deleted (moved away in one step, then removed: background prefetch
+    // may be writing into it): reads go on, and the cache is made again.
+    let gone = |n: &str| {
+        let trash = t.path().join(n);
+        fs::rename(&cache, &trash).unwrap();
+        fs::remove_dir_all(&trash).unwrap();
+    };
+    gone("trash1");
+    let big = fs::read(src.join("big.bin")).unwrap();
+    assert!(fs::read(m.mp.join("big.bin")).unwrap() == big);
+    assert!(
+        cache.join("objects").is_dir(),
+        "the cache was not made again"
+    );
+    // Unusable (a file where the directory was, as a full or broken disk
+    // would make every write fail): reads go on from the network, with one
+    // warning in the log however many writes fail.
+    gone("trash2");
+    fs::write(&cache, b"not a directory").unwrap();
+    assert_same_tree(&src, &m.mp, Cmp::all());
+    let s = m.stats();
+    assert!(
+        s["disk_cache"]["disk_cache_write_errors"].as_u64().unwrap() > 1,
+        "{s}"
+    );
+    let logged = fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        logged.matches("cannot store objects").count(),
+        1,
+        "one warning expected:\n{logged}"
+    );
+}
+
+#[test]
 fn eight_mounts_share_one_cache_through_kill_9() {
     let t = tmpdir();
     let (mut ng, src) = setup(t.path());

@@ -128,7 +128,14 @@ impl DiskCache {
         );
         let tmp = self.root.join("tmp").join(name);
         let r = (|| {
-            let mut f = fs::File::create(&tmp)?;
+            let mut f = match fs::File::create(&tmp) {
+                // The cache was deleted under us: make it again.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    fs::create_dir_all(self.root.join("tmp"))?;
+                    fs::File::create(&tmp)?
+                }
+                r => r?,
+            };
             f.write_all(bytes)?;
             drop(f);
             match fs::rename(&tmp, dest) {
@@ -316,8 +323,15 @@ impl ObjectStore for DiskCache {
                     let _ = self.gc(self.quota / 10 * 9);
                 }
             }
-            Err(_) => {
-                self.stats.write_errors.fetch_add(1, Relaxed);
+            Err(e) => {
+                // One warning, not one per object: reads go on from the
+                // network, each write failure only costs a later refetch.
+                if self.stats.write_errors.fetch_add(1, Relaxed) == 0 {
+                    log::warn!(
+                        "node cache {}: cannot store objects ({e}); reading from the network without caching",
+                        self.root.display()
+                    );
+                }
             }
         }
     }
