@@ -38,8 +38,9 @@ use fuser::{
     ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use serde_json::json;
+use sheaf_format::layers::{self, Name, OPAQUE_MARKER};
 use sheaf_format::records::FileType as Ft;
-use sheaf_read::{DirIndex, Found, Image, Inode, ReadError, Stack, OPAQUE_MARKER, WHITEOUT_PREFIX};
+use sheaf_read::{DirIndex, Found, Image, Inode, ReadError, Stack};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
 use std::fs::File;
@@ -50,10 +51,6 @@ use std::os::unix::fs::{DirEntryExt, FileExt};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Prefix of copy-up temporaries in the upper directory (hidden: it starts
-/// with the whiteout prefix; skipped by `sheaf commit`).
-pub const COPYUP_PREFIX: &[u8] = b".wh..sheaf-";
 
 /// A merged directory of at least this many layers is looked up through an
 /// index of its names instead of layer by layer (building it costs one
@@ -262,10 +259,6 @@ fn unlink_at(dir: RawFd, name: &[u8], flags: libc::c_int) -> Result<(), Errno> {
     let c = cstr(name)?;
     // SAFETY: valid C string.
     check(unsafe { libc::unlinkat(dir, c.as_ptr(), flags) }).map(drop)
-}
-
-fn whiteout(name: &[u8]) -> Vec<u8> {
-    [WHITEOUT_PREFIX, name].concat()
 }
 
 fn kind_of_mode(mode: u32) -> FileType {
@@ -497,7 +490,7 @@ impl UnionFs {
         if name.len() > 255 {
             return Err(Errno::from_i32(libc::ENAMETOOLONG));
         }
-        if name.starts_with(WHITEOUT_PREFIX) {
+        if layers::is_hidden(name) {
             return Ok(None);
         }
         if let Some(pfd) = &dir.upper {
@@ -521,7 +514,7 @@ impl UnionFs {
                     }));
                 }
                 Err(e) if e == Errno::ENOENT => {
-                    if exists_at(p, &whiteout(name)) {
+                    if exists_at(p, &layers::whiteout(name)) {
                         return Ok(None);
                     }
                 }
@@ -703,9 +696,13 @@ impl UnionFs {
             for e in rd {
                 let e = e.map_err(|e| errno_of(&e))?;
                 let name = e.file_name().as_bytes().to_vec();
-                if let Some(t) = name.strip_prefix(WHITEOUT_PREFIX) {
-                    hidden.insert(t.to_vec());
-                    continue;
+                match layers::parse(&name) {
+                    Name::Whiteout(t) => {
+                        hidden.insert(t.to_vec());
+                        continue;
+                    }
+                    Name::Opaque => continue,
+                    Name::Plain(_) => {}
                 }
                 let kind = match e.file_type() {
                     Ok(t) if t.is_dir() => FileType::Directory,
@@ -848,11 +845,7 @@ impl UnionFs {
                 check(unsafe { libc::mkdirat(dir, cname.as_ptr(), perm) })?;
             }
             Ft::Regular => {
-                let tmp = [
-                    COPYUP_PREFIX,
-                    format!("copyup.{}", self.copyups.load(Relaxed)).as_bytes(),
-                ]
-                .concat();
+                let tmp = layers::temp_name(&format!("copyup.{}", self.copyups.load(Relaxed)));
                 let ctmp = cstr(&tmp)?;
                 // SAFETY: valid C string; result checked.
                 let fd = check(unsafe {
@@ -960,7 +953,7 @@ impl UnionFs {
             .read_dir(md)
             .map_err(|e| self.read_err(Op::Readdir, &e))?;
         for e in entries {
-            if exists_at(dfd, &whiteout(&e.name)) {
+            if exists_at(dfd, &layers::whiteout(&e.name)) {
                 continue;
             }
             let found = self
@@ -1007,7 +1000,7 @@ impl UnionFs {
 
     /// Record that lower entry `name` of `dir` is gone.
     fn add_whiteout(&self, dfd: RawFd, name: &[u8]) -> Result<(), Errno> {
-        let c = cstr(&whiteout(name))?;
+        let c = cstr(&layers::whiteout(name))?;
         // SAFETY: valid C string; result checked.
         let fd = check(unsafe {
             libc::openat(
@@ -1031,13 +1024,13 @@ impl UnionFs {
         parent: INodeNo,
         name: &[u8],
     ) -> Result<(Arc<OwnedFd>, bool, bool), Errno> {
-        if name.starts_with(WHITEOUT_PREFIX) {
+        if layers::is_hidden(name) {
             // Not representable in a layer (OCI has no escape for it).
             return Err(Errno::EINVAL);
         }
         let pfd = self.copy_up(parent.0)?;
         let p = pfd.as_raw_fd();
-        let wh = whiteout(name);
+        let wh = layers::whiteout(name);
         let had_whiteout = exists_at(p, &wh);
         if had_whiteout {
             unlink_at(p, &wh, 0)?;
@@ -1066,7 +1059,7 @@ impl UnionFs {
         for e in std::fs::read_dir(&path).map_err(|e| errno_of(&e))? {
             let e = e.map_err(|e| errno_of(&e))?;
             let name = e.file_name().as_bytes().to_vec();
-            if name.starts_with(WHITEOUT_PREFIX) {
+            if layers::is_hidden(&name) {
                 unlink_at(dfd, &name, 0)?;
             } else {
                 return Err(Errno::ENOTEMPTY);
@@ -1153,7 +1146,7 @@ impl UnionFs {
         {
             return Err(Errno::EINVAL);
         }
-        if newname.starts_with(WHITEOUT_PREFIX) {
+        if layers::is_hidden(newname) {
             return Err(Errno::EINVAL);
         }
         let pnode = self.node(parent)?;
