@@ -46,6 +46,8 @@ mod ops;
 #[allow(unsafe_code)]
 mod sys;
 mod table;
+#[cfg(test)]
+mod tests;
 mod view;
 
 use crate::stats::{Op, Stats};
