@@ -8,10 +8,9 @@
 //! the format through `sheaf-format` and nothing about reading images back,
 //! caches or mounts.
 //!
-//! [`upper`] owns the upper directory of a writable overlay: its whiteout
-//! and temporary-file names, the checks `sheaf commit` applies when packing
-//! it as a layer ([`Input::Upper`]), and [`upper::lock`], the `flock` that a
-//! writable mount (exclusive) and a commit (shared) both take on it.
+//! [`upper`] has the checks `sheaf commit` applies when packing the upper
+//! directory of a writable overlay as a layer ([`Input::Upper`]); its names
+//! and its lock are [`sheaf_format::layers`]'.
 //!
 //! The output is written to a temporary file beside the target and renamed
 //! into place only when complete, so an interrupted or failed build never
@@ -319,7 +318,7 @@ pub fn build(
                 // The overlay's temporary files are left out (not recorded
                 // as an option: they are never part of a layer).
                 let mut o = opts.clone();
-                o.exclude.push(upper::TEMP_GLOB.to_string());
+                o.exclude.push(sheaf_format::layers::TEMP_GLOB.to_string());
                 let tree = scan::scan_dir(src, &o, &mut problems, &skip)?;
                 upper::check_whiteouts(&tree, src)?;
                 tree

@@ -146,7 +146,7 @@ pub enum Input {
     /// The upper directory of a writable overlay, packed as a layer (see
     /// [`crate::upper`]): like [`Input::Dir`], but the overlay's temporary
     /// files are left out and every whiteout must be an empty regular file.
-    /// The caller holds [`crate::upper::lock`] (shared) meanwhile.
+    /// The caller holds [`sheaf_format::layers::lock`] (shared) meanwhile.
     Upper(PathBuf),
     /// Entries from a caller's walk (e.g. the merged view of stacked
     /// images), packed in the order given (see [`crate::entries`]).

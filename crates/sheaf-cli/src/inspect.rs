@@ -12,7 +12,7 @@ use std::time::Instant;
 
 /// Paths hidden by whiteouts in `img`, and its opaque directories.
 fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>)> {
-    use sheaf_read::stack::{OPAQUE_MARKER, WHITEOUT_PREFIX};
+    use sheaf_format::layers::{parse, Name};
     let (mut wh, mut opaque) = (Vec::new(), Vec::new());
     let mut todo = vec![(img.root()?, Vec::<u8>::new())];
     let mut seen = sheaf_read::Seen::new(img);
@@ -21,15 +21,18 @@ fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>)> {
         let n = img.dir_len(&dir)?;
         for e in img.read_dir(&dir, 0, n as usize)? {
             let full = join_name(&prefix, &e.name);
-            if e.name == OPAQUE_MARKER {
-                opaque.push(
+            match parse(&e.name) {
+                Name::Opaque => opaque.push(
                     String::from_utf8_lossy(if prefix.is_empty() { b"/" } else { &prefix })
                         .into_owned(),
-                );
-            } else if let Some(t) = e.name.strip_prefix(WHITEOUT_PREFIX) {
-                wh.push(String::from_utf8_lossy(&join_name(&prefix, t)).into_owned());
-            } else if e.file_type == FileType::Directory {
-                todo.push((img.child(&dir, e.ino, e.file_type)?, full));
+                ),
+                Name::Whiteout(t) => {
+                    wh.push(String::from_utf8_lossy(&join_name(&prefix, t)).into_owned())
+                }
+                Name::Plain(_) if e.file_type == FileType::Directory => {
+                    todo.push((img.child(&dir, e.ino, e.file_type)?, full));
+                }
+                Name::Plain(_) => {}
             }
         }
     }

@@ -37,7 +37,7 @@ pub struct CommitArgs {
 pub fn commit(a: CommitArgs) -> Result<i32> {
     let opts = a.image.options()?;
     // Held until the layer is written: a writable mount cannot start meanwhile.
-    let lock = sheaf_build::upper::lock(&a.dir, false)?;
+    let lock = sheaf_format::layers::lock(&a.dir, false)?;
     let r = write_image(
         &Input::Upper(a.dir.clone()),
         &a.output,

@@ -471,7 +471,7 @@ pub(crate) fn union_fs(
                     mp.display()
                 );
             }
-            let lock = sheaf_build::upper::lock(&abs, true)?;
+            let lock = sheaf_format::layers::lock(&abs, true)?;
             (Some(abs), Some(lock))
         }
     };

@@ -2,11 +2,13 @@
 //!
 //! This crate owns *what the bytes mean*: the header and trailer, the
 //! section table, the superblock, the fixed-size metadata records, the
-//! paged-stream geometry and the block codecs. It performs no I/O and has no
-//! policy about caching, threading or where bytes come from; the builder
-//! (`sheaf-build`) produces these structures and the reader (`sheaf-read`)
-//! consumes them. `docs/format.md` is the normative description; this crate
-//! is its reference implementation.
+//! paged-stream geometry and the block codecs, and the [`layers`] naming rules
+//! (whiteouts, opaque directories) that stack images. It performs no I/O but
+//! the upper-directory lock of [`layers`], and has no policy about caching,
+//! threading or where bytes come from; the builder (`sheaf-build`) produces
+//! these structures and the reader (`sheaf-read`) consumes them.
+//! `docs/format.md` is the normative description; this crate is its
+//! reference implementation.
 //!
 //! Every decoder here takes untrusted bytes and returns a [`FormatError`]
 //! instead of panicking; the fuzz targets in `fuzz/` exercise them.
@@ -15,6 +17,7 @@
 
 pub mod codec;
 pub mod error;
+pub mod layers;
 pub mod layout;
 pub mod records;
 pub mod remote;

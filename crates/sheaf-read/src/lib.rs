@@ -24,7 +24,7 @@ pub use cache::Cache;
 pub use error::ReadError;
 pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
 pub use source::{CountingSource, FileSource, MemSource, ObjectStore, Source};
-pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry, OPAQUE_MARKER, WHITEOUT_PREFIX};
+pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};
 pub use tree::{Seen, SeenMerged};
 
 use std::path::Path;

@@ -1,10 +1,11 @@
 //! A stack of images seen as one tree: layers, later ones win.
 //!
-//! OCI whiteouts are honoured and never shown: `.wh.NAME` in a layer hides
-//! NAME in the layers below it, and a directory holding `.wh..wh..opq` hides
-//! everything below it at that path (it is *opaque*). A file over a
-//! directory hides the directory; a directory over a file hides the file.
-//! Directories present in several layers merge.
+//! OCI whiteouts are honoured and never shown ([`sheaf_format::layers`] has
+//! the naming rules): `.wh.NAME` in a layer hides NAME in the layers below
+//! it, and a directory holding `.wh..wh..opq` hides everything below it at
+//! that path (it is *opaque*). A file over a directory hides the directory;
+//! a directory over a file hides the file. Directories present in several
+//! layers merge.
 //!
 //! A lookup visits the layers that hold the parent directory, top first, and
 //! stops at the first that answers, so its cost is the number of layers
@@ -12,14 +13,10 @@
 
 use crate::error::ReadError;
 use crate::image::{Image, Inode};
+use sheaf_format::layers::{self, Name, OPAQUE_MARKER};
 use sheaf_format::FileType;
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// The whiteout prefix of a name.
-pub const WHITEOUT_PREFIX: &[u8] = b".wh.";
-/// The entry that makes its directory opaque.
-pub const OPAQUE_MARKER: &[u8] = b".wh..wh..opq";
 
 /// A directory of the merged view: the same directory in each layer that
 /// contributes to it, top first.
@@ -89,10 +86,6 @@ pub struct Stack {
     layers: Vec<Arc<Image>>,
 }
 
-fn whiteout_name(name: &[u8]) -> Vec<u8> {
-    [WHITEOUT_PREFIX, name].concat()
-}
-
 impl Stack {
     /// A stack of `layers`, bottom first.
     pub fn new(layers: Vec<Arc<Image>>) -> Stack {
@@ -117,7 +110,7 @@ impl Stack {
         lower: &[(usize, Inode)],
         name: &[u8],
     ) -> Result<MergedDir, ReadError> {
-        let wh = whiteout_name(name);
+        let wh = layers::whiteout(name);
         let mut blocked = {
             let (l, d) = parts[0];
             self.has(l, &d, OPAQUE_MARKER)?
@@ -158,10 +151,10 @@ impl Stack {
 
     /// Look `name` up in a merged directory.
     pub fn lookup(&self, dir: &MergedDir, name: &[u8]) -> Result<Option<Found>, ReadError> {
-        if name.starts_with(WHITEOUT_PREFIX) {
+        if layers::is_hidden(name) {
             return Ok(None);
         }
-        let wh = whiteout_name(name);
+        let wh = layers::whiteout(name);
         for (k, &(l, d)) in dir.parts.iter().enumerate() {
             let img = &self.layers[l];
             if let Some(i) = img.lookup_child(&d, name)? {
@@ -202,12 +195,13 @@ impl Stack {
             let n = img.dir_len(&d)?;
             let mut whiteouts = Vec::new();
             for e in img.read_dir(&d, 0, n as usize)? {
-                if e.name == OPAQUE_MARKER {
-                    continue;
-                }
-                if let Some(t) = e.name.strip_prefix(WHITEOUT_PREFIX) {
-                    whiteouts.push(t.to_vec());
-                    continue;
+                match layers::parse(&e.name) {
+                    Name::Opaque => continue,
+                    Name::Whiteout(t) => {
+                        whiteouts.push(t.to_vec());
+                        continue;
+                    }
+                    Name::Plain(_) => {}
                 }
                 if closed.contains(&e.name) {
                     continue;
@@ -242,7 +236,7 @@ impl Stack {
         idx: &DirIndex,
         name: &[u8],
     ) -> Result<Option<Found>, ReadError> {
-        if name.starts_with(WHITEOUT_PREFIX) {
+        if layers::is_hidden(name) {
             return Ok(None);
         }
         let Some(v) = idx.names.get(name).filter(|v| !v.is_empty()) else {
