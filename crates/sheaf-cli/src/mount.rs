@@ -692,43 +692,58 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
         ),
         Err(e) => bail!("{}: {e}", mountpoint.display()),
     };
-    let s: serde_json::Value = serde_json::from_slice(&v)
-        .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))?;
     if json {
+        let s: serde_json::Value = serde_json::from_slice(&v)
+            .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))?;
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(0);
     }
-    let u = |k: &str| s[k].as_u64().unwrap_or(0);
-    let bc = &s["block_cache"];
-    let b = |k: &str| bc[k].as_u64().unwrap_or(0);
-    println!("image             {}", s["image"].as_str().unwrap_or("?"));
-    println!("serving pid       {}", u("pid"));
-    println!(
-        "uptime            {:.1} s",
-        s["uptime_s"].as_f64().unwrap_or(0.0)
-    );
-    println!(
-        "read from image   {} in {} requests",
-        human(u("image_bytes_read")),
-        u("image_reads")
-    );
-    println!("served to readers {}", human(u("bytes_served")));
+    let s: sheaf_mount::stats::Report = serde_json::from_slice(&v)
+        .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))?;
+    println!("image             {}", s.image);
+    if let Some(layers) = &s.layers {
+        println!(
+            "layers            {} ({}){}",
+            layers.len(),
+            if s.upper == Some(true) {
+                "writable"
+            } else {
+                "read-only"
+            },
+            s.copy_ups
+                .map(|n| format!("; {n} copied up"))
+                .unwrap_or_default()
+        );
+    }
+    println!("serving pid       {}", s.pid);
+    println!("uptime            {:.1} s", s.uptime_s);
+    if let (Some(bytes), Some(reads)) = (s.image_bytes_read, s.image_reads) {
+        println!("read from image   {} in {reads} requests", human(bytes));
+    }
+    println!("served to readers {}", human(s.bytes_served));
+    let b = &s.block_cache;
     println!(
         "block cache       {} of {}; {} hits, {} misses (blocks decompressed), {} waits, {} evictions",
-        human(b("size")),
-        human(b("capacity")),
-        b("hits"),
-        b("misses"),
-        b("waits"),
-        b("evictions")
+        human(b.size),
+        human(b.capacity.unwrap_or(0)),
+        b.hits,
+        b.misses,
+        b.waits,
+        b.evictions.unwrap_or(0)
     );
-    println!(
-        "readahead         {} blocks queued, {} dropped; background prefetch {}",
-        s["prefetch"]["queued"].as_u64().unwrap_or(0),
-        s["prefetch"]["dropped"].as_u64().unwrap_or(0),
-        human(s["prefetch"]["background_bytes"].as_u64().unwrap_or(0))
-    );
-    let r = &s["remote"];
+    if let Some(p) = &s.prefetch {
+        println!(
+            "readahead         {} blocks queued, {} dropped; background prefetch {}",
+            p.queued,
+            p.dropped,
+            human(p.background_bytes)
+        );
+    }
+    if let Some(n) = s.nodes {
+        println!("nodes held        {n}");
+    }
+    let null = serde_json::Value::Null;
+    let r = s.remote.as_ref().unwrap_or(&null);
     if r.is_object() {
         let n = |k: &str| r[k].as_u64().unwrap_or(0);
         if r["offline"].as_bool() == Some(true) {
@@ -753,7 +768,7 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
             }
         }
     }
-    let c = &s["disk_cache"];
+    let c = s.disk_cache.as_ref().unwrap_or(&null);
     if c.is_object() {
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
         println!(
@@ -766,12 +781,12 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
             n("disk_cache_write_errors")
         );
     }
-    println!("image errors      {}", u("image_errors"));
+    println!("image errors      {}", s.image_errors);
     println!(
         "{:<12} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",
         "op", "count", "errors", "mean µs", "p50 µs≤", "p99 µs≤", "max µs"
     );
-    if let Some(ops) = s["ops"].as_object() {
+    if let Some(ops) = s.ops.as_object() {
         for (name, o) in ops {
             println!(
                 "{:<12} {:>10} {:>7} {:>9.1} {:>9} {:>9} {:>9.0}",

@@ -585,5 +585,14 @@ assert n == 25000, n
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
     assert!(fds < 200, "the server holds {fds} descriptors");
     assert!(stats["nodes"].as_u64().unwrap() > 25000, "{stats}");
+    // The text report says what a union has and leaves out what it has
+    // not (it printed "read from image 0 B in 0 requests").
+    let text = sheaf(["stats".as_ref(), mp.as_os_str()]).ok().text();
+    assert!(
+        text.contains("(writable)")
+            && text.contains("nodes held")
+            && !text.contains("read from image"),
+        "{text}"
+    );
     m.umount();
 }

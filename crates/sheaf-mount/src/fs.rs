@@ -18,7 +18,6 @@ use fuser::{
     KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
 };
-use serde_json::json;
 use sheaf_format::records::FileType as Ft;
 use sheaf_read::{CountingSource, Image, Inode, ReadError};
 use std::ffi::OsStr;
@@ -239,41 +238,36 @@ impl SheafFs {
 
     /// Live statistics as JSON (the hidden stats xattr).
     pub fn stats_json(&self) -> serde_json::Value {
-        let b = &self.img.block_cache().stats;
-        let p = &self.img.page_cache().stats;
+        use crate::stats::{CacheReport, PrefetchReport, Report};
         let s = &self.stats;
-        json!({
-            "image": self.img.name(),
-            "pid": self.pid,
-            "uptime_s": self.started.elapsed().as_secs_f64(),
-            "image_reads": self.src.reads.load(Relaxed),
-            "image_bytes_read": self.src.bytes.load(Relaxed),
-            "bytes_served": s.bytes_served.load(Relaxed),
-            "image_errors": s.image_errors.load(Relaxed),
-            "block_cache": {
-                "capacity": self.img.block_cache().capacity(),
-                "size": self.img.block_cache().size(),
-                "hits": b.hits.load(Relaxed),
-                "misses": b.misses.load(Relaxed),
-                "waits": b.waits.load(Relaxed),
-                "evictions": b.evictions.load(Relaxed),
-            },
-            "blocks_decompressed": b.misses.load(Relaxed),
-            "page_cache": {
-                "size": self.img.page_cache().size(),
-                "hits": p.hits.load(Relaxed),
-                "misses": p.misses.load(Relaxed),
-                "waits": p.waits.load(Relaxed),
-            },
-            "prefetch": {
-                "queued": s.prefetch_queued.load(Relaxed),
-                "dropped": s.prefetch_dropped.load(Relaxed),
-                "background_bytes": s.prefetch_bytes.load(Relaxed),
-            },
-            "remote": sheaf_read::Source::stats_json(&*self.src),
-            "disk_cache": self.img.store().map(|c| c.stats_json()),
-            "ops": s.ops_json(),
-        })
+        let blocks = CacheReport::of(self.img.block_cache());
+        let pages = self.img.page_cache();
+        let r = Report {
+            image: self.img.name().to_string(),
+            pid: self.pid,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            image_reads: Some(self.src.reads.load(Relaxed)),
+            image_bytes_read: Some(self.src.bytes.load(Relaxed)),
+            bytes_served: s.bytes_served.load(Relaxed),
+            image_errors: s.image_errors.load(Relaxed),
+            blocks_decompressed: Some(blocks.misses),
+            block_cache: blocks,
+            page_cache: Some(CacheReport {
+                capacity: None,
+                evictions: None,
+                ..CacheReport::of(pages)
+            }),
+            prefetch: Some(PrefetchReport {
+                queued: s.prefetch_queued.load(Relaxed),
+                dropped: s.prefetch_dropped.load(Relaxed),
+                background_bytes: s.prefetch_bytes.load(Relaxed),
+            }),
+            remote: sheaf_read::Source::stats_json(&*self.src),
+            disk_cache: self.img.store().map(|c| c.stats_json()),
+            ops: s.ops_json(),
+            ..Default::default()
+        };
+        serde_json::to_value(r).expect("a report serializes")
     }
 
     /// Value of a hidden xattr of the root, if `name` is one.

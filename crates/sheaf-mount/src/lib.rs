@@ -16,6 +16,8 @@
 //! the [`sheaf_read::Source`] behind the image) or how options are spelled on a
 //! command line: the CLI parses user input into a [`serve::MountConfig`].
 
+#![warn(missing_docs)]
+
 pub mod fs;
 pub mod kernel;
 pub mod logging;

@@ -191,6 +191,117 @@ impl Stats {
     }
 }
 
+/// What `sheaf stats` reads from a mount (both filesystems write it; a
+/// field a filesystem does not have is absent, not zero).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    /// The image, or the layers joined by commas.
+    pub image: String,
+    /// The serving process.
+    pub pid: u32,
+    /// Seconds since the mount came up.
+    pub uptime_s: f64,
+    /// Reads of the image's bytes (single image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_reads: Option<u64>,
+    /// Bytes read from the image (single image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_bytes_read: Option<u64>,
+    /// Bytes handed to readers.
+    pub bytes_served: u64,
+    /// Requests answered EIO because the image was damaged or unreachable.
+    pub image_errors: u64,
+    /// Decompressed data blocks (summed over layers for a union).
+    pub block_cache: CacheReport,
+    /// Blocks decompressed (single image; the block cache's misses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks_decompressed: Option<u64>,
+    /// Decoded metadata pages (single image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_cache: Option<CacheReport>,
+    /// Readahead and background prefetch (single image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<PrefetchReport>,
+    /// The network source's counters (remote images), as it reports them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote: Option<Value>,
+    /// The node cache's counters (remote images), as it reports them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_cache: Option<Value>,
+    /// The layers of a union, bottom first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<Vec<String>>,
+    /// Whether a union is writable through an upper directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upper: Option<bool>,
+    /// Files and directories copied up (writable unions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_ups: Option<u64>,
+    /// Nodes the kernel holds (unions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u64>,
+    /// Per operation: count, errors, latencies ([`Stats::ops_json`]).
+    pub ops: Value,
+}
+
+/// A cache's counters.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct CacheReport {
+    /// Bytes it may hold (absent for the page cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u64>,
+    /// Bytes held.
+    pub size: u64,
+    /// Lookups answered from the cache.
+    pub hits: u64,
+    /// Lookups that had to load (decompress) the item.
+    pub misses: u64,
+    /// Lookups that waited for another thread loading the same item.
+    pub waits: u64,
+    /// Items evicted (absent for the page cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evictions: Option<u64>,
+}
+
+/// Readahead and prefetch counters.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct PrefetchReport {
+    /// Blocks queued for decompression ahead of sequential readers.
+    pub queued: u64,
+    /// Blocks not queued because the queue was full.
+    pub dropped: u64,
+    /// Bytes fetched by background prefetch (metadata, listed blocks).
+    pub background_bytes: u64,
+}
+
+impl CacheReport {
+    /// The counters of `c`.
+    pub fn of(c: &sheaf_read::Cache) -> CacheReport {
+        CacheReport {
+            capacity: Some(c.capacity() as u64),
+            size: c.size() as u64,
+            hits: c.stats.hits.load(Relaxed),
+            misses: c.stats.misses.load(Relaxed),
+            waits: c.stats.waits.load(Relaxed),
+            evictions: Some(c.stats.evictions.load(Relaxed)),
+        }
+    }
+
+    /// Sum of several caches' counters (a union's layers).
+    pub fn sum<'a>(caches: impl Iterator<Item = &'a sheaf_read::Cache>) -> CacheReport {
+        caches
+            .map(CacheReport::of)
+            .fold(CacheReport::default(), |a, b| CacheReport {
+                capacity: Some(a.capacity.unwrap_or(0) + b.capacity.unwrap_or(0)),
+                size: a.size + b.size,
+                hits: a.hits + b.hits,
+                misses: a.misses + b.misses,
+                waits: a.waits + b.waits,
+                evictions: Some(a.evictions.unwrap_or(0) + b.evictions.unwrap_or(0)),
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

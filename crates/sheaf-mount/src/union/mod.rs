@@ -52,7 +52,6 @@ mod view;
 
 use crate::stats::{Op, Stats};
 use handles::{Handle, IoModes};
-use serde_json::json;
 use sheaf_format::layers::OPAQUE_MARKER;
 use sheaf_read::{DirIndex, Found, Image, ReadError, Stack};
 use std::collections::HashMap;
@@ -199,32 +198,28 @@ impl UnionFs {
 
     /// Live statistics as JSON (the hidden stats xattr).
     pub fn stats_json(&self) -> serde_json::Value {
+        use crate::stats::{CacheReport, Report};
         let s = &self.stats;
-        let layers: Vec<_> = self
+        let layers: Vec<String> = self
             .stack
             .layers()
             .iter()
             .map(|i| i.name().to_string())
             .collect();
-        json!({
-            "image": layers.join(","),
-            "layers": layers,
-            "upper": self.upper.is_some(),
-            "copy_ups": self.copyups.load(Relaxed),
-            "pid": std::process::id(),
-            "uptime_s": self.started.elapsed().as_secs_f64(),
-            "bytes_served": s.bytes_served.load(Relaxed),
-            "image_errors": s.image_errors.load(Relaxed),
-            "block_cache": {
-                "capacity": self.stack.layers().iter().map(|i| i.block_cache().capacity()).sum::<usize>(),
-                "size": self.stack.layers().iter().map(|i| i.block_cache().size()).sum::<usize>(),
-                "hits": self.stack.layers().iter().map(|i| i.block_cache().stats.hits.load(Relaxed)).sum::<u64>(),
-                "misses": self.stack.layers().iter().map(|i| i.block_cache().stats.misses.load(Relaxed)).sum::<u64>(),
-                "waits": self.stack.layers().iter().map(|i| i.block_cache().stats.waits.load(Relaxed)).sum::<u64>(),
-                "evictions": self.stack.layers().iter().map(|i| i.block_cache().stats.evictions.load(Relaxed)).sum::<u64>(),
-            },
-            "nodes": self.table.lock().expect("table").nodes.len(),
-            "ops": s.ops_json(),
-        })
+        let r = Report {
+            image: layers.join(","),
+            pid: std::process::id(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            bytes_served: s.bytes_served.load(Relaxed),
+            image_errors: s.image_errors.load(Relaxed),
+            block_cache: CacheReport::sum(self.stack.layers().iter().map(|i| &**i.block_cache())),
+            layers: Some(layers),
+            upper: Some(self.upper.is_some()),
+            copy_ups: Some(self.copyups.load(Relaxed)),
+            nodes: Some(self.table.lock().expect("table").nodes.len() as u64),
+            ops: s.ops_json(),
+            ..Default::default()
+        };
+        serde_json::to_value(r).expect("a report serializes")
     }
 }
