@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod entries;
+pub mod input;
 pub mod meta;
 pub mod options;
 pub mod pack;
@@ -28,7 +29,8 @@ pub mod tar_input;
 pub mod tree;
 pub mod upper;
 
-pub use options::{BuildError, BuildOptions, Compression, Input};
+pub use input::Input;
+pub use options::{BuildError, BuildOptions, Compression};
 pub use pack::Progress;
 
 use pack::{Out, Packer};

@@ -1,7 +1,6 @@
 //! Build options and the errors a build can raise.
 
 use sheaf_format::Codec;
-use std::path::PathBuf;
 use thiserror::Error;
 
 /// Default data block size: 4 MiB (chosen by measurement, see docs/design.md).
@@ -132,25 +131,6 @@ impl Default for BuildOptions {
             prefetch: Vec::new(),
         }
     }
-}
-
-/// Where the tree comes from.
-#[derive(Debug, Clone)]
-pub enum Input {
-    /// A directory on a local filesystem.
-    Dir(PathBuf),
-    /// A tar archive file (compression detected from its first bytes).
-    TarFile(PathBuf),
-    /// A tar stream on standard input.
-    TarStdin,
-    /// The upper directory of a writable overlay, packed as a layer (see
-    /// [`crate::upper`]): like [`Input::Dir`], but the overlay's temporary
-    /// files are left out and every whiteout must be an empty regular file.
-    /// The caller holds [`sheaf_format::layers::lock`] (shared) meanwhile.
-    Upper(PathBuf),
-    /// Entries from a caller's walk (e.g. the merged view of stacked
-    /// images), packed in the order given (see [`crate::entries`]).
-    Entries(std::sync::Arc<dyn crate::entries::EntrySource>),
 }
 
 /// Why a build failed.

@@ -218,15 +218,7 @@ impl SheafFs {
 
     /// The errno for `e`, logging anything that is not a plain "no such entry".
     fn errno(&self, op: Op, e: &ReadError) -> Errno {
-        let n = e.errno();
-        if n != libc::ENOENT {
-            self.stats.error(op);
-            if n == libc::EIO {
-                self.stats.image_errors.fetch_add(1, Relaxed);
-            }
-            log::error!("{}: {e}", op.name());
-        }
-        Errno::from_i32(n)
+        Errno::from_i32(self.stats.read_errno(op, e))
     }
 
     fn attr(&self, i: &Inode) -> FileAttr {

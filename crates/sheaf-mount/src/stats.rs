@@ -166,6 +166,21 @@ impl Stats {
         self.op(op).errors.fetch_add(1, Relaxed);
     }
 
+    /// The errno a filesystem answers for a read error of `op`: anything
+    /// but a plain "no such entry" is counted and logged (the log says which
+    /// image and which page or block; the reader sees only the errno).
+    pub fn read_errno(&self, op: Op, e: &sheaf_read::ReadError) -> i32 {
+        let n = e.errno();
+        if n != libc::ENOENT {
+            self.error(op);
+            if n == libc::EIO {
+                self.image_errors.fetch_add(1, Relaxed);
+            }
+            log::error!("{}: {e}", op.name());
+        }
+        n
+    }
+
     /// Per-operation counters as JSON.
     pub fn ops_json(&self) -> Value {
         let mut m = serde_json::Map::new();

@@ -185,15 +185,7 @@ impl UnionFs {
     /// The errno for a layer read error, counted and logged unless it is a
     /// plain ENOENT.
     fn read_err(&self, op: Op, e: &ReadError) -> fuser::Errno {
-        let n = e.errno();
-        if n != libc::ENOENT {
-            self.stats.error(op);
-            if n == libc::EIO {
-                self.stats.image_errors.fetch_add(1, Relaxed);
-            }
-            log::error!("{}: {e}", op.name());
-        }
-        fuser::Errno::from_i32(n)
+        fuser::Errno::from_i32(self.stats.read_errno(op, e))
     }
 
     /// Live statistics as JSON (the hidden stats xattr).
