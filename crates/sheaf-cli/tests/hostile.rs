@@ -130,6 +130,19 @@ fn cases() -> Vec<(&'static str, Box<dyn Fn(&mut [Vec<u8>; 5])>, &'static str)> 
             "a/b",
         ),
         (
+            "a name with a slash",
+            Box::new(|s| {
+                // "g" in a/ becomes "/": an extractor trusting it would
+                // write at the root of the filesystem.
+                let d = dirents(s);
+                let i = d.iter().find(|e| e.1 == b"g").unwrap().0;
+                let r = &s[StreamId::Dirents as usize][i * DIRENT_LEN..][..DIRENT_LEN];
+                let off = u64::from_le_bytes(r[0..8].try_into().unwrap()) as usize;
+                s[StreamId::Heap as usize][off] = b'/';
+            }),
+            "",
+        ),
+        (
             "names out of order",
             Box::new(|s| {
                 // Swap the name fields of / 's two entries ("a", "f").
@@ -239,6 +252,19 @@ fn every_command_ends_with_one_line_on_a_hostile_tree() {
             );
         }
         assert!(!merged.exists(), "{name}: merge left an output");
+        // Nothing was written outside the extraction directory.
+        assert_eq!(
+            fs::read_dir(t.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(
+                    |n| !["src", "good.sheaf", "same.sheaf", "hostile.sheaf", "x"]
+                        .contains(&n.as_str())
+                )
+                .collect::<Vec<_>>(),
+            Vec::<String>::new(),
+            "{name}: extract wrote beside its target"
+        );
         if !bad_path.is_empty() {
             let (o, hung) = bounded(&["cat".as_ref(), i, bad_path.as_ref()]);
             assert!(!hung, "{name}: cat did not end");
@@ -297,6 +323,7 @@ fn a_mount_of_a_hostile_tree_answers_eio_on_bad_entries_and_serves_the_rest() {
             "a dirent says directory for a file",
             "a dirent names the root",
             "names out of order",
+            "a name with a slash",
         ]
         .contains(&name)
         {
