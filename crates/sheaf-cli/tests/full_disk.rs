@@ -32,15 +32,6 @@ impl Drop for SmallFs {
     }
 }
 
-/// A mount that is unmounted when dropped.
-struct Mounted(PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = sheaf(["umount".as_ref(), "--lazy".as_ref(), self.0.as_os_str()]);
-    }
-}
-
 fn listing(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -78,7 +69,7 @@ fn an_overlay_upper_on_a_full_disk_gives_enospc_and_shows_no_half_copy() {
             .arg(&up),
     )
     .ok();
-    let _m = Mounted(mp.clone());
+    let _m = Mounted::adopt(&mp);
     // Appending to the 8 MiB lower file needs a copy-up into 4 MiB.
     let r = fs::OpenOptions::new()
         .append(true)

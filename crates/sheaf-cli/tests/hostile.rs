@@ -274,15 +274,6 @@ fn every_command_ends_with_one_line_on_a_hostile_tree() {
     }
 }
 
-/// A mount that is unmounted when dropped.
-struct Mounted(PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = sheaf(["umount".as_ref(), "--lazy".as_ref(), self.0.as_os_str()]);
-    }
-}
-
 #[test]
 fn a_mount_of_a_hostile_tree_answers_eio_on_bad_entries_and_serves_the_rest() {
     if !mounts_allowed() {
@@ -298,7 +289,7 @@ fn a_mount_of_a_hostile_tree_answers_eio_on_bad_entries_and_serves_the_rest() {
         let mp = t.path().join("mp");
         fs::create_dir_all(&mp).unwrap();
         sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
-        let _m = Mounted(mp.clone());
+        let _m = Mounted::adopt(&mp);
         // A whole-tree walk ends (GNU find, bounded by a timeout).
         let t0 = Instant::now();
         let st = std::process::Command::new("timeout")

@@ -77,16 +77,12 @@ fn a_mount_over_http_equals_the_source() {
         mp.as_os_str(),
     ])
     .ok();
-    let r = std::panic::catch_unwind(|| {
-        assert_same_tree(&src, &mp, Cmp::all());
-        let s = json(&sheaf(["stats".as_ref(), "--json".as_ref(), mp.as_os_str()]).ok());
-        assert!(s["image"].as_str().unwrap().starts_with("http://"));
-        assert!(s["image_reads"].as_u64().unwrap() > 0);
-    });
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-    if let Err(e) = r {
-        std::panic::resume_unwind(e);
-    }
+    let guard = Mounted::adopt(&mp);
+    assert_same_tree(&src, &mp, Cmp::all());
+    let s = guard.stats();
+    assert!(s["image"].as_str().unwrap().starts_with("http://"));
+    assert!(s["image_reads"].as_u64().unwrap() > 0);
+    guard.umount();
 }
 
 #[test]
@@ -130,6 +126,7 @@ fn missing_dead_and_lying_servers_are_clear_errors() {
         "5".as_ref(),
     ])
     .ok();
+    let guard = Mounted::adopt(&mp);
     let big_before = fs::metadata(mp.join("big.bin")).unwrap().len();
     ng.stop();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -145,7 +142,7 @@ fn missing_dead_and_lying_servers_are_clear_errors() {
             data.len()
         ),
     }
-    sheaf(["umount".as_ref(), "--lazy".as_ref(), mp.as_os_str()]).ok();
+    drop(guard);
     // No server at all: one line, once --timeout has passed.
     let o = run_cmd(
         cmd()

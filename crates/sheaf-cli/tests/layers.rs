@@ -571,14 +571,7 @@ fn a_writable_mount_commits_to_the_tree_it_showed() {
     fs::create_dir_all(&up).unwrap();
     let mut c = cmd();
     c.arg("mount").arg(&bi).arg(&mp).arg("--upper").arg(&up);
-    run_cmd(&mut c).ok();
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = cmd().arg("umount").arg("--lazy").arg(self.0).output();
-        }
-    }
-    let guard = Unmount(&mp);
+    let guard = Mounted::run(&mut c, &mp);
     // Change, add, delete, replace a directory, chmod, link.
     sh(
         r#"cd "$1" && printf 'edited\n' >> README.txt && echo new > docs/new.txt \
@@ -598,8 +591,7 @@ fn a_writable_mount_commits_to_the_tree_it_showed() {
     );
     let snap = t.path().join("snap");
     copy_tree(&mp, &snap);
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-    drop(guard);
+    guard.umount();
     // Left over from an interrupted copy-up: never part of the layer.
     write(&up.join(".wh..sheaf-copyup.999"), b"partial");
     commit(&up, &layer, &["-q"]).ok();

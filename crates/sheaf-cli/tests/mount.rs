@@ -17,17 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A mount that is taken down (lazily, ignoring errors) when dropped.
-struct Mounted {
-    mp: PathBuf,
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = cmd().arg("umount").arg("--lazy").arg(&self.mp).output();
-    }
-}
-
 fn mount(img: &Path, mp: &Path, opts: &[&str]) -> Mounted {
     fs::create_dir_all(mp).unwrap();
     let mut c = cmd();
@@ -35,21 +24,7 @@ fn mount(img: &Path, mp: &Path, opts: &[&str]) -> Mounted {
     for o in opts {
         c.arg("-o").arg(o);
     }
-    run_cmd(&mut c).ok();
-    Mounted {
-        mp: mp.to_path_buf(),
-    }
-}
-
-/// Whether anything is mounted at `mp` (by /proc/self/mountinfo).
-fn mounted(mp: &Path) -> bool {
-    let mp = mp.canonicalize().unwrap_or_else(|_| mp.to_path_buf());
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    info.lines().any(|l| {
-        l.split(' ')
-            .nth(4)
-            .is_some_and(|m| m.replace("\\040", " ") == mp.to_string_lossy())
-    })
+    Mounted::run(&mut c, mp)
 }
 
 /// Process ids of `sheaf mount` processes serving `mp`.
@@ -302,7 +277,7 @@ fn mount_umount_100_times_leaks_nothing() {
             "cycle {i}: not ready on return"
         );
         sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-        assert!(!mounted(&mp), "cycle {i}: still mounted");
+        assert!(!is_mounted(&mp), "cycle {i}: still mounted");
         assert!(servers(&mp).is_empty(), "cycle {i}: server still running");
     }
     eprintln!("100 mount/umount cycles: {:?}", start.elapsed());
@@ -341,11 +316,11 @@ fn kill_9_gives_an_error_not_a_hang_and_the_mountpoint_recovers() {
     );
     // fusermount3's watchdog unmounts; `sheaf umount` is harmless either way.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while mounted(&mp) && Instant::now() < deadline {
+    while is_mounted(&mp) && Instant::now() < deadline {
         let _ = cmd().arg("umount").arg(&mp).output();
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!mounted(&mp), "mount left behind after kill -9");
+    assert!(!is_mounted(&mp), "mount left behind after kill -9");
     let _m2 = mount(&img, &mp, &[]);
     same_content(&src.join("big2.bin"), &mp.join("big2.bin")).unwrap();
 }
@@ -361,10 +336,10 @@ fn sigterm_and_sigint_unmount_cleanly() {
         assert_eq!(pids.len(), 1);
         unsafe { libc::kill(pids[0] as i32, sig) };
         let deadline = Instant::now() + Duration::from_secs(5);
-        while (mounted(&mp) || !servers(&mp).is_empty()) && Instant::now() < deadline {
+        while (is_mounted(&mp) || !servers(&mp).is_empty()) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(!mounted(&mp), "signal {sig}: still mounted");
+        assert!(!is_mounted(&mp), "signal {sig}: still mounted");
         assert!(
             servers(&mp).is_empty(),
             "signal {sig}: server still running"
@@ -387,7 +362,7 @@ fn foreground_mode_logs_to_stderr_and_stops_on_umount() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !mounted(&mp) && Instant::now() < deadline {
+    while !is_mounted(&mp) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(mp.join("big0.bin").exists());
@@ -411,9 +386,9 @@ fn busy_mount_refuses_plain_umount_and_takes_lazy() {
         .unwrap();
     let o = sheaf(["umount".as_ref(), mp.as_os_str()]).fails_with(1);
     assert!(o.one_err_line().contains("busy"), "{}", o.describe());
-    assert!(mounted(&mp));
+    assert!(is_mounted(&mp));
     sheaf(["umount".as_ref(), "--lazy".as_ref(), mp.as_os_str()]).ok();
-    assert!(!mounted(&mp));
+    assert!(!is_mounted(&mp));
     busy.kill().unwrap();
     busy.wait().unwrap();
 }
@@ -456,7 +431,7 @@ fn every_refusal_is_one_line_and_leaves_nothing() {
         let o = sheaf(std::iter::once("mount".to_string()).chain(args.clone())).fails_with(1);
         let line = o.one_err_line();
         assert!(line.contains(want), "{args:?}: {line}");
-        assert!(!mounted(&mp), "{args:?}: left a mount");
+        assert!(!is_mounted(&mp), "{args:?}: left a mount");
         assert!(servers(&mp).is_empty(), "{args:?}: left a server");
     }
     // Already mounted.
@@ -508,7 +483,7 @@ fn no_fuse_device_is_refused_clearly() {
         "{}",
         o.describe()
     );
-    assert!(!mounted(&mp));
+    assert!(!is_mounted(&mp));
 }
 
 /// A user who may use /dev/fuse mounts without root; root itself is kept out
@@ -559,12 +534,12 @@ fn a_non_root_user_mounts_and_unmounts() {
     fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o600)).unwrap();
     let o = as_user(&["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).fails_with(1);
     assert!(o.one_err_line().contains("/dev/fuse"), "{}", o.describe());
-    assert!(!mounted(&mp));
+    assert!(!is_mounted(&mp));
     // With the usual 0666: works.
     fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o666)).unwrap();
     let r = std::panic::catch_unwind(|| {
         as_user(&["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
-        assert!(mounted(&mp));
+        assert!(is_mounted(&mp));
         // Only the user may enter (no allow_other/allow_root): root is refused.
         let e = fs::read_dir(&mp).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
@@ -609,7 +584,7 @@ fn a_non_root_user_mounts_and_unmounts() {
         run_cmd(&mut d).ok();
         as_user(&["stats".as_ref(), mp.as_os_str()]).ok();
         as_user(&["umount".as_ref(), mp.as_os_str()]).ok();
-        assert!(!mounted(&mp));
+        assert!(!is_mounted(&mp));
     });
     fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(dev)).unwrap();
     let _ = Command::new("umount").arg("-l").arg(&mp).output();
@@ -641,10 +616,10 @@ fn mount_8_and_fstab_use_the_helper() {
                 .arg(&mp),
         )
         .ok();
-        assert!(mounted(&mp));
+        assert!(is_mounted(&mp));
         same_content(&src.join("big3.bin"), &mp.join("big3.bin")).unwrap();
         run_cmd(Command::new("umount").arg(&mp)).ok();
-        assert!(!mounted(&mp));
+        assert!(!is_mounted(&mp));
         let fstab = t.path().join("fstab");
         fs::write(
             &fstab,
@@ -656,10 +631,10 @@ fn mount_8_and_fstab_use_the_helper() {
         )
         .unwrap();
         run_cmd(Command::new("mount").arg("-T").arg(&fstab).arg(&mp)).ok();
-        assert!(mounted(&mp));
+        assert!(is_mounted(&mp));
         assert!(mp.join("big4.bin").is_file());
         sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-        assert!(!mounted(&mp));
+        assert!(!is_mounted(&mp));
     });
     if installed_here {
         let _ = fs::remove_file(helper);

@@ -11,42 +11,20 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A mount that is unmounted (lazily, if need be) when dropped.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = cmd().arg("umount").arg("--lazy").arg(&self.0).output();
-    }
-}
-
-impl Mount {
-    fn umount(self) {
-        sheaf(["umount".as_ref(), self.0.as_os_str()]).ok();
-    }
-}
-
-fn mounted(mp: &Path) -> bool {
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(mp.to_str().unwrap()))
-}
-
 /// `sheaf mount IMAGES... MP [EXTRA...]`, asserting success.
-fn mount(images: &[&Path], mp: &Path, extra: &[&str]) -> Mount {
+fn mount(images: &[&Path], mp: &Path, extra: &[&str]) -> Mounted {
     mount_env(images, mp, extra, &[])
 }
 
 /// The same with environment variables for the mount's process.
-fn mount_env(images: &[&Path], mp: &Path, extra: &[&str], env: &[(&str, &str)]) -> Mount {
+fn mount_env(images: &[&Path], mp: &Path, extra: &[&str], env: &[(&str, &str)]) -> Mounted {
     fs::create_dir_all(mp).unwrap();
     let mut c = cmd();
     c.envs(env.iter().copied());
     c.arg("mount").args(images).arg(mp).args(extra);
-    run_cmd(&mut c).ok();
-    assert!(mounted(mp));
-    Mount(mp.to_path_buf())
+    let m = Mounted::run(&mut c, mp);
+    assert!(is_mounted(mp));
+    m
 }
 
 fn files(root: &Path, list: &[(&str, &str)]) {
@@ -203,7 +181,7 @@ fn a_union_of_three_layers_follows_the_oci_rules() {
     ])
     .fails_with(1);
     assert!(o.one_err_line().contains("missing"), "{}", o.describe());
-    assert!(!mounted(&mp));
+    assert!(!is_mounted(&mp));
 }
 
 /// Python's file API over a lower tree: every change lands in the upper
@@ -310,7 +288,7 @@ for bad in (".wh.x", ".wh..wh..opq"):
     ])
     .fails_with(1);
     assert!(o.one_err_line().contains("in use"), "{}", o.describe());
-    assert!(!mounted(&mp2));
+    assert!(!is_mounted(&mp2));
     let r = mount(&[&img], &mp2, &[]);
     assert_eq!(fs::read(mp2.join("f")).unwrap(), b"lower file\n");
     r.umount();

@@ -14,33 +14,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// A mount that is unmounted (lazily) when dropped, even if a test fails.
-struct Mnt {
-    mp: PathBuf,
-}
-
-impl Mnt {
-    fn new(url: &str, mp: &Path, args: &[&str]) -> Mnt {
-        fs::create_dir_all(mp).unwrap();
-        let mut c = cmd();
-        c.arg("mount").arg(url).arg(mp).args(args);
-        run_cmd(&mut c).ok();
-        Mnt {
-            mp: mp.to_path_buf(),
-        }
-    }
-    fn stats(&self) -> Value {
-        json(&sheaf(["stats".as_ref(), "--json".as_ref(), self.mp.as_os_str()]).ok())
-    }
-    fn pid(&self) -> i32 {
-        self.stats()["pid"].as_i64().unwrap() as i32
-    }
-}
-
-impl Drop for Mnt {
-    fn drop(&mut self) {
-        let _ = sheaf(["umount".as_ref(), "--lazy".as_ref(), self.mp.as_os_str()]);
-    }
+/// `sheaf mount URL MP ARGS...`, asserting success.
+fn mnt(url: &str, mp: &Path, args: &[&str]) -> Mounted {
+    let mut c = cmd();
+    c.arg("mount").arg(url).arg(mp).args(args);
+    Mounted::run(&mut c, mp)
 }
 
 /// A source tree of small files plus two large random ones, built with
@@ -91,7 +69,7 @@ fn a_published_repository_mounts_like_the_image_and_a_new_version_adds_only_new_
     let cache = t.path().join("cache");
     let ca = cache_arg(&cache);
     for url in [ng.url("img.sheaf"), ng.url("repo/img")] {
-        let m = Mnt::new(&url, &t.path().join("m1"), &[&ca]);
+        let m = mnt(&url, &t.path().join("m1"), &[&ca]);
         assert_same_tree(&src, &m.mp, Cmp::all());
         let s = m.stats();
         let form = if url.ends_with("img") {
@@ -117,10 +95,10 @@ fn a_published_repository_mounts_like_the_image_and_a_new_version_adds_only_new_
         "v2 ({image_len} bytes) rewrote too much: {v2}"
     );
     // Read v1 fully into the cache, then v2: v2 fetches about its new objects.
-    let m = Mnt::new(&ng.url("repo/img"), &t.path().join("m1"), &[&ca]);
+    let m = mnt(&ng.url("repo/img"), &t.path().join("m1"), &[&ca]);
     let _ = compare_trees(&src, &m.mp, Cmp::all());
     drop(m);
-    let m = Mnt::new(&ng.url("repo/img2"), &t.path().join("m2"), &[&ca]);
+    let m = mnt(&ng.url("repo/img2"), &t.path().join("m2"), &[&ca]);
     assert_same_tree(&src, &m.mp, Cmp::all());
     let fetched = http_bytes(&m.stats());
     let budget = v2["bytes_written"].as_u64().unwrap() + v2["index_bytes"].as_u64().unwrap();
@@ -137,7 +115,7 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
     let cache = t.path().join("cache");
     let ca = cache_arg(&cache);
     let url = ng.url("img.sheaf");
-    let m = Mnt::new(&url, &t.path().join("m"), &[&ca]);
+    let m = mnt(&url, &t.path().join("m"), &[&ca]);
     assert_same_tree(&src, &m.mp, Cmp::all());
     drop(m);
     // Damage every cached object: each is caught, dropped and fetched again.
@@ -153,7 +131,7 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
         }
     }
     assert!(damaged > 10);
-    let m = Mnt::new(&url, &t.path().join("m"), &[&ca]);
+    let m = mnt(&url, &t.path().join("m"), &[&ca]);
     assert_same_tree(&src, &m.mp, Cmp::all());
     let s = m.stats();
     assert!(
@@ -163,7 +141,7 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
     drop(m);
     // The server goes away: the cache alone serves a new mount.
     ng.stop();
-    let m = Mnt::new(&url, &t.path().join("m"), &[&ca]);
+    let m = mnt(&url, &t.path().join("m"), &[&ca]);
     assert_same_tree(&src, &m.mp, Cmp::all());
     assert_eq!(m.stats()["remote"]["offline"], true);
     drop(m);
@@ -253,7 +231,7 @@ fn mirrors_take_over_from_a_missing_or_dead_primary() {
     }
     // The primary dies under a mount: reads go on from the mirror.
     let ca = cache_arg(&t.path().join("cache"));
-    let m = Mnt::new(
+    let m = mnt(
         &twin.url("repo/img"),
         &t.path().join("m"),
         &["--mirror", &ng.url("repo/img"), &ca],
@@ -269,7 +247,7 @@ fn mirrors_take_over_from_a_missing_or_dead_primary() {
     assert_eq!(s["remote"]["http_url"], ng.url("repo/img"), "{s}");
     drop(m);
     // After --failback seconds the first route is used again.
-    let m = Mnt::new(
+    let m = mnt(
         &empty.url("repo/img"),
         &t.path().join("m"),
         &[
@@ -322,7 +300,7 @@ fn signatures_travel_with_a_published_image() {
         let mut c = cmd();
         c.args(["verify", &url, "--signers"]).arg(&signers);
         run_cmd(&mut c).ok();
-        let m = Mnt::new(
+        let m = mnt(
             &url,
             &t.path().join("m"),
             &[
@@ -369,7 +347,7 @@ fn a_corrupting_proxy_never_changes_a_byte() {
         let o = run_cmd(&mut c).ok();
         assert!(o.stdout == big, "{name}");
     }
-    let m = Mnt::new(
+    let m = mnt(
         &ng.url("repo/img"),
         &t.path().join("m"),
         &[&proxies, &cache_arg(&t.path().join("cache"))],
@@ -413,7 +391,7 @@ fn faults_end_in_a_clear_error_within_the_timeout_never_wrong_bytes() {
     assert!(o.ok().stdout == big);
     // Faults under a mount: EIO within the timeout, then recovery.
     fp.set_mode("pass");
-    let m = Mnt::new(
+    let m = mnt(
         &fp.url("repo/img"),
         &t.path().join("m"),
         &[
@@ -443,7 +421,7 @@ fn an_outage_shorter_than_the_timeout_is_only_a_wait_and_a_longer_one_is_eio_and
     let big = fs::read(src.join("big.bin")).unwrap();
     let text = fs::read(src.join("text.txt")).unwrap();
     let log = t.path().join("mount.log");
-    let m = Mnt::new(
+    let m = mnt(
         &ng.url("repo/img"),
         &t.path().join("m"),
         &[
@@ -481,7 +459,7 @@ fn an_outage_shorter_than_the_timeout_is_only_a_wait_and_a_longer_one_is_eio_and
     // An outage longer than the timeout: EIO once it has passed (not
     // before), and the reason in the mount's log.
     drop(m);
-    let m = Mnt::new(
+    let m = mnt(
         &ng.url("repo/img"),
         &t.path().join("m2"),
         &[
@@ -521,7 +499,7 @@ fn a_cache_deleted_or_unusable_under_a_mount_costs_only_refetches() {
     let (_ng, src) = setup(t.path());
     let cache = t.path().join("cache");
     let log = t.path().join("mount.log");
-    let m = Mnt::new(
+    let m = mnt(
         &_ng.url("repo/img"),
         &t.path().join("m"),
         &[&cache_arg(&cache), "-o", &format!("log={}", log.display())],
@@ -574,7 +552,7 @@ fn eight_mounts_share_one_cache_through_kill_9() {
     build_and_publish(&src2, &ng.www, "img2");
     let cache = t.path().join("cache");
     let ca = cache_arg(&cache);
-    let mounts: Vec<(Mnt, PathBuf)> = (0..8)
+    let mounts: Vec<(Mounted, PathBuf)> = (0..8)
         .map(|i| {
             let (name, s) = if i % 2 == 0 {
                 ("repo/img", &src)
@@ -582,7 +560,7 @@ fn eight_mounts_share_one_cache_through_kill_9() {
                 ("repo/img2", &src2)
             };
             (
-                Mnt::new(&ng.url(name), &t.path().join(format!("m{i}")), &[&ca]),
+                mnt(&ng.url(name), &t.path().join(format!("m{i}")), &[&ca]),
                 s.clone(),
             )
         })
@@ -620,7 +598,7 @@ fn eight_mounts_share_one_cache_through_kill_9() {
     assert_eq!(st["objects"].as_u64().unwrap(), files, "{st}");
     ng.stop();
     for (name, s) in [("repo/img", &src), ("repo/img2", &src2)] {
-        let m = Mnt::new(&ng.url(name), &t.path().join("offline"), &[&ca]);
+        let m = mnt(&ng.url(name), &t.path().join("offline"), &[&ca]);
         assert_same_tree(s, &m.mp, Cmp::all());
     }
     sheaf(["cache", "gc", "1", &ca]).ok();
@@ -634,7 +612,7 @@ fn a_recorded_workload_is_prefetched_at_mount() {
     let (ng, src) = setup(t.path());
     let list = t.path().join("workload.list");
     let url = ng.url("img.sheaf");
-    let m = Mnt::new(
+    let m = mnt(
         &url,
         &t.path().join("m"),
         &["-o", &format!("record={}", list.display()), "--no-cache"],
@@ -655,7 +633,7 @@ fn a_recorded_workload_is_prefetched_at_mount() {
         .collect();
     assert_eq!(recorded.lines().collect::<Vec<_>>(), want);
     // Mounted with the list, the blocks arrive before they are read.
-    let wait_prefetch = |m: &Mnt| {
+    let wait_prefetch = |m: &Mounted| {
         let t0 = Instant::now();
         loop {
             let s = m.stats();
@@ -666,7 +644,7 @@ fn a_recorded_workload_is_prefetched_at_mount() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    let check = |m: &Mnt| {
+    let check = |m: &Mounted| {
         let s0 = wait_prefetch(m);
         for f in &want {
             assert!(fs::read(m.mp.join(f)).unwrap() == fs::read(src.join(f)).unwrap());
@@ -677,7 +655,7 @@ fn a_recorded_workload_is_prefetched_at_mount() {
             "reads went to the network after the prefetch:\n{s0}\n{s1}"
         );
     };
-    let m = Mnt::new(
+    let m = mnt(
         &url,
         &t.path().join("m"),
         &[
@@ -696,7 +674,7 @@ fn a_recorded_workload_is_prefetched_at_mount() {
         &["--block-size", "256K", "--prefetch", list.to_str().unwrap()],
     )
     .ok();
-    let m = Mnt::new(
+    let m = mnt(
         &ng.url("pf.sheaf"),
         &t.path().join("m"),
         &["-o", "readahead=0", &cache_arg(&t.path().join("c2"))],
@@ -713,7 +691,7 @@ fn a_recorded_workload_is_prefetched_at_mount() {
         .arg(&opt);
     run_cmd(&mut c).ok();
     sheaf(["check".as_ref(), opt.as_os_str()]).ok();
-    let m = Mnt::new(
+    let m = mnt(
         &ng.url("opt.sheaf"),
         &t.path().join("m"),
         &["-o", "readahead=0", &cache_arg(&t.path().join("c3"))],
@@ -843,7 +821,7 @@ fn fstab_style_mount_options_set_the_cache_mirrors_and_timeout() {
         cache.display(),
         ng.url("repo/img")
     );
-    let m = Mnt::new(&empty.url("repo/img"), &t.path().join("m"), &["-o", &opts]);
+    let m = mnt(&empty.url("repo/img"), &t.path().join("m"), &["-o", &opts]);
     assert_same_tree(&src, &m.mp, Cmp::all());
     let s = m.stats();
     assert_eq!(

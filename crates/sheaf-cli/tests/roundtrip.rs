@@ -332,11 +332,9 @@ fn mounted_tree_matches_source_in_every_attribute() {
     let mp = f.dir.join("mnt");
     fs::create_dir_all(&mp).unwrap();
     sheaf(["mount".as_ref(), f.img.as_os_str(), mp.as_os_str()]).ok();
-    let r = std::panic::catch_unwind(|| assert_same_tree(&f.src, &mp, Cmp::all()));
-    sheaf(["umount".as_ref(), "--lazy".as_ref(), mp.as_os_str()]).ok();
-    if let Err(e) = r {
-        std::panic::resume_unwind(e);
-    }
+    let guard = Mounted::adopt(&mp);
+    assert_same_tree(&f.src, &mp, Cmp::all());
+    guard.umount();
 }
 
 #[test]

@@ -352,6 +352,7 @@ fn tampering_is_caught_where_it_matters() {
         mp.as_os_str(),
     ])
     .ok();
+    let guard = Mounted::adopt(&mp);
     let mut eio = 0;
     for p in walk(&t.path().join("src")) {
         let f = join(&mp, &p);
@@ -362,7 +363,7 @@ fn tampering_is_caught_where_it_matters() {
             }
         }
     }
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+    guard.umount();
     assert!(eio >= 1, "no file read failed");
     let text = fs::read_to_string(&log).unwrap();
     assert!(
@@ -510,7 +511,7 @@ fn site_config_requires_signatures_for_everyone() {
     ])
     .ok();
     mount(&img).ok();
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+    Mounted::adopt(&mp).umount();
     // Expired key under the site policy.
     fs::write(
         &allowed,
@@ -714,14 +715,10 @@ fn a_damaged_inner_metadata_page_fails_only_what_needs_it() {
     let mp = t.path().join("mnt");
     fs::create_dir(&mp).unwrap();
     sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
-    let r = std::panic::catch_unwind(|| {
-        let e = fs::metadata(mp.join("f2999")).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
-        assert_eq!(fs::read(mp.join("f0001")).unwrap(), b"1\n");
-        assert_eq!(fs::read(mp.join("f0500")).unwrap(), b"500\n");
-    });
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-    if let Err(e) = r {
-        std::panic::resume_unwind(e);
-    }
+    let guard = Mounted::adopt(&mp);
+    let e = fs::metadata(mp.join("f2999")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(fs::read(mp.join("f0001")).unwrap(), b"1\n");
+    assert_eq!(fs::read(mp.join("f0500")).unwrap(), b"500\n");
+    guard.umount();
 }

@@ -175,6 +175,64 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// A mount made by a test, taken down (lazily, errors ignored) when dropped,
+/// so a failing test leaves no mount behind. The one guard every test uses.
+pub struct Mounted {
+    /// Where it is mounted.
+    pub mp: PathBuf,
+}
+
+impl Mounted {
+    /// Run a prepared `sheaf mount ...` command whose mount point is `mp`
+    /// (created first), asserting success.
+    #[track_caller]
+    pub fn run(c: &mut Command, mp: &Path) -> Mounted {
+        fs::create_dir_all(mp).unwrap();
+        run_cmd(c).ok();
+        Mounted::adopt(mp)
+    }
+
+    /// Guard a mount the test made at `mp`.
+    pub fn adopt(mp: &Path) -> Mounted {
+        Mounted {
+            mp: mp.to_path_buf(),
+        }
+    }
+
+    /// `sheaf stats --json` of the mount.
+    pub fn stats(&self) -> serde_json::Value {
+        json(&sheaf(["stats".as_ref(), "--json".as_ref(), self.mp.as_os_str()]).ok())
+    }
+
+    /// The serving process.
+    pub fn pid(&self) -> i32 {
+        self.stats()["pid"].as_i64().unwrap() as i32
+    }
+
+    /// Unmount now, asserting success.
+    #[track_caller]
+    pub fn umount(self) {
+        sheaf(["umount".as_ref(), self.mp.as_os_str()]).ok();
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = cmd().arg("umount").arg("--lazy").arg(&self.mp).output();
+    }
+}
+
+/// Whether anything is mounted at `mp` (by /proc/self/mountinfo).
+pub fn is_mounted(mp: &Path) -> bool {
+    let mp = mp.canonicalize().unwrap_or_else(|_| mp.to_path_buf());
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines().any(|l| {
+        l.split(' ')
+            .nth(4)
+            .is_some_and(|m| m.replace("\\040", " ") == mp.to_string_lossy())
+    })
+}
+
 /// Whether this run is the fast tier (`make check`: no root, no servers, no
 /// mounts, no real trees).
 pub fn check_tier() -> bool {
