@@ -311,30 +311,121 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     let policy = sheaf_trust::Policy::load(a.require_signature, a.signers, a.identity)?;
     let (mountpoint, images) = a.paths.split_last().expect("clap requires two");
     let images = split_layers(images);
-    if images.len() == 1 && a.upper.is_none() {
-        return mount(
-            &images[0],
-            mountpoint,
-            &a.options,
-            a.foreground,
-            false,
-            &policy,
-            remote,
-        );
-    }
-    mount_union(
+    mount(
         &images,
         a.upper.as_deref(),
         mountpoint,
         &a.options,
         a.foreground,
+        false,
         &policy,
         remote,
     )
 }
 
+/// What a mount serves, assembled by [`assemble`].
+pub(crate) enum Served {
+    /// One image, read-only. `SheafFs::new` runs where the mount is served
+    /// (after the fork that daemonises it: it starts threads).
+    Image {
+        img: Arc<Image>,
+        src: Arc<CountingSource>,
+        fs: FsConfig,
+    },
+    /// A stack of images, writable with an upper directory.
+    Union(Box<UnionFs>),
+}
+
+/// A filesystem ready to serve, its name for /proc/mounts, and who signed it
+/// (for the log).
+pub(crate) struct Assembly {
+    pub served: Served,
+    pub fsname: String,
+    pub signer: String,
+}
+
+/// What to mount, as `sheaf mount` and `sheaf run` both describe it.
+pub(crate) struct Request<'a> {
+    pub images: &'a [PathBuf],
+    pub upper: Option<&'a Path>,
+    /// The mount point (canonical), which an upper directory must not
+    /// contain or be inside.
+    pub mountpoint: &'a Path,
+    pub remote: &'a RemoteArgs,
+    pub policy: &'a sheaf_trust::Policy,
+    /// Decoded-block cache per image.
+    pub cache_size: usize,
+    /// Settings of a single-image mount; its prefetch list and metadata
+    /// prefetch are decided here.
+    pub fs: FsConfig,
+    /// Prefetch metadata in the background (default: for URLs).
+    pub prefetch_metadata: Option<bool>,
+    /// A list of paths whose blocks to fetch first (`none`: nothing;
+    /// default: the image's own prefetch list).
+    pub prefetch: Option<&'a Path>,
+}
+
+/// The one mount assembly of `sheaf mount` and `sheaf run`: open the images
+/// (files or URLs), apply the signature policy, and choose the filesystem
+/// (one image: `SheafFs`; several, or an upper directory: `UnionFs`).
+pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
+    if r.images.len() == 1 && r.upper.is_none() {
+        let image = &r.images[0];
+        let (img, src) = open_image(image, r.remote, r.cache_size)?;
+        let signer = crate::trust::enforce(r.policy, &img, image)?
+            .map(|v| {
+                format!(
+                    "; signature trusted: {} ({})",
+                    v.principals.join(", "),
+                    v.fingerprint
+                )
+            })
+            .unwrap_or_default();
+        let remote = sheaf_net::is_url(&image.to_string_lossy());
+        let fsname = if remote {
+            image.display().to_string()
+        } else {
+            image
+                .canonicalize()
+                .unwrap_or_else(|_| image.to_path_buf())
+                .display()
+                .to_string()
+        };
+        let mut fs = r.fs;
+        fs.prefetch_metadata = r.prefetch_metadata.unwrap_or(remote);
+        fs.prefetch_list = match r.prefetch {
+            Some(f) if f.as_os_str() == "none" => Vec::new(),
+            Some(f) => crate::util::prefetch_blocks(&img, f)?,
+            None => img.prefetch_list()?,
+        };
+        return Ok(Assembly {
+            served: Served::Image { img, src, fs },
+            fsname,
+            signer,
+        });
+    }
+    if r.fs.record.is_some() || r.prefetch.is_some() {
+        bail!("mount options record= and prefetch= apply to a single image");
+    }
+    let (fs, fsname, signer) = union_fs(
+        r.images,
+        r.upper,
+        r.mountpoint,
+        r.remote,
+        r.cache_size,
+        r.policy,
+    )?;
+    Ok(Assembly {
+        served: Served::Union(Box::new(fs)),
+        fsname,
+        signer,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn mount(
-    image: &Path,
+    images: &[PathBuf],
+    upper: Option<&Path>,
     mountpoint: &Path,
     options: &[String],
     foreground: bool,
@@ -344,81 +435,31 @@ fn mount(
 ) -> Result<i32> {
     let started = Instant::now();
     let p = parse_options(options, from_fstab, remote)?;
-    let (img, src) = open_image(image, &p.remote, p.cache_size)?;
-    let signer = crate::trust::enforce(policy, &img, image)?
-        .map(|v| {
-            format!(
-                "; signature trusted: {} ({})",
-                v.principals.join(", "),
-                v.fingerprint
-            )
-        })
-        .unwrap_or_default();
     let mp = check_mountpoint(mountpoint)?;
-    let remote = sheaf_net::is_url(&image.to_string_lossy());
-    let fsname = if remote {
-        image.display().to_string()
-    } else {
-        image
-            .canonicalize()
-            .unwrap_or_else(|_| image.to_path_buf())
-            .display()
-            .to_string()
-    };
-    let cfg = MountConfig {
-        writable: false,
-        direct: false,
-        mountpoint: mp.clone(),
-        fsname,
+    let a = assemble(Request {
+        images,
+        upper,
+        mountpoint: &mp,
+        remote: &p.remote,
+        policy,
+        cache_size: p.cache_size,
         fs: FsConfig {
             uid: p.uid,
             gid: p.gid,
             prefetch_threads: usize::from(p.readahead > 0),
             prefetch_blocks: p.readahead,
             readdirplus: p.readdirplus,
-            prefetch_metadata: p.prefetch_metadata.unwrap_or(remote),
-            prefetch_list: match &p.prefetch {
-                Some(f) if f.as_os_str() == "none" => Vec::new(),
-                Some(f) => crate::util::prefetch_blocks(&img, f)?,
-                None => img.prefetch_list()?,
-            },
             record: p.record.clone(),
+            ..Default::default()
         },
-        threads: p.threads,
-        allow_other: p.allow_other,
-        allow_root: p.allow_root,
-        suid: p.suid,
-        dev: p.dev,
-        exec: p.exec,
-    };
-    let fs_cfg = cfg.fs.clone();
-    serve_mount(&cfg, &p, &signer, started, foreground, move || {
-        SheafFs::new(img, src, fs_cfg)
-    })
-}
-
-/// Mount a stack of images, or an overlay with an upper directory.
-fn mount_union(
-    images: &[PathBuf],
-    upper: Option<&Path>,
-    mountpoint: &Path,
-    options: &[String],
-    foreground: bool,
-    policy: &sheaf_trust::Policy,
-    remote: &RemoteArgs,
-) -> Result<i32> {
-    let started = Instant::now();
-    let p = parse_options(options, false, remote)?;
-    if p.record.is_some() || p.prefetch.is_some() {
-        bail!("mount options record= and prefetch= apply to a single image");
-    }
-    let mp = check_mountpoint(mountpoint)?;
-    let (fs, fsname, signer) = union_fs(images, upper, &mp, &p.remote, p.cache_size, policy)?;
-    let cfg = MountConfig {
+        prefetch_metadata: p.prefetch_metadata,
+        prefetch: p.prefetch.as_deref(),
+    })?;
+    let mut cfg = MountConfig {
         writable: upper.is_some(),
         direct: false,
         mountpoint: mp.clone(),
-        fsname,
+        fsname: a.fsname,
         fs: FsConfig::default(),
         threads: p.threads,
         allow_other: p.allow_other,
@@ -427,7 +468,15 @@ fn mount_union(
         dev: p.dev,
         exec: p.exec,
     };
-    serve_mount(&cfg, &p, &signer, started, foreground, move || fs)
+    match a.served {
+        Served::Image { img, src, fs } => {
+            cfg.fs = fs.clone();
+            serve_mount(&cfg, &p, &a.signer, started, foreground, move || {
+                SheafFs::new(img, src, fs)
+            })
+        }
+        Served::Union(fs) => serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs),
+    }
 }
 
 /// A union of `images` (bottom first) for mountpoint `mp`, writable through
@@ -833,7 +882,8 @@ pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
     // (and their environment variables), changed by options.
     let remote = RemoteArgs::from_env()?;
     mount(
-        &image,
+        &[image],
+        None,
         &mountpoint,
         &opts,
         foreground,

@@ -13,7 +13,7 @@
 //! instead, and their paths are given to the command in environment
 //! variables.
 
-use crate::mount::{default_threads, fsname_of, open_image, split_layers, union_fs};
+use crate::mount::{default_threads, fsname_of, split_layers};
 use anyhow::{anyhow, bail, Context, Result};
 use sheaf_mount::namespace::{self, Identity, Scratch};
 use sheaf_mount::serve::{Connected, MountConfig};
@@ -531,29 +531,29 @@ fn start(
     remote: &crate::util::RemoteArgs,
 ) -> Result<JoinHandle<std::io::Result<()>>> {
     let policy = sheaf_trust::Policy::load(false, None, None)?;
-    let cache = 256 << 20;
     let mut cfg = mount_config(s, at, false);
-    let mounted = if s.images.len() == 1 && s.upper.is_none() {
-        let image = &s.images[0];
-        let (img, src) = open_image(image, remote, cache)?;
-        crate::trust::enforce(&policy, &img, image)?;
-        let remote = sheaf_net::is_url(&image.to_string_lossy());
-        cfg.fs = FsConfig {
+    let a = crate::mount::assemble(crate::mount::Request {
+        images: &s.images,
+        upper: s.upper.as_deref(),
+        mountpoint: at,
+        remote,
+        policy: &policy,
+        cache_size: 256 << 20,
+        fs: FsConfig {
             prefetch_threads: 1,
             prefetch_blocks: 1,
-            prefetch_metadata: remote,
-            prefetch_list: match &s.prefetch {
-                Some(f) => crate::util::prefetch_blocks(&img, f)?,
-                None => img.prefetch_list()?,
-            },
             record: s.record.clone(),
             ..Default::default()
-        };
-        let fs = SheafFs::new(img, src, cfg.fs.clone());
-        sheaf_mount::serve::attach(&cfg, conn, fs)?.spawn()
-    } else {
-        let (fs, _, _) = union_fs(&s.images, s.upper.as_deref(), at, remote, cache, &policy)?;
-        sheaf_mount::serve::attach(&cfg, conn, fs)?.spawn()
+        },
+        prefetch_metadata: None,
+        prefetch: s.prefetch.as_deref(),
+    })?;
+    let mounted = match a.served {
+        crate::mount::Served::Image { img, src, fs } => {
+            cfg.fs = fs.clone();
+            sheaf_mount::serve::attach(&cfg, conn, SheafFs::new(img, src, fs))?.spawn()
+        }
+        crate::mount::Served::Union(fs) => sheaf_mount::serve::attach(&cfg, conn, *fs)?.spawn(),
     };
     mounted.with_context(|| format!("serving {}", s.dest.display()))
 }
