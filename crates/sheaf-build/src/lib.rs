@@ -315,82 +315,13 @@ pub fn build(
                     skip.push((m.dev(), m.ino()));
                 }
             }
-            let upper = matches!(input, Input::Upper(_));
-            let mut tree = if upper {
-                // The overlay's temporary files are left out (not recorded
-                // as an option: they are never part of a layer).
-                let mut o = opts.clone();
-                o.exclude.push(sheaf_format::layers::TEMP_GLOB.to_string());
-                let tree = scan::scan_dir(src, &o, &mut problems, &skip)?;
-                upper::check_whiteouts(&tree, src)?;
-                tree
-            } else {
-                scan::scan_dir(src, opts, &mut problems, &skip)?
+            let dir = DirInput {
+                src,
+                upper: matches!(input, Input::Upper(_)),
+                skip: &skip,
+                prefetch: &prefetch,
             };
-            let (order, index) = packing_order(&tree, &prefetch);
-            progress
-                .total_files
-                .store(order.len() as u64, Ordering::Relaxed);
-            packer.reserve(order.len());
-            let total: u64 = order
-                .iter()
-                .map(|id| match tree.nodes[*id as usize].kind {
-                    Kind::File { size, .. } => size,
-                    _ => 0,
-                })
-                .sum();
-            progress.total_bytes.store(total, Ordering::Relaxed);
-            let mut unreadable = Vec::new();
-            // Files come grouped by directory: keep the current one's handle.
-            let mut dir: Option<(NodeId, PathBuf, Option<File>)> = None;
-            for id in order {
-                if cancel.load(Ordering::Relaxed) {
-                    return Err(BuildError::Interrupted);
-                }
-                let rel = tree.path(&index, id);
-                let path = src.join(&rel);
-                let parent = tree.nodes[id as usize].parent;
-                if dir.as_ref().is_none_or(|d| d.0 != parent) {
-                    let parent_rel = rel.parent().unwrap_or(Path::new(""));
-                    dir = match scan::dir_handle(src, parent_rel) {
-                        Ok((base, held)) => Some((parent, base, held)),
-                        Err(e) => {
-                            problems.handle(&path, e)?;
-                            unreadable.push(id);
-                            None
-                        }
-                    };
-                }
-                let Some((_, base, _)) = &dir else { continue };
-                // The entry was a regular file when scanned; if it has been
-                // swapped for a symlink or a FIFO since, fail instead of
-                // following it or blocking.
-                let opened = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                    .open(rel.file_name().map_or(path.clone(), |n| base.join(n)));
-                let mut f = match opened {
-                    Ok(f) => f,
-                    Err(e) => {
-                        problems.handle(&path, e)?;
-                        unreadable.push(id);
-                        continue;
-                    }
-                };
-                let probe = f.try_clone().ok();
-                match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string()) {
-                    Ok((size, first, count)) => {
-                        tree.nodes[id as usize].kind = Kind::File { size, first, count }
-                    }
-                    Err(BuildError::Input { path: p, cause }) if opts.skip_errors => {
-                        problems.skipped.push(format!("{p}: {cause}"));
-                        unreadable.push(id);
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            drop_nodes(&mut tree, &unreadable);
-            tree
+            dir.read(opts, &mut packer, &mut problems, &progress, cancel)?
         }
         Input::TarFile(p) => {
             let f = File::open(p).map_err(|e| BuildError::Input {
@@ -578,4 +509,105 @@ fn tree_stats(tree: &Tree) -> (std::collections::BTreeMap<&'static str, u64>, u6
         hardlinks += (n.links > 1 && !matches!(n.kind, Kind::Dir(_))) as u64;
     }
     (by_type, hardlinks)
+}
+
+/// A directory to pack (or an overlay's upper directory, as a layer).
+struct DirInput<'a> {
+    src: &'a Path,
+    /// An upper directory: its temporaries are left out and its whiteouts
+    /// checked.
+    upper: bool,
+    /// Files never packed (the output itself, by device and inode).
+    skip: &'a [(u64, u64)],
+    prefetch: &'a HashMap<&'a [u8], usize>,
+}
+
+impl DirInput<'_> {
+    /// Scan the directory, then read its files in packing order into
+    /// `packer`; the tree with every file's chunks.
+    fn read<W: std::io::Write + Send + 'static>(
+        &self,
+        opts: &BuildOptions,
+        packer: &mut Packer<W>,
+        problems: &mut scan::Problems,
+        progress: &Progress,
+        cancel: &AtomicBool,
+    ) -> Result<Tree, BuildError> {
+        let src = self.src;
+        let mut tree = if self.upper {
+            // The overlay's temporary files are left out (not recorded
+            // as an option: they are never part of a layer).
+            let mut o = opts.clone();
+            o.exclude.push(sheaf_format::layers::TEMP_GLOB.to_string());
+            let tree = scan::scan_dir(src, &o, problems, self.skip)?;
+            upper::check_whiteouts(&tree, src)?;
+            tree
+        } else {
+            scan::scan_dir(src, opts, problems, self.skip)?
+        };
+        let (order, index) = packing_order(&tree, self.prefetch);
+        progress
+            .total_files
+            .store(order.len() as u64, Ordering::Relaxed);
+        packer.reserve(order.len());
+        let total: u64 = order
+            .iter()
+            .map(|id| match tree.nodes[*id as usize].kind {
+                Kind::File { size, .. } => size,
+                _ => 0,
+            })
+            .sum();
+        progress.total_bytes.store(total, Ordering::Relaxed);
+        let mut unreadable = Vec::new();
+        // Files come grouped by directory: keep the current one's handle.
+        let mut dir: Option<(NodeId, PathBuf, Option<File>)> = None;
+        for id in order {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(BuildError::Interrupted);
+            }
+            let rel = tree.path(&index, id);
+            let path = src.join(&rel);
+            let parent = tree.nodes[id as usize].parent;
+            if dir.as_ref().is_none_or(|d| d.0 != parent) {
+                let parent_rel = rel.parent().unwrap_or(Path::new(""));
+                dir = match scan::dir_handle(src, parent_rel) {
+                    Ok((base, held)) => Some((parent, base, held)),
+                    Err(e) => {
+                        problems.handle(&path, e)?;
+                        unreadable.push(id);
+                        None
+                    }
+                };
+            }
+            let Some((_, base, _)) = &dir else { continue };
+            // The entry was a regular file when scanned; if it has been
+            // swapped for a symlink or a FIFO since, fail instead of
+            // following it or blocking.
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(rel.file_name().map_or(path.clone(), |n| base.join(n)));
+            let mut f = match opened {
+                Ok(f) => f,
+                Err(e) => {
+                    problems.handle(&path, e)?;
+                    unreadable.push(id);
+                    continue;
+                }
+            };
+            let probe = f.try_clone().ok();
+            match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string()) {
+                Ok((size, first, count)) => {
+                    tree.nodes[id as usize].kind = Kind::File { size, first, count }
+                }
+                Err(BuildError::Input { path: p, cause }) if opts.skip_errors => {
+                    problems.skipped.push(format!("{p}: {cause}"));
+                    unreadable.push(id);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        drop_nodes(&mut tree, &unreadable);
+        Ok(tree)
+    }
 }
