@@ -791,9 +791,7 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
     if let Some(n) = s.nodes {
         println!("nodes held        {n}");
     }
-    let null = serde_json::Value::Null;
-    let r = s.remote.as_ref().unwrap_or(&null);
-    if r.is_object() {
+    if let Some(r) = s.remote.as_ref().filter(|r| r.is_object()) {
         let n = |k: &str| r[k].as_u64().unwrap_or(0);
         if r["offline"].as_bool() == Some(true) {
             println!("network           offline: serving from the node cache only");
@@ -817,8 +815,7 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
             }
         }
     }
-    let c = s.disk_cache.as_ref().unwrap_or(&null);
-    if c.is_object() {
+    if let Some(c) = s.disk_cache.as_ref().filter(|c| c.is_object()) {
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
         println!(
             "node cache        {}: {} hits, {} misses, {} stored, {} bad dropped, {} write errors",

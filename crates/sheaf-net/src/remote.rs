@@ -64,8 +64,13 @@ impl RemoteSource {
         let http = Http::new(url, opts)?;
         // With an index in the cache, an unreachable server need not be
         // waited for up to the whole timeout: the cached index stands in.
-        let cached = cache.is_some_and(|c| c.load_index(url).is_some());
-        let limit = if cached { OFFLINE_PROBE } else { Duration::MAX };
+        // Read once: it decides the wait and is what stands in.
+        let cached = cache.and_then(|c| c.load_index(url));
+        let limit = if cached.is_some() {
+            OFFLINE_PROBE
+        } else {
+            Duration::MAX
+        };
         match Self::probe(&http, limit) {
             Ok((form, len, index)) => Ok(RemoteSource {
                 name: url.to_string(),
@@ -75,7 +80,7 @@ impl RemoteSource {
                 http: Some(http),
                 offline_since: None,
             }),
-            Err(e) if unreachable(&e) => match cache.and_then(|c| c.load_index(url)) {
+            Err(e) if unreachable(&e) => match cached {
                 Some((index, when)) => Ok(RemoteSource {
                     name: url.to_string(),
                     form: Form::Repo,
