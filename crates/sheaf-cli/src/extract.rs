@@ -63,8 +63,7 @@ struct Ctx<'a> {
 }
 
 fn safe_name(name: &[u8]) -> Result<&OsStr> {
-    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
-    {
+    if !sheaf_format::DirentRecord::is_plain_name(name) {
         bail!(
             "image contains an unsafe entry name {:?}; refusing to extract it",
             String::from_utf8_lossy(name)

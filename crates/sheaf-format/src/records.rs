@@ -212,6 +212,16 @@ pub struct DirentRecord {
 impl DirentRecord {
     /// Encoded length.
     pub const LEN: usize = 16;
+
+    /// Whether `name` is a plain entry name (format.md §8.3): not empty,
+    /// not `.` or `..`, no `/` and no NUL. A reader must check it before a
+    /// name from an image becomes part of a path.
+    pub fn is_plain_name(name: &[u8]) -> bool {
+        !name.is_empty()
+            && name != b"."
+            && name != b".."
+            && !name.iter().any(|&b| b == b'/' || b == 0)
+    }
     /// Encode.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.name_offset.to_le_bytes());

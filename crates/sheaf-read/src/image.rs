@@ -7,9 +7,8 @@ use sheaf_format::remote::{self, ImageIndex};
 use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use sheaf_format::superblock::level_lengths;
 use sheaf_format::{
-    BlockRef, ChunkRecord, Digest, DirentRecord, FileType, FormatError, Header, InodeRecord,
-    SectionEntry, SectionKind, StreamId, Superblock, Trailer, XattrSet, BLOCK_REF_LEN, HEADER_LEN,
-    TRAILER_LEN,
+    BlockRef, ChunkRecord, Digest, FileType, FormatError, Header, InodeRecord, SectionEntry,
+    SectionKind, StreamId, Superblock, Trailer, XattrSet, BLOCK_REF_LEN, HEADER_LEN, TRAILER_LEN,
 };
 use std::sync::Arc;
 
@@ -731,7 +730,7 @@ impl Image {
         self.read_level(id, 0, off, len)
     }
 
-    fn record<T>(
+    pub(crate) fn record<T>(
         &self,
         id: StreamId,
         idx: u64,
@@ -743,7 +742,7 @@ impl Image {
     }
 
     /// Records `[first, first+count)` of a stream, read as one range.
-    fn records<T>(
+    pub(crate) fn records<T>(
         &self,
         id: StreamId,
         first: u64,
@@ -788,21 +787,7 @@ impl Image {
         Ok(r)
     }
 
-    fn dir_range(&self, dir: &Inode) -> Result<(u64, u64), ReadError> {
-        if dir.file_type() != FileType::Directory {
-            return Err(ReadError::NotADirectory(dir.ino));
-        }
-        let (start, n) = (dir.rec.data, dir.rec.count as u64);
-        if start
-            .checked_add(n)
-            .is_none_or(|e| e > self.sb.dirent_count)
-        {
-            return Err(self.corrupt_inode(dir.ino, "directory entries out of range"));
-        }
-        Ok((start, n))
-    }
-
-    fn corrupt_inode(&self, ino: u32, detail: &str) -> ReadError {
+    pub(crate) fn corrupt_inode(&self, ino: u32, detail: &str) -> ReadError {
         ReadError::format(
             self.name(),
             &format!("inode {ino}"),
@@ -810,195 +795,8 @@ impl Image {
         )
     }
 
-    /// Directory entry `idx` of the whole dirent table.
-    pub fn dirent(&self, idx: u64) -> Result<DirentRecord, ReadError> {
-        self.record(
-            StreamId::Dirents,
-            idx,
-            DirentRecord::LEN,
-            DirentRecord::decode,
-        )
-    }
-
-    fn heap(&self, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+    pub(crate) fn heap(&self, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
         self.read_stream(StreamId::Heap, off, len)
-    }
-
-    /// Name of a dirent.
-    pub fn dirent_name(&self, d: &DirentRecord) -> Result<Vec<u8>, ReadError> {
-        self.heap(d.name_offset, d.name_len as usize)
-    }
-
-    /// Number of entries of a directory.
-    pub fn dir_len(&self, dir: &Inode) -> Result<u64, ReadError> {
-        Ok(self.dir_range(dir)?.1)
-    }
-
-    /// Entries `[from, from+max)` of a directory, in name order.
-    ///
-    /// Reads the dirent records in one range and, when the names lie close
-    /// together in the heap (the builder writes a directory's names in
-    /// order), the names in one range too: a listing costs a few page-cache
-    /// lookups, not several per entry.
-    pub fn read_dir(&self, dir: &Inode, from: u64, max: usize) -> Result<Vec<DirEntry>, ReadError> {
-        let (start, n) = self.dir_range(dir)?;
-        let end = n.min(from.saturating_add(max as u64));
-        if from >= end {
-            return Ok(Vec::new());
-        }
-        let count = (end - from) as usize;
-        let recs = self.records(
-            StreamId::Dirents,
-            start + from,
-            count,
-            DirentRecord::LEN,
-            DirentRecord::decode,
-        )?;
-        let lo = recs.iter().map(|d| d.name_offset).min().unwrap_or(0);
-        let hi = recs
-            .iter()
-            .map(|d| d.name_offset.saturating_add(d.name_len as u64))
-            .max()
-            .unwrap_or(0);
-        let wanted: u64 = recs.iter().map(|d| d.name_len as u64).sum();
-        // One range if it is not mostly bytes we do not need.
-        let names = if hi - lo <= wanted * 2 + 4096 {
-            Some(self.heap(lo, (hi - lo) as usize)?)
-        } else {
-            None
-        };
-        let mut v: Vec<DirEntry> = Vec::with_capacity(count);
-        for d in recs {
-            let name = match &names {
-                Some(h) => {
-                    let s = (d.name_offset - lo) as usize;
-                    h[s..s + d.name_len as usize].to_vec()
-                }
-                None => self.dirent_name(&d)?,
-            };
-            // Names are plain and strictly sorted (a duplicate, `..` or a
-            // `/` would let a walker step outside the tree or loop).
-            if name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0) {
-                return Err(self.tree_error(
-                    dir.ino,
-                    format!("bad entry name {:?}", String::from_utf8_lossy(&name)),
-                ));
-            }
-            if v.last().is_some_and(|p| p.name >= name) {
-                return Err(self.tree_error(
-                    dir.ino,
-                    format!(
-                        "entry {:?} is out of order or listed twice",
-                        String::from_utf8_lossy(&name)
-                    ),
-                ));
-            }
-            v.push(DirEntry {
-                name,
-                ino: d.inode,
-                file_type: FileType::from_dtype(d.dtype).expect("validated"),
-            });
-        }
-        Ok(v)
-    }
-
-    /// Stat several inodes; consecutive numbers (a directory's children, by
-    /// the builder's breadth-first numbering) are read as one range.
-    pub fn inodes(&self, inos: &[u32]) -> Result<Vec<Inode>, ReadError> {
-        let mut out = Vec::with_capacity(inos.len());
-        let mut i = 0;
-        while i < inos.len() {
-            let mut j = i + 1;
-            while j < inos.len() && inos[j] as u64 == inos[j - 1] as u64 + 1 {
-                j += 1;
-            }
-            let first = inos[i];
-            let n = j - i;
-            if first as u64 + n as u64 > self.sb.inode_count {
-                // Let the single-inode path produce the precise error.
-                for &ino in &inos[i..j] {
-                    out.push(self.inode(ino)?);
-                }
-            } else {
-                let recs = self.records(
-                    StreamId::Inodes,
-                    first as u64,
-                    n,
-                    InodeRecord::LEN,
-                    InodeRecord::decode,
-                )?;
-                out.extend((first..).zip(recs).map(|(ino, rec)| Inode { ino, rec }));
-            }
-            i = j;
-        }
-        Ok(out)
-    }
-
-    /// Find `name` in a directory by binary search: the inode number it
-    /// names (unchecked; [`Image::lookup_child`] reads and checks it).
-    pub fn lookup(&self, dir: &Inode, name: &[u8]) -> Result<Option<u32>, ReadError> {
-        Ok(self.lookup_entry(dir, name)?.map(|e| e.0))
-    }
-
-    /// Find `name` in a directory: the inode number and the entry's type.
-    pub fn lookup_entry(
-        &self,
-        dir: &Inode,
-        name: &[u8],
-    ) -> Result<Option<(u32, FileType)>, ReadError> {
-        let (start, n) = self.dir_range(dir)?;
-        let (mut lo, mut hi) = (0u64, n);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let d = self.dirent(start + mid)?;
-            match self.dirent_name(&d)?.as_slice().cmp(name) {
-                std::cmp::Ordering::Equal => {
-                    let t = FileType::from_dtype(d.dtype).expect("validated");
-                    return Ok(Some((d.inode, t)));
-                }
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-            }
-        }
-        Ok(None)
-    }
-
-    /// A path (relative to the root, no leading `/`) for each of `inos`, by
-    /// one walk of the tree that stops once all are found; `None` for an
-    /// inode no directory names. A hardlinked file gets one of its names.
-    pub fn paths_of(&self, inos: &[u32]) -> Result<Vec<Option<Vec<u8>>>, ReadError> {
-        let mut want: std::collections::HashMap<u32, Option<Vec<u8>>> =
-            inos.iter().map(|&i| (i, None)).collect();
-        let mut left = want.len();
-        let mut seen = crate::tree::Seen::new(self);
-        let mut queue = std::collections::VecDeque::from([(self.root()?, Vec::new())]);
-        while let Some((dir, path)) = queue.pop_front() {
-            if left == 0 {
-                break;
-            }
-            seen.enter(self, &dir)?;
-            let n = self.dir_len(&dir)?;
-            let mut from = 0;
-            while from < n {
-                let batch = self.read_dir(&dir, from, 4096)?;
-                from += batch.len() as u64;
-                for e in batch {
-                    let mut p = path.clone();
-                    if !p.is_empty() {
-                        p.push(b'/');
-                    }
-                    p.extend_from_slice(&e.name);
-                    if let Some(slot @ None) = want.get_mut(&e.ino) {
-                        *slot = Some(p.clone());
-                        left -= 1;
-                    }
-                    if e.file_type == FileType::Directory {
-                        queue.push_back((self.child(&dir, e.ino, e.file_type)?, p));
-                    }
-                }
-            }
-        }
-        Ok(inos.iter().map(|i| want[i].clone()).collect())
     }
 
     /// The data blocks a regular file uses, in file order (no repeats).
@@ -1017,35 +815,6 @@ impl Image {
             }
         }
         Ok(v)
-    }
-
-    /// Resolve a `/`-separated path from the root, without following symlinks.
-    pub fn resolve(&self, path: &[u8]) -> Result<Inode, ReadError> {
-        let mut cur = self.root()?;
-        for comp in path.split(|&b| b == b'/') {
-            match comp {
-                b"" | b"." => {}
-                b".." => {
-                    cur = self.inode(if cur.file_type() == FileType::Directory {
-                        cur.rec.parent
-                    } else {
-                        cur.ino
-                    })?
-                }
-                c => {
-                    cur = self
-                        .lookup_child(&cur, c)
-                        .map_err(|e| match e {
-                            ReadError::NotADirectory(_) => {
-                                ReadError::NotFound(String::from_utf8_lossy(path).into())
-                            }
-                            e => e,
-                        })?
-                        .ok_or_else(|| ReadError::NotFound(String::from_utf8_lossy(path).into()))?;
-                }
-            }
-        }
-        Ok(cur)
     }
 
     /// Target of a symlink.

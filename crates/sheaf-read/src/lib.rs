@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+mod dir;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;

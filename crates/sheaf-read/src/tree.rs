@@ -11,6 +11,8 @@
 //!   the directory it is listed in as its parent and is neither that
 //!   directory nor the root. With these, a descent from the root can never
 //!   come back to a directory it passed through, so paths and lookups end.
+//! - Every listing checks its names (`check_listed_name`): plain, and
+//!   strictly sorted.
 //! - [`Seen`] bounds whole-tree walks: a directory listed under two names of
 //!   its one parent passes the step check, so a walk remembers which
 //!   directories it has entered (one bit per inode) and refuses a second
@@ -18,7 +20,7 @@
 
 use crate::error::ReadError;
 use crate::image::{Image, Inode};
-use sheaf_format::{FileType, FormatError};
+use sheaf_format::{DirentRecord, FileType, FormatError};
 
 impl Image {
     /// The inode a directory entry names, checked against the tree rules:
@@ -67,6 +69,33 @@ impl Image {
                     ),
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Check an entry name of a listing of `dir`, after `prev` (the entry
+    /// before it): plain (a `..` or a `/` would let a walker step outside
+    /// the tree) and strictly after `prev` (a duplicate would let it loop).
+    pub(crate) fn check_listed_name(
+        &self,
+        dir: &Inode,
+        prev: Option<&[u8]>,
+        name: &[u8],
+    ) -> Result<(), ReadError> {
+        if !DirentRecord::is_plain_name(name) {
+            return Err(self.tree_error(
+                dir.ino,
+                format!("bad entry name {:?}", String::from_utf8_lossy(name)),
+            ));
+        }
+        if prev.is_some_and(|p| p >= name) {
+            return Err(self.tree_error(
+                dir.ino,
+                format!(
+                    "entry {:?} is out of order or listed twice",
+                    String::from_utf8_lossy(name)
+                ),
+            ));
         }
         Ok(())
     }
