@@ -3,6 +3,9 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 SHEAF := target/release/sheaf
+# MPI for `sheaf bcast` when the system has an MPI compiler wrapper (decided
+# when the recipe runs, after `deps` may have installed it).
+MPI_FEATURE = $$(command -v mpicc >/dev/null 2>&1 && echo --features sheaf-cli/mpi)
 
 .PHONY: all build deps trees check test install lint demo bench fuzz fuzz-build clean
 
@@ -12,11 +15,11 @@ deps:
 	@scripts/deps.sh
 
 build: deps
-	$(CARGO) build --release --locked
+	$(CARGO) build --release --locked $(MPI_FEATURE)
 
 lint: deps
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --release --locked --all-targets -- -D warnings
+	$(CARGO) clippy --release --locked --all-targets $(MPI_FEATURE) -- -D warnings
 
 # Real trees the tests compare against (K: Linux source, P: Python stack).
 BENCH_DATA ?= /var/tmp/sheaf-bench
@@ -28,13 +31,13 @@ trees: deps
 CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test tar_input --test hostile --test roundtrip --test reader --test stack
 check: build
-	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace --lib --bins $(CHECK_TESTS)
+	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace $(MPI_FEATURE) --lib --bins $(CHECK_TESTS)
 
 # All tests, as CI runs them: unit, property, integration (real trees, real
 # FUSE mounts, nginx, squid, sshd, pjdfstest), lint. A test whose
 # prerequisite is missing fails here.
 test: build lint trees
-	SHEAF_BENCH_DATA=$(BENCH_DATA) $(CARGO) test --release --locked --workspace
+	SHEAF_BENCH_DATA=$(BENCH_DATA) $(CARGO) test --release --locked --workspace $(MPI_FEATURE)
 
 # The binary, plus the helper mount(8) runs for `-t fuse.sheaf` and fstab.
 PREFIX ?= /usr/local

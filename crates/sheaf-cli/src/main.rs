@@ -2,6 +2,7 @@
 //! and argument syntax. Every failure becomes one line on stderr
 //! (`sheaf: error: ...`) and a non-zero exit.
 
+mod bcast;
 mod build;
 mod extract;
 mod inspect;
@@ -25,8 +26,16 @@ use std::path::PathBuf;
 /// Commands that read an image take a local file or an http(s):// URL (read
 /// with Range requests from any static web server, fetching only what is
 /// needed). Images can be signed with OpenSSH keys and mounted without root.
+#[cfg(feature = "mpi")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (with MPI)");
+#[cfg(not(feature = "mpi"))]
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (without MPI: sheaf bcast copies locally only)"
+);
+
 #[derive(Parser, Debug)]
-#[command(name = "sheaf", version, propagate_version = true)]
+#[command(name = "sheaf", version = VERSION, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -38,6 +47,10 @@ struct Cli {
 enum Cmd {
     /// Pack a directory or tar archive into an image.
     Build(build::BuildArgs),
+    /// Copy an image to a node-local path on every node of a job (under
+    /// mpirun or srun), reading it from shared storage once and sending
+    /// each node only the objects it lacks.
+    Bcast(bcast::BcastArgs),
     /// Pack the upper directory of a writable mount into a layer image
     /// (whiteouts kept) that stacks on the same images.
     Commit(layers::CommitArgs),
@@ -173,6 +186,7 @@ fn main() {
         Cmd::Cache(a) => remote::cache(a, r),
         Cmd::Optimize(a) => remote::optimize(a, r),
         Cmd::Build(a) => build::run(a),
+        Cmd::Bcast(a) => bcast::run(a, r),
         Cmd::Commit(a) => layers::commit(a),
         Cmd::Merge(a) => layers::merge(a, r),
         Cmd::Info {

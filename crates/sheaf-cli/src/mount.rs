@@ -91,17 +91,8 @@ pub struct MountArgs {
     /// mount is ready and serve it from a background process).
     #[arg(short = 'f', long)]
     foreground: bool,
-    /// Refuse the image unless a signature is trusted by --signers (also set
-    /// site-wide by `[signatures] require = true` in /etc/sheaf/config.toml
-    /// or $SHEAF_CONFIG).
-    #[arg(long)]
-    require_signature: bool,
-    /// OpenSSH allowed_signers file of trusted keys.
-    #[arg(long, value_name = "FILE")]
-    signers: Option<PathBuf>,
-    /// Require the signing key to be trusted for this principal.
-    #[arg(long, value_name = "NAME")]
-    identity: Option<String>,
+    #[command(flatten)]
+    policy: crate::util::PolicyArgs,
 }
 
 /// Arguments of `sheaf umount`.
@@ -308,7 +299,7 @@ pub fn split_layers(args: &[PathBuf]) -> Vec<PathBuf> {
 
 /// `sheaf mount`.
 pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
-    let policy = sheaf_trust::Policy::load(a.require_signature, a.signers, a.identity)?;
+    let policy = a.policy.load()?;
     let (mountpoint, images) = a.paths.split_last().expect("clap requires two");
     let images = split_layers(images);
     mount(

@@ -267,3 +267,31 @@ mod tests {
         assert!(parse_size("x").is_err());
     }
 }
+
+/// The signature policy flags shared by every command that brings an image
+/// into use (mount, run, bcast, pool load).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PolicyArgs {
+    /// Refuse the image unless a signature is trusted by --signers (also set
+    /// site-wide by `[signatures] require = true` in /etc/sheaf/config.toml
+    /// or $SHEAF_CONFIG).
+    #[arg(long)]
+    pub require_signature: bool,
+    /// OpenSSH allowed_signers file of trusted keys.
+    #[arg(long, value_name = "FILE")]
+    pub signers: Option<PathBuf>,
+    /// Require the signing key to be trusted for this principal.
+    #[arg(long, value_name = "NAME")]
+    pub identity: Option<String>,
+}
+
+impl PolicyArgs {
+    /// The flags combined with the site configuration.
+    pub fn load(&self) -> anyhow::Result<sheaf_trust::Policy> {
+        Ok(sheaf_trust::Policy::load(
+            self.require_signature,
+            self.signers.clone(),
+            self.identity.clone(),
+        )?)
+    }
+}

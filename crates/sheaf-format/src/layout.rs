@@ -279,6 +279,21 @@ impl BlockRef {
             ulen: c.u32()?,
         })
     }
+    /// Decompress `stored` (in `codec`) into `out` and check it is what this
+    /// ref names: exactly `ulen` bytes with digest `hash`. The one check every
+    /// page and block passes before use, wherever its bytes came from.
+    pub fn check_stored(
+        &self,
+        codec: crate::Codec,
+        stored: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        codec.decompress_into(stored, self.ulen as usize, out)?;
+        if out.len() != self.ulen as usize || crate::digest(out) != self.hash {
+            return Err(FormatError::HashMismatch(String::new()));
+        }
+        Ok(())
+    }
     /// Check the stored range lies within `[HEADER_LEN, limit)` and the lengths are sane.
     pub fn validate(&self, limit: u64, max_ulen: u32) -> Result<(), FormatError> {
         let end = self.offset.checked_add(self.clen as u64);

@@ -475,11 +475,7 @@ impl Image {
         stored: &[u8],
         data: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
-        codec.decompress_into(stored, r.ulen as usize, data)?;
-        if data.len() != r.ulen as usize || sheaf_format::digest(data) != r.hash {
-            return Err(FormatError::HashMismatch(String::new()));
-        }
-        Ok(())
+        r.check_stored(codec, stored, data)
     }
 
     /// Fetch the objects of `refs` that neither `cache` nor the store holds,

@@ -24,7 +24,7 @@ pub mod verify;
 pub use cache::Cache;
 pub use error::ReadError;
 pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
-pub use source::{CountingSource, FileSource, MemSource, ObjectStore, Source};
+pub use source::{CountingSource, FileSource, IndexSource, MemSource, ObjectStore, Source};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};
 pub use tree::{Seen, SeenMerged};
 

@@ -144,6 +144,45 @@ impl Source for MemSource {
     }
 }
 
+/// An image known only by its index (`sheaf_format::remote::ImageIndex`):
+/// enough to open it and read its superblock and sections, not its pages or
+/// blocks (reading those is an error). Used where the index travelled
+/// without the image, as in a broadcast.
+#[derive(Debug, Clone)]
+pub struct IndexSource {
+    index: sheaf_format::remote::ImageIndex,
+    name: String,
+}
+
+impl IndexSource {
+    /// Serve `index` under a display name.
+    pub fn new(index: sheaf_format::remote::ImageIndex, name: impl Into<String>) -> Self {
+        IndexSource {
+            index,
+            name: name.into(),
+        }
+    }
+}
+
+impl Source for IndexSource {
+    fn len(&self) -> u64 {
+        self.index.file_len
+    }
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if self.index.read(buf, offset) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("bytes {offset}+{} are not in the index", buf.len()),
+            ))
+        }
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// Wraps a source and counts the requests and bytes read through it
 /// (for `sheaf stats`: how much of the image a workload touched).
 pub struct CountingSource {
