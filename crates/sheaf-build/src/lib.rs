@@ -175,7 +175,11 @@ fn validate(opts: &BuildOptions) -> Result<(), BuildError> {
 ///
 /// Files named in `prefetch` come first, in its order, so a workload's
 /// blocks are contiguous and fetched with few large requests.
-fn packing_order(tree: &Tree, prefetch: &HashMap<&[u8], usize>) -> (Vec<NodeId>, Vec<u32>) {
+fn packing_order(
+    tree: &Tree,
+    prefetch: &HashMap<&[u8], usize>,
+    boundaries: &[Vec<u8>],
+) -> (Vec<NodeId>, Vec<u32>) {
     let index = tree.entry_index();
     let name_of = |id: NodeId| -> &[u8] {
         let p = tree.nodes[id as usize].parent;
@@ -204,15 +208,36 @@ fn packing_order(tree: &Tree, prefetch: &HashMap<&[u8], usize>) -> (Vec<NodeId>,
     let stem = |n: &'_ [u8]| -> usize { n.iter().position(|&b| b == b'.').unwrap_or(n.len()) };
     let ranks = prefetch_ranks(tree, &index, prefetch);
     let rank = |id: NodeId| ranks.get(&id).copied().unwrap_or(usize::MAX);
+    // Files under one pack boundary are packed together (see
+    // BuildOptions::pack_boundaries), so each one's blocks depend on it alone.
+    let mut bound: HashMap<NodeId, usize> = HashMap::new();
+    if !boundaries.is_empty() {
+        use std::os::unix::ffi::OsStrExt;
+        for &(id, _) in &files {
+            let p = tree.path(&index, id);
+            if let Some(g) = boundary_of(p.as_os_str().as_bytes(), boundaries) {
+                bound.insert(id, g);
+            }
+        }
+    }
+    let bound_of = |id: NodeId| bound.get(&id).copied().unwrap_or(usize::MAX);
     files.sort_by(|a, b| {
         let (na, nb) = (name_of(a.0), name_of(b.0));
         rank(a.0)
             .cmp(&rank(b.0))
+            .then_with(|| bound_of(a.0).cmp(&bound_of(b.0)))
             .then_with(|| a.1.cmp(&b.1))
             .then_with(|| na[..stem(na)].cmp(&nb[..stem(nb)]))
             .then_with(|| na.cmp(nb))
     });
     (files.into_iter().map(|(id, _)| id).collect(), index)
+}
+
+/// Which of `boundaries` (directories) the relative path `p` lies under.
+fn boundary_of(p: &[u8], boundaries: &[Vec<u8>]) -> Option<usize> {
+    boundaries
+        .iter()
+        .position(|d| p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/')
 }
 
 /// Position in the prefetch list of each listed file node.
@@ -545,7 +570,7 @@ impl DirInput<'_> {
         } else {
             scan::scan_dir(src, opts, problems, self.skip)?
         };
-        let (order, index) = packing_order(&tree, self.prefetch);
+        let (order, index) = packing_order(&tree, self.prefetch, &opts.pack_boundaries);
         progress
             .total_files
             .store(order.len() as u64, Ordering::Relaxed);
@@ -561,12 +586,21 @@ impl DirInput<'_> {
         let mut unreadable = Vec::new();
         // Files come grouped by directory: keep the current one's handle.
         let mut dir: Option<(NodeId, PathBuf, Option<File>)> = None;
+        let mut group: Option<usize> = None;
         for id in order {
             if cancel.load(Ordering::Relaxed) {
                 return Err(BuildError::Interrupted);
             }
             let rel = tree.path(&index, id);
             let path = src.join(&rel);
+            if !opts.pack_boundaries.is_empty() {
+                use std::os::unix::ffi::OsStrExt;
+                let g = boundary_of(rel.as_os_str().as_bytes(), &opts.pack_boundaries);
+                if g != group {
+                    packer.cut_pack()?;
+                    group = g;
+                }
+            }
             let parent = tree.nodes[id as usize].parent;
             if dir.as_ref().is_none_or(|d| d.0 != parent) {
                 let parent_rel = rel.parent().unwrap_or(Path::new(""));

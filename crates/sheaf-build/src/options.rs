@@ -112,6 +112,11 @@ pub struct BuildOptions {
     /// order: their data is placed first and contiguously, and their blocks
     /// are listed in the image's prefetch section for mounts to fetch ahead.
     pub prefetch: Vec<Vec<u8>>,
+    /// Directories (relative paths) that start a new pack block: small files
+    /// of one such directory never share a block with files outside it, so
+    /// an unchanged directory keeps identical blocks when another changes
+    /// (software pools: one per package version). Directory input only.
+    pub pack_boundaries: Vec<Vec<u8>>,
 }
 
 impl Default for BuildOptions {
@@ -129,6 +134,7 @@ impl Default for BuildOptions {
             skip_errors: false,
             force: false,
             prefetch: Vec::new(),
+            pack_boundaries: Vec::new(),
         }
     }
 }

@@ -282,6 +282,11 @@ impl<W: Write + Send + 'static> Packer<W> {
         Ok(())
     }
 
+    /// End the current pack block: later small files start a new one.
+    pub fn cut_pack(&mut self) -> Result<(), BuildError> {
+        self.flush_pack()
+    }
+
     fn flush_pack(&mut self) -> Result<(), BuildError> {
         if let Some(seq) = self.pack_seq.take() {
             let data = std::mem::replace(&mut self.pack, Vec::with_capacity(self.pack_size));

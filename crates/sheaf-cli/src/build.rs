@@ -77,10 +77,10 @@ pub struct ImageArgs {
     force: bool,
     /// Print a JSON report on stdout.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// No progress bar and no summary.
     #[arg(short, long)]
-    quiet: bool,
+    pub quiet: bool,
 }
 
 fn parse_owner(s: &str) -> Result<(u32, u32)> {
@@ -123,6 +123,7 @@ impl ImageArgs {
             skip_errors: false,
             force: self.force,
             prefetch: Vec::new(),
+            pack_boundaries: Vec::new(),
         })
     }
 }

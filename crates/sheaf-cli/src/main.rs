@@ -8,6 +8,7 @@ mod extract;
 mod inspect;
 mod layers;
 mod mount;
+mod pool;
 mod remote;
 mod run;
 mod trust;
@@ -51,6 +52,15 @@ enum Cmd {
     /// mpirun or srun), reading it from shared storage once and sending
     /// each node only the objects it lacks.
     Bcast(bcast::BcastArgs),
+    /// Software pools: build them, load them on nodes and into Lmod.
+    #[command(subcommand)]
+    Pool(pool::PoolCmd),
+    /// Print the shell function that makes `sheaf pool load` change the
+    /// calling shell: eval "$(sheaf shell-init bash)" (or zsh).
+    ShellInit {
+        /// bash or zsh.
+        shell: String,
+    },
     /// Pack the upper directory of a writable mount into a layer image
     /// (whiteouts kept) that stacks on the same images.
     Commit(layers::CommitArgs),
@@ -187,6 +197,8 @@ fn main() {
         Cmd::Optimize(a) => remote::optimize(a, r),
         Cmd::Build(a) => build::run(a),
         Cmd::Bcast(a) => bcast::run(a, r),
+        Cmd::Pool(c) => pool::run(c, r),
+        Cmd::ShellInit { shell } => pool::shell_init(&shell),
         Cmd::Commit(a) => layers::commit(a),
         Cmd::Merge(a) => layers::merge(a, r),
         Cmd::Info {

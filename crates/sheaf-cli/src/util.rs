@@ -134,6 +134,28 @@ impl RemoteArgs {
             .remote)
     }
 
+    /// These settings as flags, for a sheaf child process.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            format!("--cache-size={}", self.cache_size),
+            format!("--timeout={}", self.timeout),
+            format!("--failback={}", self.failback),
+        ];
+        if let Some(d) = &self.cache_dir {
+            v.push(format!("--cache-dir={}", d.display()));
+        }
+        if self.no_cache {
+            v.push("--no-cache".into());
+        }
+        for m in &self.mirrors {
+            v.push(format!("--mirror={m}"));
+        }
+        if let Some(p) = &self.proxy {
+            v.push(format!("--proxy={p}"));
+        }
+        v
+    }
+
     /// The library's settings from these flags.
     pub fn config(&self) -> anyhow::Result<sheaf_net::RemoteConfig> {
         Ok(sheaf_net::RemoteConfig {

@@ -1,0 +1,400 @@
+//! `sheaf pool ...` and `sheaf shell-init`: arguments and printing; the
+//! layout rules and shell code are `sheaf_pool`'s, the copy `sheaf_bcast`'s,
+//! and the mount a `sheaf mount` child process.
+
+use crate::build::{write_image, ImageArgs};
+use crate::util::{human, PolicyArgs, RemoteArgs};
+use anyhow::{bail, Context, Result};
+use sheaf_pool::{Config, Package};
+use std::path::{Path, PathBuf};
+
+/// `sheaf pool` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum PoolCmd {
+    /// Write a pool skeleton (one example package and its modulefile).
+    Init {
+        /// Directory to create.
+        dir: PathBuf,
+    },
+    /// Check a pool directory's layout and pack it into an image.
+    Build(PoolBuildArgs),
+    /// Bring a pool to this node (broadcast under mpirun/srun), mount it,
+    /// and add its modulefiles to Lmod. Needs the shell function from
+    /// `eval "$(sheaf shell-init bash)"`, or `eval "$(sheaf pool load X --sh)"`.
+    Load(PoolLoadArgs),
+    /// Unload a pool's modules, remove it from Lmod's path and unmount it.
+    Unload {
+        /// NAME/VERSION of a loaded pool.
+        pool: String,
+        /// Print shell code for the calling shell to evaluate.
+        #[arg(long)]
+        sh: bool,
+    },
+    /// Loaded pools and node-local copies.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pools the configured locations offer.
+    Avail {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove node-local copies that are not mounted, keeping the newest
+    /// KEEP versions of each pool.
+    Gc {
+        /// Versions of each pool to keep.
+        #[arg(long, default_value_t = 1)]
+        keep: usize,
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Arguments of `sheaf pool build`.
+#[derive(clap::Args, Debug)]
+pub struct PoolBuildArgs {
+    /// The pool directory (install/, modulefiles/, optional source/, config/).
+    dir: PathBuf,
+    /// The image to write (convention: LOCATION/NAME/VERSION.sheaf).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// NAME/VERSION of the pool.
+    #[arg(long)]
+    name: String,
+    #[command(flatten)]
+    image: ImageArgs,
+}
+
+/// Arguments of `sheaf pool load`.
+#[derive(clap::Args, Debug)]
+pub struct PoolLoadArgs {
+    /// NAME/VERSION (searched in the site config's [pools] locations), an
+    /// image file, or a URL.
+    pool: String,
+    /// Print shell code for the calling shell to evaluate (what the
+    /// shell-init function does).
+    #[arg(long)]
+    sh: bool,
+    /// Use MPI for the copy: auto (when started by mpirun/srun), always, never.
+    #[arg(long, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"])]
+    mpi: String,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+fn config() -> Result<Config> {
+    Ok(Config::load(&sheaf_trust::policy::config_path())?)
+}
+
+/// `sheaf pool ...`.
+pub fn run(cmd: PoolCmd, remote: &RemoteArgs) -> Result<i32> {
+    match cmd {
+        PoolCmd::Init { dir } => {
+            sheaf_pool::init(&dir)?;
+            eprintln!(
+                "wrote a pool skeleton in {d} (package hello/1.0); next: \
+                 sheaf pool build {d} -o hello-pool.sheaf --name mypool/1.0",
+                d = dir.display()
+            );
+            Ok(0)
+        }
+        PoolCmd::Build(a) => build(a),
+        PoolCmd::Load(a) => load(a, remote),
+        PoolCmd::Unload { pool, sh } => unload(&pool, sh),
+        PoolCmd::List { json } => list(json),
+        PoolCmd::Avail { json } => avail(json),
+        PoolCmd::Gc { keep, dry_run } => gc(keep, dry_run),
+    }
+}
+
+fn build(a: PoolBuildArgs) -> Result<i32> {
+    sheaf_pool::parse_name(&a.name)?;
+    let layout = sheaf_pool::check(&a.dir)?;
+    if !layout.unlisted.is_empty() && !a.image.json {
+        eprintln!(
+            "note: install directories without a modulefile (fine for dependencies): {}",
+            layout.unlisted.join(", ")
+        );
+    }
+    let mut opts = a.image.options()?;
+    opts.pack_boundaries = sheaf_pool::pack_boundaries(&a.dir)?;
+    let input = sheaf_build::Input::Dir(a.dir.clone());
+    let names: Vec<String> = layout
+        .packages
+        .iter()
+        .map(|p: &Package| format!("{}/{}", p.name, p.version))
+        .collect();
+    if !a.image.json && !a.image.quiet {
+        eprintln!("pool {}: {}", a.name, names.join(", "));
+    }
+    write_image(
+        &input,
+        &a.output,
+        &opts,
+        &a.image,
+        serde_json::json!({"pool": a.name, "packages": names}),
+    )
+}
+
+/// NAME, VERSION and source of what `pool load` was given.
+fn resolve(arg: &str, cfg: &Config) -> Result<(String, String, String)> {
+    let is_url = sheaf_net::is_url(arg);
+    if !is_url && !Path::new(arg).exists() {
+        if let Ok((n, v)) = sheaf_pool::parse_name(arg) {
+            let src = cfg.find(&n, &v)?;
+            return Ok((n, v, src));
+        }
+        bail!("{arg}: no such pool file, and not a NAME/VERSION");
+    }
+    // A file or URL named like LOCATION/NAME/VERSION[.sheaf].
+    let p = Path::new(arg.trim_end_matches('/'));
+    let version = p
+        .file_name()
+        .map(|f| f.to_string_lossy().trim_end_matches(".sheaf").to_string())
+        .unwrap_or_default();
+    let name = p
+        .parent()
+        .and_then(|d| d.file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (n, v) = sheaf_pool::parse_name(&format!("{name}/{version}"))
+        .with_context(|| format!("{arg}: pool files are named NAME/VERSION.sheaf"))?;
+    Ok((n, v, arg.to_string()))
+}
+
+/// Whether a sheaf filesystem is mounted at `mp`.
+fn sheaf_mounted(mp: &Path) -> bool {
+    matches!(sheaf_mount::kernel::mount_at(mp), Ok(Some(m)) if m.fstype == "fuse.sheaf")
+}
+
+fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
+    let cfg = config()?;
+    let (name, version, src) = resolve(&a.pool, &cfg)?;
+    let local = cfg.local_copy(&name, &version);
+    let mp = cfg.mount_point(&name, &version);
+    let exe = std::env::current_exe().context("the sheaf executable")?;
+    let mut policy_flags: Vec<String> = Vec::new();
+    if a.policy.require_signature {
+        policy_flags.push("--require-signature".into());
+    }
+    if let Some(s) = &a.policy.signers {
+        policy_flags.extend(["--signers".into(), s.display().to_string()]);
+    }
+    if let Some(i) = &a.policy.identity {
+        policy_flags.extend(["--identity".into(), i.clone()]);
+    }
+    if !sheaf_mounted(&mp) {
+        // The copy, in a child: MPI (when launched so) lives and ends there,
+        // before this process forks the mount's server.
+        let st = std::process::Command::new(&exe)
+            .args(remote.to_args())
+            .arg("bcast")
+            .args(["--mpi", &a.mpi])
+            .args(&policy_flags)
+            .arg(&src)
+            .arg(&local)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .context("running sheaf bcast")?;
+        if !st.success() {
+            bail!(
+                "pool {name}/{version}: could not bring {src} to {}",
+                local.display()
+            );
+        }
+        // Under a launcher, each node's copy is mounted by one process; the
+        // others find it mounted (or mounting) and only print the shell code.
+        std::fs::create_dir_all(&mp).with_context(|| mp.display().to_string())?;
+        let o = std::process::Command::new(&exe)
+            .args(remote.to_args())
+            .arg("mount")
+            .args(&policy_flags)
+            .arg(&local)
+            .arg(&mp)
+            .stdout(std::process::Stdio::null())
+            .output()
+            .context("running sheaf mount")?;
+        if !o.status.success() && !sheaf_mounted(&mp) {
+            let e = String::from_utf8_lossy(&o.stderr);
+            bail!(
+                "pool {name}/{version}: mount at {} failed: {}",
+                mp.display(),
+                e.trim().trim_start_matches("sheaf: error: ")
+            );
+        }
+    }
+    if a.sh {
+        print!("{}", sheaf_pool::load_shell(&mp));
+    } else {
+        eprintln!(
+            "pool {name}/{version} is mounted at {mp}; for Lmod: module use {mp}/modulefiles \
+             (or eval \"$(sheaf shell-init bash)\" once, and `sheaf pool load` does it)",
+            mp = mp.display()
+        );
+    }
+    Ok(0)
+}
+
+fn unload(pool: &str, sh: bool) -> Result<i32> {
+    let cfg = config()?;
+    let (n, v) = sheaf_pool::parse_name(pool)?;
+    let mp = cfg.mount_point(&n, &v);
+    if !sheaf_mounted(&mp) {
+        bail!(
+            "pool {pool} is not loaded (nothing mounted at {})",
+            mp.display()
+        );
+    }
+    let exe = std::env::current_exe().context("the sheaf executable")?;
+    if sh {
+        print!(
+            "{}",
+            sheaf_pool::unload_shell(&mp, &exe.display().to_string())
+        );
+        return Ok(0);
+    }
+    let st = std::process::Command::new(&exe)
+        .arg("umount")
+        .arg(&mp)
+        .status()?;
+    eprintln!(
+        "note: run `module unuse {}/modulefiles` in your shell (or use the shell-init function)",
+        mp.display()
+    );
+    Ok(if st.success() { 0 } else { 1 })
+}
+
+/// Local copies: (NAME/VERSION, path, bytes, mtime).
+fn local_copies(cfg: &Config) -> Vec<(String, PathBuf, u64, std::time::SystemTime)> {
+    let mut v = Vec::new();
+    let Ok(names) = std::fs::read_dir(&cfg.local) else {
+        return v;
+    };
+    for n in names.flatten() {
+        let Ok(files) = std::fs::read_dir(n.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let fname = f.file_name().to_string_lossy().into_owned();
+            let Some(ver) = fname.strip_suffix(".sheaf") else {
+                continue;
+            };
+            if fname.starts_with('.') {
+                continue;
+            }
+            if let Ok(md) = f.metadata() {
+                v.push((
+                    format!("{}/{ver}", n.file_name().to_string_lossy()),
+                    f.path(),
+                    md.len(),
+                    md.modified().unwrap_or(std::time::UNIX_EPOCH),
+                ));
+            }
+        }
+    }
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+fn list(json: bool) -> Result<i32> {
+    let cfg = config()?;
+    let rows: Vec<serde_json::Value> = local_copies(&cfg)
+        .into_iter()
+        .map(|(pool, path, bytes, _)| {
+            let (n, v) = sheaf_pool::parse_name(&pool).unwrap_or_default();
+            let mp = cfg.mount_point(&n, &v);
+            let mounted = sheaf_mounted(&mp);
+            serde_json::json!({"pool": pool, "copy": path, "bytes": bytes,
+                "mounted": mounted.then(|| mp.display().to_string())})
+        })
+        .collect();
+    if json {
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(0);
+    }
+    if rows.is_empty() {
+        eprintln!("no pools on this node ({})", cfg.local.display());
+    }
+    for r in rows {
+        println!(
+            "{:<28} {:>10}  {}",
+            r["pool"].as_str().unwrap_or(""),
+            human(r["bytes"].as_u64().unwrap_or(0)),
+            r["mounted"]
+                .as_str()
+                .map_or("not mounted".to_string(), |m| format!("mounted at {m}"))
+        );
+    }
+    Ok(0)
+}
+
+fn avail(json: bool) -> Result<i32> {
+    let cfg = config()?;
+    let v = cfg.avail();
+    if json {
+        let rows: Vec<_> = v
+            .iter()
+            .map(|(p, path)| serde_json::json!({"pool": p, "path": path}))
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+        return Ok(0);
+    }
+    if cfg.locations.is_empty() {
+        eprintln!(
+            "no pool locations configured ([pools] locations in {})",
+            sheaf_trust::policy::config_path().display()
+        );
+    }
+    for (p, path) in v {
+        println!("{p:<28} {}", path.display());
+    }
+    Ok(0)
+}
+
+fn gc(keep: usize, dry_run: bool) -> Result<i32> {
+    let cfg = config()?;
+    let mut copies = local_copies(&cfg);
+    // Newest first within each pool name.
+    copies.sort_by(|a, b| {
+        let (na, nb) = (a.0.split('/').next(), b.0.split('/').next());
+        na.cmp(&nb).then(b.3.cmp(&a.3))
+    });
+    let mut kept: std::collections::HashMap<String, usize> = Default::default();
+    let mut freed = 0u64;
+    for (pool, path, bytes, _) in copies {
+        let (n, v) = sheaf_pool::parse_name(&pool).unwrap_or_default();
+        let k = kept.entry(n.clone()).or_default();
+        if sheaf_mounted(&cfg.mount_point(&n, &v)) || *k < keep {
+            *k += 1;
+            continue;
+        }
+        if dry_run {
+            println!("would remove {}", path.display());
+        } else {
+            std::fs::remove_file(&path).with_context(|| path.display().to_string())?;
+            let _ = std::fs::remove_file(sheaf_trust::policy::detached_path(&path));
+            println!("removed {}", path.display());
+        }
+        freed += bytes;
+    }
+    eprintln!(
+        "{} {}",
+        if dry_run { "would free" } else { "freed" },
+        human(freed)
+    );
+    Ok(0)
+}
+
+/// `sheaf shell-init SHELL`.
+pub fn shell_init(shell: &str) -> Result<i32> {
+    let exe = std::env::current_exe().context("the sheaf executable")?;
+    match shell {
+        "bash" | "zsh" | "sh" => print!("{}", sheaf_pool::shell_init(&exe.display().to_string())),
+        other => bail!("shell-init: {other}: supported shells are bash and zsh"),
+    }
+    Ok(0)
+}

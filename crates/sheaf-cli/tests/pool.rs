@@ -1,0 +1,249 @@
+//! Software pools with real Lmod (Debian's `lmod`), real FUSE mounts and a
+//! compiled program: build, load through the shell-init function, module
+//! avail/load, run, unload; failures leave MODULEPATH alone; an unchanged
+//! package keeps its blocks across pool versions.
+
+mod common;
+use common::*;
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+const LMOD_INIT: &str = "/usr/share/lmod/lmod/init/bash";
+
+/// Stored bytes of the objects of `new` that `old` lacks (read with the
+/// reader library, independently of bcast).
+fn new_object_bytes(old: &Path, new: &Path) -> (u64, u64) {
+    let refs = |p: &Path| {
+        let img =
+            sheaf_read::Image::open(Arc::new(sheaf_read::FileSource::open(p).unwrap())).unwrap();
+        let mut seen = HashSet::new();
+        img.object_refs()
+            .unwrap()
+            .into_iter()
+            .filter(|(r, _)| seen.insert(r.offset))
+            .map(|(r, _)| (r.hash, r.clen as u64))
+            .collect::<Vec<_>>()
+    };
+    let have: HashSet<[u8; 32]> = refs(old).into_iter().map(|r| r.0).collect();
+    let all = refs(new);
+    let total = all.iter().map(|r| r.1).sum();
+    let fresh = all
+        .iter()
+        .filter(|r| !have.contains(&r.0))
+        .map(|r| r.1)
+        .sum();
+    (fresh, total)
+}
+
+/// A pool: `tool/2.0` (a compiled C program), `pyfoo/1.0` (a Python
+/// package), `zlib-data/1.0` (many small files, no modulefile change).
+fn make_pool(dir: &Path, tool_message: &str) {
+    let sheaf_init = sheaf(["pool".as_ref(), "init".as_ref(), dir.as_os_str()]);
+    sheaf_init.ok();
+    // The compiled program.
+    let bin = dir.join("install/tool/2.0/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let c = dir.join("source/tool.c");
+    write(
+        &c,
+        format!("#include <stdio.h>\nint main(void) {{ puts(\"{tool_message}\"); return 0; }}\n")
+            .as_bytes(),
+    );
+    let st = Command::new("cc")
+        .arg("-O1")
+        .arg("-o")
+        .arg(bin.join("tool"))
+        .arg(&c)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::fs::create_dir_all(dir.join("modulefiles/tool")).unwrap();
+    write(
+        &dir.join("modulefiles/tool/2.0.lua"),
+        b"local root = myFileName():match(\"(.*)/modulefiles/\")\n\
+          prepend_path(\"PATH\", pathJoin(root, \"install/tool/2.0/bin\"))\n",
+    );
+    // The Python package.
+    let py = dir.join("install/pyfoo/1.0/lib/pyfoo");
+    std::fs::create_dir_all(&py).unwrap();
+    write(&py.join("__init__.py"), b"ANSWER = 42\n");
+    std::fs::create_dir_all(dir.join("modulefiles/pyfoo")).unwrap();
+    write(
+        &dir.join("modulefiles/pyfoo/1.0.lua"),
+        b"local root = myFileName():match(\"(.*)/modulefiles/\")\n\
+          prepend_path(\"PYTHONPATH\", pathJoin(root, \"install/pyfoo/1.0/lib\"))\n",
+    );
+    // Many small files that do not change between versions.
+    let data = dir.join("install/zlib-data/1.0/share");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut rng = Rng::new(11);
+    for i in 0..400 {
+        write(&data.join(format!("f{i:03}.txt")), &rng.text(1500));
+    }
+    std::fs::create_dir_all(dir.join("modulefiles/zlib-data")).unwrap();
+    write(
+        &dir.join("modulefiles/zlib-data/1.0.lua"),
+        b"local root = myFileName():match(\"(.*)/modulefiles/\")\n\
+          setenv(\"ZDATA\", pathJoin(root, \"install/zlib-data/1.0/share\"))\n",
+    );
+}
+
+fn bash(script: &str, env: &[(&str, &Path)]) -> Out {
+    let mut c = Command::new("bash");
+    c.arg("-c").arg(script).env_remove("MODULEPATH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    run_cmd(&mut c)
+}
+
+#[test]
+fn a_pool_loads_into_lmod_runs_and_unloads_and_failure_changes_nothing() {
+    if !mounts_allowed() {
+        return;
+    }
+    assert!(
+        Path::new(LMOD_INIT).exists(),
+        "Lmod missing: `make test` installs lmod"
+    );
+    let t = tmpdir();
+    let pool = t.path().join("pool");
+    make_pool(&pool, "tool 2.0 says hi");
+    let shared = t.path().join("shared/sw");
+    std::fs::create_dir_all(&shared).unwrap();
+    let img = shared.join("1.0.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "--name".as_ref(),
+        "sw/1.0".as_ref(),
+    ])
+    .ok();
+    let conf = t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = [\"{s}\"]\nlocal = \"{l}\"\nmounts = \"{m}\"\n",
+            s = t.path().join("shared").display(),
+            l = t.path().join("local").display(),
+            m = t.path().join("mnt").display()
+        )
+        .as_bytes(),
+    );
+    let mp = t.path().join("mnt/sw/1.0");
+    let script = format!(
+        "set -u\nsource {LMOD_INIT}\nexport MODULEPATH=/nonexistent/site\n\
+         eval \"$({bin} shell-init bash)\"\n\
+         before=\"$MODULEPATH\"\n\
+         if sheaf pool load sw/9.9 2>/dev/null; then echo LOAD-OF-MISSING-SUCCEEDED; fi\n\
+         [ \"$MODULEPATH\" = \"$before\" ] && echo MODULEPATH-UNCHANGED\n\
+         sheaf pool load sw/1.0 || exit 3\n\
+         echo \"MP=$MODULEPATH\"\n\
+         module -t avail 2>&1 | sed 's/^/AVAIL /'\n\
+         module load tool/2.0 pyfoo/1.0 || exit 4\n\
+         tool\n\
+         python3 -c 'import pyfoo; print(\"PY\", pyfoo.ANSWER)'\n\
+         sheaf pool list\n\
+         sheaf pool unload sw/1.0 || exit 5\n\
+         echo \"AFTER=$MODULEPATH\"\n\
+         command -v tool || echo TOOL-GONE\n\
+         echo \"LOADED=${{LOADEDMODULES:-}}\"\n",
+        bin = bin()
+    );
+    let o = bash(&script, &[("SHEAF_CONFIG", &conf)]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let desc = format!("{}\nstdout:\n{out}", o.describe());
+    assert_eq!(o.code, 0, "{desc}");
+    assert!(!out.contains("LOAD-OF-MISSING-SUCCEEDED"), "{desc}");
+    assert!(out.contains("MODULEPATH-UNCHANGED"), "{desc}");
+    assert!(
+        out.contains(&format!(
+            "MP={}/modulefiles:/nonexistent/site",
+            mp.display()
+        )),
+        "{desc}"
+    );
+    for m in ["tool/2.0", "pyfoo/1.0", "zlib-data/1.0", "hello/1.0"] {
+        assert!(out.contains(&format!("AVAIL {m}")), "{m}: {desc}");
+    }
+    assert!(out.contains("tool 2.0 says hi"), "{desc}");
+    assert!(out.contains("PY 42"), "{desc}");
+    assert!(out.contains("mounted at"), "{desc}");
+    assert!(out.contains("AFTER=/nonexistent/site"), "{desc}");
+    assert!(out.contains("TOOL-GONE"), "{desc}");
+    assert!(
+        out.contains("LOADED=\n") || out.trim_end().ends_with("LOADED="),
+        "{desc}"
+    );
+    assert!(!is_mounted(&mp), "unload left the pool mounted");
+    // The node-local copy is the shared image, byte for byte.
+    assert_eq!(
+        std::fs::read(t.path().join("local/sw/1.0.sheaf")).unwrap(),
+        std::fs::read(&img).unwrap()
+    );
+}
+
+#[test]
+fn an_unchanged_package_keeps_its_blocks_in_the_next_pool_version() {
+    let t = tmpdir();
+    let pool = t.path().join("pool");
+    make_pool(&pool, "v1");
+    let build_pool = |out: &Path| {
+        sheaf([
+            "pool".as_ref(),
+            "build".as_ref(),
+            pool.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--name".as_ref(),
+            "sw/x".as_ref(),
+            "--force".as_ref(),
+        ])
+        .ok();
+    };
+    let (p1, p2) = (t.path().join("p1.sheaf"), t.path().join("p2.sheaf"));
+    let (b1, b2) = (t.path().join("b1.sheaf"), t.path().join("b2.sheaf"));
+    build_pool(&p1);
+    build(&pool, &b1, &[]);
+    // Version 2: the first package in packing order grows a file.
+    let extra = pool.join("install/hello/1.0/share");
+    std::fs::create_dir_all(&extra).unwrap();
+    write(&extra.join("NEWS"), &Rng::new(5).text(3000));
+    build_pool(&p2);
+    build(&pool, &b2, &[]);
+    let (pool_new, pool_total) = new_object_bytes(&p1, &p2);
+    let (plain_new, _) = new_object_bytes(&b1, &b2);
+    // The pool packs each package apart: the unchanged 600 KB of small
+    // files keep their blocks. A plain build shifts them.
+    assert!(
+        (pool_new as f64) < 0.25 * pool_total as f64,
+        "pool: {pool_new} new of {pool_total}"
+    );
+    assert!(
+        pool_new * 2 < plain_new,
+        "pool build {pool_new} new bytes vs plain build {plain_new}"
+    );
+    // A broken layout is refused with one line naming the file.
+    std::fs::remove_dir_all(pool.join("install/pyfoo")).unwrap();
+    let o = sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        t.path().join("bad.sheaf").as_os_str(),
+        "--name".as_ref(),
+        "sw/x".as_ref(),
+    ])
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("pyfoo/1.0.lua"),
+        "{}",
+        o.describe()
+    );
+    assert!(!t.path().join("bad.sheaf").exists());
+}

@@ -1,0 +1,551 @@
+//! Software pools: a whole software stack in one image, brought to each node
+//! and handed to Lmod.
+//!
+//! Owns the pool layout and its checks ([`check`]), the skeleton
+//! ([`init`]), where pools are found and kept ([`Config`]: site config
+//! `[pools]`), and the shell code that tells Lmod about a mounted pool
+//! ([`load_shell`], [`unload_shell`]). Moving the image is `sheaf_bcast`'s;
+//! mounting is the CLI's (it spawns `sheaf mount`). Layout (docs/pools.md):
+//!
+//! ```text
+//! install/PKG/VER/...        the installed software
+//! modulefiles/PKG/VER.lua    one Lmod modulefile per install directory
+//! source/, config/           optional: what is needed to rebuild it
+//! ```
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Why a pool could not be built, found or loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// The directory does not have the pool layout.
+    #[error("{dir}: not a pool: {why}")]
+    Layout {
+        /// The pool directory.
+        dir: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A modulefile breaks a rule.
+    #[error("{file}: {why}")]
+    Modulefile {
+        /// The modulefile.
+        file: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A name that is not NAME/VERSION.
+    #[error("{0:?}: a pool is named NAME/VERSION (e.g. pystack/2024.1)")]
+    BadName(String),
+    /// No configured location holds the pool.
+    #[error("pool {name} not found in {where_}")]
+    NotFound {
+        /// NAME/VERSION.
+        name: String,
+        /// The locations searched.
+        where_: String,
+    },
+    /// The site configuration is malformed.
+    #[error("{path}: {why}")]
+    Config {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PoolError + '_ {
+    move |source| PoolError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The top-level directories a pool may hold.
+pub const TOP: [&str; 4] = ["install", "modulefiles", "source", "config"];
+
+/// One package version of a pool.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Package {
+    /// Package name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+}
+
+/// What [`check`] found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Layout {
+    /// Every package version with a modulefile and an install directory.
+    pub packages: Vec<Package>,
+    /// Install directories without a modulefile (allowed: dependencies
+    /// loaded by other modulefiles), as `PKG/VER`.
+    pub unlisted: Vec<String>,
+}
+
+fn sorted_dirs(p: &Path) -> Result<Vec<(String, PathBuf)>, PoolError> {
+    let mut v = Vec::new();
+    for e in fs::read_dir(p).map_err(io(p))? {
+        let e = e.map_err(io(p))?;
+        v.push((e.file_name().to_string_lossy().into_owned(), e.path()));
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Check `dir` has the pool layout: `install/` and `modulefiles/` and
+/// nothing else at the top but `source/` and `config/`; every
+/// `modulefiles/PKG/VER.lua` has `install/PKG/VER/`; every modulefile is
+/// relocatable: it finds the pool root from its own path (Lmod's
+/// `myFileName()`), and never names the directory it was built in.
+pub fn check(dir: &Path) -> Result<Layout, PoolError> {
+    let layout = |why: String| PoolError::Layout {
+        dir: dir.display().to_string(),
+        why,
+    };
+    let abs = fs::canonicalize(dir).map_err(io(dir))?;
+    for (name, p) in sorted_dirs(dir)? {
+        if !TOP.contains(&name.as_str()) {
+            return Err(layout(format!(
+                "unexpected top-level entry {name:?} (a pool holds only {})",
+                TOP.join(", ")
+            )));
+        }
+        if !p.is_dir() {
+            return Err(layout(format!("{name} is not a directory")));
+        }
+    }
+    for need in ["install", "modulefiles"] {
+        if !dir.join(need).is_dir() {
+            return Err(layout(format!("no {need}/ directory")));
+        }
+    }
+    let mut packages = Vec::new();
+    for (pkg, pdir) in sorted_dirs(&dir.join("modulefiles"))? {
+        if !pdir.is_dir() {
+            return Err(layout(format!(
+                "modulefiles/{pkg}: expected a directory modulefiles/PKG/ holding VER.lua files"
+            )));
+        }
+        for (file, fpath) in sorted_dirs(&pdir)? {
+            if file.starts_with('.') {
+                continue; // .modulerc.lua, .version: Lmod's own
+            }
+            let Some(ver) = file.strip_suffix(".lua") else {
+                return Err(PoolError::Modulefile {
+                    file: fpath.display().to_string(),
+                    why: "modulefiles are Lua (PKG/VER.lua)".into(),
+                });
+            };
+            let text = fs::read_to_string(&fpath).map_err(io(&fpath))?;
+            let bad = |why: String| PoolError::Modulefile {
+                file: fpath.display().to_string(),
+                why,
+            };
+            if !dir.join("install").join(&pkg).join(ver).is_dir() {
+                return Err(bad(format!("no install/{pkg}/{ver}/ for this modulefile")));
+            }
+            let abs_s = abs.to_string_lossy();
+            let given = dir.to_string_lossy();
+            if text.contains(&*abs_s) || (given.starts_with('/') && text.contains(&*given)) {
+                return Err(bad(format!(
+                    "names the build directory {abs_s}: it must find the pool root from its own \
+                     path (myFileName()), since the pool is mounted elsewhere"
+                )));
+            }
+            if !text.contains("myFileName") {
+                return Err(bad(
+                    "not relocatable: find the pool root from the modulefile's own path, e.g. \
+                     local root = myFileName():match(\"(.*)/modulefiles/\") (see sheaf pool init)"
+                        .into(),
+                ));
+            }
+            packages.push(Package {
+                name: pkg.clone(),
+                version: ver.to_string(),
+            });
+        }
+    }
+    let mut unlisted = Vec::new();
+    for (pkg, pdir) in sorted_dirs(&dir.join("install"))? {
+        if !pdir.is_dir() {
+            return Err(layout(format!("install/{pkg} is not a directory")));
+        }
+        for (ver, _) in sorted_dirs(&pdir)? {
+            if !packages.iter().any(|p| p.name == pkg && p.version == ver) {
+                unlisted.push(format!("{pkg}/{ver}"));
+            }
+        }
+    }
+    if packages.is_empty() {
+        return Err(layout("no modulefiles/PKG/VER.lua".into()));
+    }
+    Ok(Layout { packages, unlisted })
+}
+
+/// The directories whose files are packed apart from the rest
+/// (`sheaf_build::BuildOptions::pack_boundaries`): each package version's
+/// install directory and each package's modulefiles, source and config, so
+/// a package that did not change keeps identical blocks in the next pool
+/// version and a node holding the old version receives only the new parts.
+pub fn pack_boundaries(dir: &Path) -> Result<Vec<Vec<u8>>, PoolError> {
+    let mut v = Vec::new();
+    for (pkg, p) in sorted_dirs(&dir.join("install"))? {
+        if p.is_dir() {
+            for (ver, _) in sorted_dirs(&p)? {
+                v.push(format!("install/{pkg}/{ver}").into_bytes());
+            }
+        }
+    }
+    for top in ["modulefiles", "source", "config"] {
+        if dir.join(top).is_dir() {
+            for (name, _) in sorted_dirs(&dir.join(top))? {
+                v.push(format!("{top}/{name}").into_bytes());
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// The modulefile of the example package `sheaf pool init` writes: it
+/// finds the pool root from its own path, so it works wherever the pool is
+/// mounted.
+pub const EXAMPLE_MODULEFILE: &str = r#"-- hello/1.0: an example package of a sheaf pool.
+-- The pool root is found from this file's own path (the pool is mounted at
+-- a different place on every machine); never write absolute paths here.
+local root = myFileName():match("(.*)/modulefiles/")
+local prefix = pathJoin(root, "install", myModuleName(), myModuleVersion())
+
+whatis("Name: hello")
+whatis("Version: 1.0")
+help([[An example package: prints a greeting.]])
+
+prepend_path("PATH", pathJoin(prefix, "bin"))
+"#;
+
+/// Write a pool skeleton with one example package into `dir` (which must
+/// be empty or missing).
+pub fn init(dir: &Path) -> Result<(), PoolError> {
+    if dir.exists() && fs::read_dir(dir).map_err(io(dir))?.next().is_some() {
+        return Err(PoolError::Layout {
+            dir: dir.display().to_string(),
+            why: "not empty; sheaf pool init writes a new pool".into(),
+        });
+    }
+    let bin = dir.join("install/hello/1.0/bin");
+    let mf = dir.join("modulefiles/hello");
+    for d in [&bin, &mf, &dir.join("source"), &dir.join("config")] {
+        fs::create_dir_all(d).map_err(io(d))?;
+    }
+    let hello = bin.join("hello");
+    fs::write(&hello, "#!/bin/sh\necho \"hello from a sheaf pool\"\n").map_err(io(&hello))?;
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&hello, fs::Permissions::from_mode(0o755)).map_err(io(&hello))?;
+    let m = mf.join("1.0.lua");
+    fs::write(&m, EXAMPLE_MODULEFILE).map_err(io(&m))?;
+    let r = dir.join("source/README");
+    fs::write(
+        &r,
+        "Put here what rebuilding the pool needs (recipes, spack.yaml, environment.yml).\n",
+    )
+    .map_err(io(&r))?;
+    Ok(())
+}
+
+/// Split `NAME/VERSION`.
+pub fn parse_name(s: &str) -> Result<(String, String), PoolError> {
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p != "."
+            && p != ".."
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c))
+    };
+    match s.split_once('/') {
+        Some((n, v)) if ok(n) && ok(v) => Ok((n.to_string(), v.to_string())),
+        _ => Err(PoolError::BadName(s.to_string())),
+    }
+}
+
+/// Where pools are found and kept (site config `[pools]`, e.g.
+/// `/etc/sheaf/config.toml`):
+///
+/// ```toml
+/// [pools]
+/// locations = ["/shared/pools", "https://repo.example/pools"]
+/// local = "/local/scratch/sheaf-pools"   # node-local copies
+/// mounts = "/tmp/sheaf-pools/mnt"         # where pools are mounted
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Shared directories and URLs holding `NAME/VERSION.sheaf`.
+    pub locations: Vec<String>,
+    /// Node-local directory of pool copies.
+    pub local: PathBuf,
+    /// Directory under which pools are mounted (`MOUNTS/NAME/VERSION`).
+    pub mounts: PathBuf,
+}
+
+impl Config {
+    /// Defaults: no locations; copies and mounts under
+    /// `$TMPDIR/sheaf-pools-UID` (node-local on every cluster).
+    pub fn defaults() -> Config {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let base = std::env::var_os("TMPDIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+            .join(format!("sheaf-pools-{uid}"));
+        Config {
+            locations: Vec::new(),
+            local: base.join("images"),
+            mounts: base.join("mnt"),
+        }
+    }
+
+    /// The defaults overridden by the `[pools]` table of the file at
+    /// `path` (missing file: defaults).
+    pub fn load(path: &Path) -> Result<Config, PoolError> {
+        let mut c = Config::defaults();
+        let text = match fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(c),
+            Err(e) => return Err(io(path)(e)),
+        };
+        let bad = |why: String| PoolError::Config {
+            path: path.display().to_string(),
+            why,
+        };
+        let v: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            bad(e.to_string().lines().next().unwrap_or("").to_string())
+        })?;
+        let Some(t) = v.get("pools") else {
+            return Ok(c);
+        };
+        let t = t
+            .as_table()
+            .ok_or_else(|| bad("[pools] is not a table".into()))?;
+        if let Some(l) = t.get("locations") {
+            let a = l
+                .as_array()
+                .ok_or_else(|| bad("pools.locations: a list of directories and URLs".into()))?;
+            c.locations = a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(String::from)
+                        .ok_or_else(|| bad("pools.locations: strings only".into()))
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        for (key, slot) in [("local", &mut c.local), ("mounts", &mut c.mounts)] {
+            if let Some(x) = t.get(key) {
+                *slot = PathBuf::from(
+                    x.as_str()
+                        .ok_or_else(|| bad(format!("pools.{key}: a path")))?,
+                );
+            }
+        }
+        Ok(c)
+    }
+
+    /// Where NAME/VERSION is found: the first location holding it (a
+    /// directory with `NAME/VERSION.sheaf`; for a URL location, the URL
+    /// `LOC/NAME/VERSION`, a published repository or image, is taken as is).
+    pub fn find(&self, name: &str, version: &str) -> Result<String, PoolError> {
+        for loc in &self.locations {
+            if loc.starts_with("http://") || loc.starts_with("https://") {
+                return Ok(format!("{}/{name}/{version}", loc.trim_end_matches('/')));
+            }
+            let p = Path::new(loc).join(name).join(format!("{version}.sheaf"));
+            if p.is_file() {
+                return Ok(p.display().to_string());
+            }
+        }
+        Err(PoolError::NotFound {
+            name: format!("{name}/{version}"),
+            where_: if self.locations.is_empty() {
+                "no locations (set [pools] locations in the site config, or name a file or URL)"
+                    .into()
+            } else {
+                self.locations.join(", ")
+            },
+        })
+    }
+
+    /// Pools the directory locations offer, as `NAME/VERSION` with the path.
+    pub fn avail(&self) -> Vec<(String, PathBuf)> {
+        let mut v = Vec::new();
+        for loc in &self.locations {
+            let Ok(names) = sorted_dirs(Path::new(loc)) else {
+                continue;
+            };
+            for (name, p) in names {
+                let Ok(files) = sorted_dirs(&p) else { continue };
+                for (f, fp) in files {
+                    if let Some(ver) = f.strip_suffix(".sheaf") {
+                        v.push((format!("{name}/{ver}"), fp));
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// The node-local copy of NAME/VERSION.
+    pub fn local_copy(&self, name: &str, version: &str) -> PathBuf {
+        self.local.join(name).join(format!("{version}.sheaf"))
+    }
+
+    /// The mount point of NAME/VERSION.
+    pub fn mount_point(&self, name: &str, version: &str) -> PathBuf {
+        self.mounts.join(name).join(version)
+    }
+}
+
+/// Quote for POSIX shells (bash, zsh).
+pub fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Shell code (bash, zsh) that adds a mounted pool's modulefiles through
+/// Lmod (`module use`, so Lmod keeps its module table and reference counts
+/// right). It fails, changing nothing, when `module` is not defined.
+pub fn load_shell(mount: &Path) -> String {
+    let mf = sh_quote(&mount.join("modulefiles").display().to_string());
+    format!(
+        "if ! command -v module >/dev/null 2>&1; then \
+         echo 'sheaf: the module command (Lmod) is not defined in this shell; source Lmod'\\''s init script first' >&2; false; \
+         else module use {mf}; fi\n"
+    )
+}
+
+/// Shell code that unloads the modules loaded from a pool (Lmod's
+/// `$_LMFILES_` names their files), removes its modulefiles from Lmod's
+/// path, and then unmounts it with `sheaf umount`.
+pub fn unload_shell(mount: &Path, sheaf: &str) -> String {
+    let m = mount.display().to_string();
+    let mf = sh_quote(&format!("{m}/modulefiles"));
+    let prefix = sh_quote(&format!("{m}/"));
+    format!(
+        "if command -v module >/dev/null 2>&1; then \
+         __sheaf_files=\"${{_LMFILES_:-}}\"; __sheaf_mods=\"${{LOADEDMODULES:-}}\"; \
+         while [ -n \"$__sheaf_files\" ]; do \
+         __sheaf_f=\"${{__sheaf_files%%:*}}\"; __sheaf_m=\"${{__sheaf_mods%%:*}}\"; \
+         case \"$__sheaf_f\" in {prefix}*) module unload \"$__sheaf_m\";; esac; \
+         [ \"$__sheaf_files\" = \"$__sheaf_f\" ] && break; \
+         __sheaf_files=\"${{__sheaf_files#*:}}\"; __sheaf_mods=\"${{__sheaf_mods#*:}}\"; \
+         done; module unuse {mf}; \
+         unset __sheaf_files __sheaf_mods __sheaf_f __sheaf_m; fi; \
+         {} umount {}\n",
+        sh_quote(sheaf),
+        sh_quote(&m)
+    )
+}
+
+/// `eval "$(sheaf shell-init bash)"`: a `sheaf` shell function that runs
+/// `pool load`/`pool unload` with `--sh` and evaluates what they print (a
+/// program cannot change its caller's environment), and passes every other
+/// command through. Bash and zsh share it.
+pub fn shell_init(sheaf: &str) -> String {
+    let exe = sh_quote(sheaf);
+    format!(
+        "sheaf() {{\n  \
+           if [ \"$1\" = pool ] && {{ [ \"$2\" = load ] || [ \"$2\" = unload ]; }}; then\n    \
+             local __sheaf_code\n    \
+             __sheaf_code=\"$({exe} \"$@\" --sh)\" || return $?\n    \
+             eval \"$__sheaf_code\"\n  \
+           else\n    \
+             {exe} \"$@\"\n  \
+           fi\n\
+         }}\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_skeleton_passes_the_checks_and_broken_pools_do_not() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("pool");
+        init(&d).unwrap();
+        let l = check(&d).unwrap();
+        assert_eq!(
+            l.packages,
+            vec![Package {
+                name: "hello".into(),
+                version: "1.0".into()
+            }]
+        );
+        assert!(init(&d).is_err(), "init refuses a non-empty directory");
+        // A modulefile with the build directory's absolute path.
+        let abs = fs::canonicalize(&d).unwrap();
+        let m = d.join("modulefiles/hello/1.0.lua");
+        fs::write(
+            &m,
+            format!(
+                "prepend_path(\"PATH\", \"{}/install/hello/1.0/bin\") -- myFileName",
+                abs.display()
+            ),
+        )
+        .unwrap();
+        let e = check(&d).unwrap_err().to_string();
+        assert!(e.contains("build directory"), "{e}");
+        // Not finding its root at all.
+        fs::write(&m, "prepend_path(\"PATH\", \"/opt/hello/bin\")").unwrap();
+        assert!(check(&d).unwrap_err().to_string().contains("relocatable"));
+        // A modulefile without an install directory.
+        fs::write(&m, EXAMPLE_MODULEFILE).unwrap();
+        fs::write(d.join("modulefiles/hello/2.0.lua"), EXAMPLE_MODULEFILE).unwrap();
+        assert!(check(&d)
+            .unwrap_err()
+            .to_string()
+            .contains("install/hello/2.0"));
+        fs::remove_file(d.join("modulefiles/hello/2.0.lua")).unwrap();
+        // A stray top-level entry.
+        fs::write(d.join("notes.txt"), "x").unwrap();
+        assert!(check(&d).unwrap_err().to_string().contains("notes.txt"));
+    }
+
+    #[test]
+    fn names_and_config() {
+        assert_eq!(
+            parse_name("py/2024.1").unwrap(),
+            ("py".to_string(), "2024.1".to_string())
+        );
+        for bad in ["py", "py/", "/1", "a/../b", "a/b/c", "../x", "a b/1"] {
+            assert!(parse_name(bad).is_err(), "{bad}");
+        }
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("config.toml");
+        fs::write(
+            &f,
+            "[signatures]\nrequire = false\n[pools]\nlocations = [\"/s/pools\", \"https://h/p\"]\nlocal = \"/l\"\n",
+        )
+        .unwrap();
+        let c = Config::load(&f).unwrap();
+        assert_eq!(c.locations, vec!["/s/pools", "https://h/p"]);
+        assert_eq!(c.local, PathBuf::from("/l"));
+        assert_eq!(c.find("a", "1").unwrap(), "https://h/p/a/1");
+        fs::write(&f, "[pools]\nlocations = \"/x\"\n").unwrap();
+        assert!(Config::load(&f).is_err());
+    }
+
+    #[test]
+    fn shell_quoting_survives_quotes() {
+        assert_eq!(sh_quote("a'b"), r"'a'\''b'");
+    }
+}
