@@ -57,6 +57,7 @@ bench: build
 	bench/mount.sh
 	bench/http.sh
 	bench/layers.sh
+	bench/pools.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

@@ -536,9 +536,15 @@ fn fill_from_local(
         .flatten()
         .map(|c| c as Arc<dyn ObjectStore>);
     let have = Local::scan(&paths, cache);
-    let mut scratch = Vec::new();
-    for (i, r) in refs.iter().enumerate() {
-        match have.get(r, &mut scratch) {
+    // Read and verify in parallel (decompressing to check digests is the
+    // cost), write in order.
+    use rayon::prelude::*;
+    let found: Vec<Option<Vec<u8>>> = refs
+        .par_iter()
+        .map_init(Vec::new, |scratch, r| have.get(r, scratch))
+        .collect();
+    for (i, (r, b)) in refs.iter().zip(found).enumerate() {
+        match b {
             Some(b) => {
                 inst.write_at(&b, r.offset)?;
                 *reused += b.len() as u64;
@@ -605,7 +611,6 @@ fn transfer(
             let write_error = &write_error;
             let refs_of = &refs_of;
             s.spawn(move || {
-                let mut scratch = Vec::new();
                 for (k, buf) in wrx {
                     if write_error.lock().expect("error").is_some() {
                         continue;
@@ -616,29 +621,38 @@ fn transfer(
                             Some("a rank could not read its share of the source".into());
                         continue;
                     }
+                    // The objects of the chunk this node lacks, checked in
+                    // parallel (decompression is the cost), then written.
+                    let mut todo = Vec::new();
                     let mut pos = 0;
                     for (j, r) in c.objects.clone().zip(refs_of(c)) {
-                        let b = &buf[pos..pos + r.clen as usize];
+                        let at = pos;
                         pos += r.clen as usize;
                         let i = wanted[j];
-                        if mine[i / 8] & (1 << (i % 8)) == 0 {
-                            continue; // this node had it
+                        if mine[i / 8] & (1 << (i % 8)) != 0 {
+                            todo.push((r, at));
                         }
-                        let res = r
-                            .check_stored(r.codec, b, &mut scratch)
-                            .map_err(|_| {
-                                format!(
-                                    "source object {} at offset {} failed verification \
-                                     (the source is corrupt or changed while being read)",
-                                    sheaf_format::hex(&r.hash),
-                                    r.offset
-                                )
-                            })
-                            .and_then(|()| inst.write_at(b, r.offset));
-                        if let Err(e) = res {
-                            *write_error.lock().expect("error") = Some(e);
-                            break;
-                        }
+                    }
+                    use rayon::prelude::*;
+                    let bad = todo.par_iter().find_map_any(|(r, at)| {
+                        let b = &buf[*at..*at + r.clen as usize];
+                        r.check_stored(r.codec, b, &mut Vec::new()).err().map(|_| {
+                            format!(
+                                "source object {} at offset {} failed verification \
+                                 (the source is corrupt or changed while being read)",
+                                sheaf_format::hex(&r.hash),
+                                r.offset
+                            )
+                        })
+                    });
+                    let res = match bad {
+                        Some(e) => Err(e),
+                        None => todo.iter().try_for_each(|(r, at)| {
+                            inst.write_at(&buf[*at..*at + r.clen as usize], r.offset)
+                        }),
+                    };
+                    if let Err(e) = res {
+                        *write_error.lock().expect("error") = Some(e);
                     }
                 }
             });
