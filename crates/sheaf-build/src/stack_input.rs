@@ -211,3 +211,77 @@ impl std::io::Read for FileReader<'_> {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{build, BuildOptions, Input, Progress};
+    use std::fs;
+    use std::path::Path;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    fn pack(input: Input, out: &Path) -> Image {
+        build(
+            &input,
+            out,
+            &BuildOptions::default(),
+            Arc::new(Progress::default()),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        sheaf_read::open_path(out).unwrap()
+    }
+
+    fn layer(dir: &Path, name: &str, files: &[(&str, &str)]) -> Arc<Image> {
+        let src = dir.join(name);
+        for (p, c) in files {
+            fs::create_dir_all(src.join(p).parent().unwrap()).unwrap();
+            fs::write(src.join(p), c).unwrap();
+        }
+        Arc::new(pack(Input::Dir(src), &dir.join(format!("{name}.sheaf"))))
+    }
+
+    fn names(img: &Image, path: &str) -> Vec<String> {
+        let d = img.resolve(path.as_bytes()).unwrap();
+        img.read_dir(&d, 0, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8(e.name).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_merged_stack_packs_as_it_shows_without_whiteouts() {
+        let t = tempfile::tempdir().unwrap();
+        let base = layer(
+            t.path(),
+            "base",
+            &[
+                ("a/x", "base x"),
+                ("a/y", "base y"),
+                ("b/old", "old"),
+                ("keep", "k"),
+            ],
+        );
+        let top = layer(
+            t.path(),
+            "top",
+            &[
+                ("a/.wh.x", ""),
+                ("a/y", "top y"),
+                ("b/.wh..wh..opq", ""),
+                ("b/new", "new"),
+            ],
+        );
+        let src = StackSource::new(Stack::new(vec![base, top]));
+        let flat = pack(Input::Entries(Arc::new(src)), &t.path().join("flat.sheaf"));
+        assert_eq!(names(&flat, ""), ["a", "b", "keep"]);
+        assert_eq!(names(&flat, "a"), ["y"]);
+        assert_eq!(names(&flat, "b"), ["new"]);
+        let y = flat.resolve(b"a/y").unwrap();
+        let mut buf = [0u8; 16];
+        let n = flat.read(&y, 0, &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"top y");
+    }
+}
