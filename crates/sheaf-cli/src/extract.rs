@@ -1,5 +1,5 @@
 //! `sheaf extract`: arguments and the report; the extraction itself (and
-//! its safety rules) is [`sheaf_read::extract`].
+//! its safety rules) is [`sheaf_read::extract`](mod@sheaf_read::extract).
 
 use crate::util::human;
 use crate::util::open_image as open_path;

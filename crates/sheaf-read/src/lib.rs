@@ -7,7 +7,7 @@
 //! single-flight caches of decoded pages and blocks) and [`verify`] (check
 //! everything). Every byte handed out has been checked against its BLAKE3
 //! hash. [`stack`] is the merged view of stacked layers, [`tree`] the tree
-//! rules a walk relies on, and [`extract`] unpacks an image into a directory
+//! rules a walk relies on, and [`extract`](mod@extract) unpacks an image into a directory
 //! (`sheaf extract`) without ever writing outside it. This crate knows
 //! nothing of FUSE, the CLI or how images are built.
 
