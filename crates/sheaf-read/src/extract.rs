@@ -84,7 +84,9 @@ pub enum ExtractError {
     /// A system call on the target failed.
     #[error("{path}: {cause}")]
     Io {
-        /// The path it concerned (relative to the target inside it).
+        /// What it concerned: an entry's path relative to the target (a
+        /// failed mode change names the entry alone, as `sheaf extract`
+        /// always has), or the target as given.
         path: String,
         /// Cause.
         #[source]
