@@ -1,6 +1,7 @@
 //! Building from a stream of entries ([`crate::Input::Entries`]): any tree a
 //! caller can walk, such as the merged view of stacked images (`sheaf
-//! merge`), without this crate knowing where it comes from.
+//! merge`, [`crate::stack_input`]), without this module knowing where it
+//! comes from.
 //!
 //! Entries come parents first; file data is read from each file's reader
 //! once, in stream order, so memory stays per entry, never per byte.

@@ -18,6 +18,7 @@ pub enum Input {
     /// The caller holds [`sheaf_format::layers::lock`] (shared) meanwhile.
     Upper(PathBuf),
     /// Entries from a caller's walk (e.g. the merged view of stacked
-    /// images), packed in the order given (see [`crate::entries`]).
+    /// images, [`crate::stack_input::StackSource`]), packed in the order
+    /// given (see [`crate::entries`]).
     Entries(std::sync::Arc<dyn crate::entries::EntrySource>),
 }

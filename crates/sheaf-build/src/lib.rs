@@ -2,11 +2,14 @@
 //!
 //! Owns the write side of the pipeline: scanning a directory or reading a
 //! tar stream ([`scan`], [`tar_input`]) or a caller's stream of entries
-//! ([`entries`], how `sheaf merge` flattens stacked images), deciding the
-//! packing order, cutting data into blocks, dedup and parallel compression
-//! ([`pack`]), and encoding metadata into paged streams ([`meta`]). It knows
-//! the format through `sheaf-format` and nothing about reading images back,
-//! caches or mounts.
+//! ([`entries`]), deciding the packing order, cutting data into blocks,
+//! dedup and parallel compression ([`pack`]), and encoding metadata into
+//! paged streams ([`meta`]). It knows the format through `sheaf-format`, and
+//! nothing about caches or mounts.
+//!
+//! [`stack_input`] is the one place it reads images: the merged view of
+//! stacked layers (a `sheaf_read::Stack`) walked as entries, which is how
+//! `sheaf merge` flattens them.
 //!
 //! [`upper`] has the checks `sheaf commit` applies when packing the upper
 //! directory of a writable overlay as a layer ([`Input::Upper`]); its names
@@ -25,6 +28,7 @@ pub mod options;
 pub mod pack;
 pub mod rewrite;
 pub mod scan;
+pub mod stack_input;
 pub mod tar_input;
 pub mod tree;
 pub mod upper;

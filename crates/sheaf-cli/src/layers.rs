@@ -1,12 +1,13 @@
 //! `sheaf commit` (an overlay's upper directory becomes a layer) and
-//! `sheaf merge` (a stack of layers becomes one flat image).
+//! `sheaf merge` (a stack of layers becomes one flat image): arguments,
+//! opening the layers and the report; the merged walk the builder packs is
+//! [`sheaf_build::stack_input`].
 
 use crate::build::{write_image, ImageArgs};
 use anyhow::Result;
-use sheaf_build::entries::{Entry, EntryKind, EntrySource};
-use sheaf_build::{BuildError, Input};
-use sheaf_format::FileType;
-use sheaf_read::{Found, Image, Inode, MergedDir, Stack, StackEntry};
+use sheaf_build::stack_input::{self, StackSource};
+use sheaf_build::Input;
+use sheaf_read::Stack;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -71,26 +72,16 @@ pub struct MergeArgs {
     image: ImageArgs,
 }
 
-/// Decoded data blocks kept per layer while merging.
-const MERGE_BLOCK_CACHE: usize = 32 << 20;
-
 /// Run `sheaf merge`.
 pub fn merge(a: MergeArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let opts = a.image.options()?;
-    // Files are read once, in walk order, which follows each layer's
-    // packing order closely: a few blocks of cache per layer are enough.
-    let cache = sheaf_read::ImageOptions {
-        block_cache_bytes: MERGE_BLOCK_CACHE,
-        ..Default::default()
-    };
+    let cache = stack_input::layer_options();
     let layers = a
         .images
         .iter()
         .map(|p| crate::util::open_image_with(p, remote, cache, |s| s).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
-    let src = StackSource {
-        stack: Stack::new(layers),
-    };
+    let src = StackSource::new(Stack::new(layers));
     let names: Vec<String> = a.images.iter().map(|p| p.display().to_string()).collect();
     write_image(
         &Input::Entries(Arc::new(src)),
@@ -99,174 +90,4 @@ pub fn merge(a: MergeArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         &a.image,
         serde_json::json!({ "layers": names }),
     )
-}
-
-/// The merged view of a stack, walked as entries for the builder.
-#[derive(Debug)]
-struct StackSource {
-    stack: Stack,
-}
-
-impl EntrySource for StackSource {
-    fn name(&self) -> String {
-        String::new()
-    }
-
-    fn entries(&self) -> Box<dyn Iterator<Item = Result<Entry<'_>, BuildError>> + '_> {
-        Box::new(Walk {
-            stack: &self.stack,
-            started: false,
-            todo: Vec::new(),
-            failed: false,
-            seen: sheaf_read::SeenMerged::new(&self.stack),
-        })
-    }
-}
-
-/// One directory being listed: its merged parts, its path, what is left.
-struct Frame {
-    dir: MergedDir,
-    path: Vec<u8>,
-    rest: std::vec::IntoIter<StackEntry>,
-}
-
-/// A depth-first walk of the merged view, each directory before its
-/// entries; memory is the listings of the directories on the current path.
-struct Walk<'a> {
-    stack: &'a Stack,
-    started: bool,
-    todo: Vec<Frame>,
-    failed: bool,
-    /// Directories entered (a hostile layer cannot make the walk loop).
-    seen: sheaf_read::SeenMerged,
-}
-
-fn read_err(path: &[u8], e: sheaf_read::ReadError) -> BuildError {
-    BuildError::BadInput {
-        path: if path.is_empty() {
-            "/".into()
-        } else {
-            String::from_utf8_lossy(path).into_owned()
-        },
-        detail: e.to_string(),
-    }
-}
-
-impl<'a> Walk<'a> {
-    fn frame(&mut self, dir: MergedDir, path: Vec<u8>) -> Result<Frame, BuildError> {
-        self.seen
-            .enter(self.stack, &dir)
-            .map_err(|e| read_err(&path, e))?;
-        let list = self.stack.read_dir(&dir).map_err(|e| read_err(&path, e))?;
-        Ok(Frame {
-            dir,
-            path,
-            rest: list.into_iter(),
-        })
-    }
-
-    /// The entry for `ino` of layer `layer`, at `path`.
-    fn entry(&self, layer: usize, ino: Inode, path: Vec<u8>) -> Result<Entry<'a>, BuildError> {
-        let img: &'a Image = &self.stack.layers()[layer];
-        let err = |e| read_err(&path, e);
-        let r = ino.rec;
-        let t = ino.file_type();
-        let kind = match t {
-            FileType::Directory => EntryKind::Dir,
-            FileType::Regular => EntryKind::File(Box::new(FileReader { img, ino, off: 0 })),
-            FileType::Symlink => EntryKind::Symlink(img.read_link(&ino).map_err(err)?),
-            FileType::CharDevice | FileType::BlockDevice => EntryKind::Device(r.data),
-            FileType::Fifo | FileType::Socket => EntryKind::Special,
-        };
-        let link = (t != FileType::Directory && r.nlink > 1)
-            .then_some(((layer as u64) << 32) | ino.ino as u64);
-        Ok(Entry {
-            xattrs: img.xattrs(&ino).map_err(err)?.0,
-            path,
-            mode: r.mode,
-            uid: r.uid,
-            gid: r.gid,
-            mtime_sec: r.mtime_sec,
-            mtime_nsec: r.mtime_nsec,
-            link,
-            kind,
-        })
-    }
-
-    fn step(&mut self) -> Result<Option<Entry<'a>>, BuildError> {
-        if !self.started {
-            self.started = true;
-            let root = self.stack.root().map_err(|e| read_err(b"", e))?;
-            let (l, ino) = root.parts[0];
-            let frame = self.frame(root, Vec::new())?;
-            self.todo.push(frame);
-            return self.entry(l, ino, Vec::new()).map(Some);
-        }
-        loop {
-            let Some(top) = self.todo.last_mut() else {
-                return Ok(None);
-            };
-            let Some(e) = top.rest.next() else {
-                self.todo.pop();
-                continue;
-            };
-            let mut path = top.path.clone();
-            if !path.is_empty() {
-                path.push(b'/');
-            }
-            path.extend_from_slice(&e.name);
-            if e.file_type == FileType::Directory {
-                let found = self
-                    .stack
-                    .lookup(&top.dir, &e.name)
-                    .map_err(|err| read_err(&path, err))?;
-                let Some(Found::Dir(d)) = found else {
-                    return Err(BuildError::BadInput {
-                        path: String::from_utf8_lossy(&path).into_owned(),
-                        detail: "listed as a directory but not found as one".into(),
-                    });
-                };
-                let (l, ino) = d.parts[0];
-                let frame = self.frame(d, path.clone())?;
-                self.todo.push(frame);
-                return self.entry(l, ino, path).map(Some);
-            }
-            let ino = self
-                .stack
-                .entry_inode(&top.dir, &e)
-                .map_err(|err| read_err(&path, err))?;
-            return self.entry(e.layer, ino, path).map(Some);
-        }
-    }
-}
-
-impl<'a> Iterator for Walk<'a> {
-    type Item = Result<Entry<'a>, BuildError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        let r = self.step().transpose();
-        self.failed = matches!(r, Some(Err(_)));
-        r
-    }
-}
-
-/// A regular file of one layer, read in order.
-struct FileReader<'a> {
-    img: &'a Image,
-    ino: Inode,
-    off: u64,
-}
-
-impl std::io::Read for FileReader<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self
-            .img
-            .read(&self.ino, self.off, buf)
-            .map_err(std::io::Error::other)?;
-        self.off += n as u64;
-        Ok(n)
-    }
 }

@@ -6,13 +6,17 @@
 //! stat, xattrs, read at offset), [`cache`] (bounded, content-addressed,
 //! single-flight caches of decoded pages and blocks) and [`verify`] (check
 //! everything). Every byte handed out has been checked against its BLAKE3
-//! hash. This crate knows nothing of FUSE, the CLI or how images are built.
+//! hash. [`stack`] is the merged view of stacked layers, [`tree`] the tree
+//! rules a walk relies on, and [`extract`](mod@extract) unpacks an image into a directory
+//! (`sheaf extract`) without ever writing outside it. This crate knows
+//! nothing of FUSE, the CLI or how images are built.
 
 #![warn(missing_docs)]
 
 pub mod cache;
 mod dir;
 pub mod error;
+pub mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod image;
@@ -23,6 +27,7 @@ pub mod verify;
 
 pub use cache::Cache;
 pub use error::ReadError;
+pub use extract::{extract, ExtractError, ExtractOptions, ExtractReport};
 pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
 pub use source::{CountingSource, FileSource, IndexSource, MemSource, ObjectStore, Source};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};

@@ -1,0 +1,721 @@
+//! Extracting an image into a directory (`sheaf extract`), never outside it.
+//!
+//! Safety comes from four rules:
+//!
+//! - every name from the image is checked to be a single path component
+//!   ([`DirentRecord::is_plain_name`]: no `/`, `.`, `..` or NUL);
+//! - the walk never names a path: it holds an open descriptor for each
+//!   directory on the current path, opened with `O_DIRECTORY|O_NOFOLLOW`
+//!   (so an existing entry is accepted only when it is a real directory),
+//!   and creates, links and changes everything relative to it (`openat`,
+//!   `mkdirat`, `symlinkat`, `linkat`, `mknodat`, `fchownat`, `utimensat`
+//!   with `AT_SYMLINK_NOFOLLOW`); it never changes the working directory,
+//!   and paths of any depth work;
+//! - attributes of files and directories are set through their open
+//!   descriptors (`fchown`, `fsetxattr`, `fchmod`, `futimens`); those of
+//!   symlinks and special files through their directory's descriptor, never
+//!   following a symlink (extended attributes through
+//!   `/proc/self/fd/DIR/NAME` with `lsetxattr`, counted as unrestored when
+//!   that fails);
+//! - nothing existing is ever replaced: files are created with `O_EXCL` and
+//!   `O_NOFOLLOW`, symlinks, links and special files fail on an existing
+//!   name. Symlinks are created as they are, never followed.
+//!
+//! A hostile tree cannot make the walk loop ([`Seen`]), and descriptors are
+//! bounded: below [`MAX_OPEN_DIRS`] levels the oldest ancestors' descriptors
+//! are closed and reopened by name (again with `O_NOFOLLOW`) when the walk
+//! comes back to them.
+
+use crate::{Image, Inode, ReadError, Seen};
+use nix::errno::Errno;
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::{
+    fchmod, fchmodat, fstatat, futimens, mkdirat, mknodat, utimensat, FchmodatFlags, Mode, SFlag,
+    UtimensatFlags,
+};
+use nix::sys::time::TimeSpec;
+use nix::unistd::{fchown, fchownat, linkat, symlinkat, Gid, Uid};
+use sheaf_format::{DirentRecord, FileType};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
+use std::io::{self, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use thiserror::Error;
+use xattr::FileExt;
+
+/// Directory descriptors held open at most on the current path (the target
+/// directory included); deeper walks reopen ancestors by name.
+pub const MAX_OPEN_DIRS: usize = 128;
+
+/// What to extract, and where.
+#[derive(Debug, Clone, Default)]
+pub struct ExtractOptions {
+    /// Directory to extract into (created if missing).
+    pub target: PathBuf,
+    /// Paths inside the image to extract, each with its parent directories
+    /// (empty: the whole tree, and the root's attributes go to `target`).
+    pub paths: Vec<Vec<u8>>,
+}
+
+/// What an extraction did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExtractReport {
+    /// The target directory, canonical.
+    pub directory: PathBuf,
+    /// Entries extracted (hardlinks and unrestorable special files count).
+    pub entries: u64,
+    /// Bytes of regular files written.
+    pub bytes: u64,
+    /// Attributes that could not be set (ownership without root, devices
+    /// without root, extended attributes the filesystem refuses, ...).
+    pub unrestored: u64,
+    /// The first of those, as "NAME: what: why".
+    pub first_unrestored: Option<String>,
+}
+
+/// Why an extraction stopped. What it had written stays.
+#[derive(Debug, Error)]
+pub enum ExtractError {
+    /// A system call on the target failed.
+    #[error("{path}: {cause}")]
+    Io {
+        /// What it concerned: an entry's path relative to the target (a
+        /// failed mode change names the entry alone, as `sheaf extract`
+        /// always has), or the target as given.
+        path: String,
+        /// Cause.
+        #[source]
+        cause: io::Error,
+    },
+    /// The walk needed a directory where something else exists.
+    #[error("{0}: exists and is not a directory")]
+    NotADirectory(String),
+    /// The image holds a name that is not a single path component.
+    #[error("image contains an unsafe entry name {0:?}; refusing to extract it")]
+    UnsafeName(String),
+    /// The image could not be read (its message names the image and part).
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+fn io_err(path: impl Into<String>) -> impl FnOnce(io::Error) -> ExtractError {
+    let path = path.into();
+    move |cause| ExtractError::Io { path, cause }
+}
+
+fn errno(e: Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+fn safe_name(name: &[u8]) -> Result<&OsStr, ExtractError> {
+    if !DirentRecord::is_plain_name(name) {
+        return Err(ExtractError::UnsafeName(
+            String::from_utf8_lossy(name).into_owned(),
+        ));
+    }
+    Ok(OsStr::from_bytes(name))
+}
+
+/// `rel/name`, as messages show it.
+fn shown(rel: &Path, name: &OsStr) -> String {
+    rel.join(name).display().to_string()
+}
+
+/// Open the directory `name` in `dir`, refusing anything that is not a
+/// real directory (a symlink to one included).
+fn open_dir(dir: &File, name: &OsStr) -> nix::Result<File> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    openat(dir, name, flags, Mode::empty()).map(File::from)
+}
+
+/// Extract `opts.paths` of `img` (everything when empty) into
+/// `opts.target`, which is created if missing.
+pub fn extract(img: &Image, opts: &ExtractOptions) -> Result<ExtractReport, ExtractError> {
+    extract_with(img, opts, MAX_OPEN_DIRS)
+}
+
+fn extract_with(
+    img: &Image,
+    opts: &ExtractOptions,
+    max_open: usize,
+) -> Result<ExtractReport, ExtractError> {
+    let target = &opts.target;
+    fs::create_dir_all(target).map_err(io_err(target.display().to_string()))?;
+    let root = fs::canonicalize(target).map_err(io_err(target.display().to_string()))?;
+    let root_fd = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(&root)
+        .map_err(io_err(root.display().to_string()))?;
+    let mut w = Walk {
+        img,
+        dirs: Dirs::new(root_fd, max_open),
+        rel: PathBuf::new(),
+        links: HashMap::new(),
+        report: ExtractReport {
+            directory: root,
+            ..Default::default()
+        },
+        // SAFETY: geteuid has no preconditions.
+        is_root: unsafe { libc::geteuid() } == 0,
+        buf: vec![0; img.superblock().block_size as usize],
+        seen: Seen::new(img),
+    };
+    let all: [Vec<u8>; 1] = [b"/".to_vec()];
+    let paths = if opts.paths.is_empty() {
+        &all[..]
+    } else {
+        &opts.paths[..]
+    };
+    for p in paths {
+        let ino = img.resolve(p)?;
+        let comps: Vec<&[u8]> = p
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+            .collect();
+        w.dirs.truncate(1);
+        w.rel = PathBuf::new();
+        match comps.split_last() {
+            None => {
+                w.contents(&ino)?;
+                let root = w.dirs.top(&w.rel)?;
+                w.set_attrs(&ino, Target::Fd(&root), OsStr::new("."))?;
+            }
+            Some((leaf, parents)) => {
+                for c in parents {
+                    w.enter(safe_name(c)?, 0o755)?;
+                }
+                w.one(&ino, leaf)?;
+            }
+        }
+    }
+    Ok(w.report)
+}
+
+/// What attributes are set on: an open file or directory, or a name in a
+/// directory (symlinks and special files, which are not opened).
+#[derive(Clone, Copy)]
+enum Target<'f> {
+    Fd(&'f File),
+    At(&'f File, &'f OsStr),
+}
+
+struct Walk<'a> {
+    img: &'a Image,
+    /// The directories on the current path, the target first.
+    dirs: Dirs,
+    /// The current directory, relative to the target (for messages and links).
+    rel: PathBuf,
+    /// Inode → path (relative to the target) of its first extracted name.
+    links: HashMap<u32, PathBuf>,
+    report: ExtractReport,
+    is_root: bool,
+    buf: Vec<u8>,
+    /// Directories entered, so a hostile image cannot make the walk loop.
+    seen: Seen,
+}
+
+impl Walk<'_> {
+    fn note(&mut self, what: String) {
+        self.report.unrestored += 1;
+        self.report.first_unrestored.get_or_insert(what);
+    }
+
+    /// Create (or verify) a real directory `name` in the current one and
+    /// make it current.
+    fn enter(&mut self, name: &OsStr, mode: u32) -> Result<(), ExtractError> {
+        let parent = self.dirs.top(&self.rel)?;
+        let err = |e: Errno| ExtractError::Io {
+            path: shown(&self.rel, name),
+            cause: errno(e),
+        };
+        let fd = match mkdirat(&*parent, name, Mode::from_bits_truncate(mode | 0o700)) {
+            Ok(()) | Err(Errno::EEXIST) => match open_dir(&parent, name) {
+                Ok(fd) => fd,
+                Err(Errno::ENOTDIR | Errno::ELOOP) => {
+                    return Err(ExtractError::NotADirectory(shown(&self.rel, name)))
+                }
+                Err(e) => return Err(err(e)),
+            },
+            Err(e) => return Err(err(e)),
+        };
+        drop(parent);
+        self.dirs.push(name.to_owned(), fd);
+        self.rel.push(name);
+        Ok(())
+    }
+
+    /// Make the parent of the current directory current; returns the
+    /// descriptor of the one left.
+    fn leave(&mut self) -> Result<Rc<File>, ExtractError> {
+        let fd = self.dirs.top(&self.rel)?;
+        self.dirs.truncate(self.dirs.len() - 1);
+        self.rel.pop();
+        Ok(fd)
+    }
+
+    fn contents(&mut self, dir: &Inode) -> Result<(), ExtractError> {
+        self.seen.enter(self.img, dir)?;
+        let n = self.img.dir_len(dir)?;
+        let mut from = 0;
+        while from < n {
+            let batch = self.img.read_dir(dir, from, 4096)?;
+            from += batch.len() as u64;
+            for e in batch {
+                let ino = self.img.child(dir, e.ino, e.file_type)?;
+                self.one(&ino, &e.name)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Extract one entry named `name` into the current directory.
+    fn one(&mut self, ino: &Inode, name: &[u8]) -> Result<(), ExtractError> {
+        let name = safe_name(name)?;
+        self.report.entries += 1;
+        let r = ino.rec;
+        if ino.file_type() == FileType::Directory {
+            self.enter(name, r.mode & 0o7777)?;
+            self.contents(ino)?;
+            let fd = self.leave()?;
+            return self.set_attrs(ino, Target::Fd(&fd), name);
+        }
+        let dir = self.dirs.top(&self.rel)?;
+        if r.nlink > 1 {
+            if let Some(first) = self.links.get(&ino.ino) {
+                // linkat without AT_SYMLINK_FOLLOW links the entry itself.
+                let first = first.clone();
+                return self.link(&first, &dir, name);
+            }
+            self.links.insert(ino.ino, self.rel.join(name));
+        }
+        match ino.file_type() {
+            FileType::Directory => unreachable!("handled above"),
+            FileType::Regular => {
+                let flags = OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC;
+                let mut f = openat(&*dir, name, flags, Mode::from_bits_truncate(0o600))
+                    .map(File::from)
+                    .map_err(|e| io_err(shown(&self.rel, name))(errno(e)))?;
+                let mut off = 0u64;
+                let mut buf = std::mem::take(&mut self.buf);
+                while off < r.size {
+                    let n = self.img.read(ino, off, &mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    // All-zero 64 KiB windows become holes, as they were in the source.
+                    for w in buf[..n].chunks(64 << 10) {
+                        if w.iter().all(|&b| b == 0) {
+                            f.seek(io::SeekFrom::Current(w.len() as i64))
+                                .map_err(io_err(shown(&self.rel, name)))?;
+                        } else {
+                            f.write_all(w).map_err(io_err(shown(&self.rel, name)))?;
+                        }
+                    }
+                    off += n as u64;
+                }
+                self.buf = buf;
+                f.set_len(r.size).map_err(io_err(shown(&self.rel, name)))?;
+                self.report.bytes += r.size;
+                self.set_attrs(ino, Target::Fd(&f), name)
+            }
+            FileType::Symlink => {
+                let target = self.img.read_link(ino)?;
+                symlinkat(OsStr::from_bytes(&target), &*dir, name)
+                    .map_err(|e| io_err(shown(&self.rel, name))(errno(e)))?;
+                self.set_attrs(ino, Target::At(&dir, name), name)
+            }
+            t => {
+                let dev = if matches!(t, FileType::CharDevice | FileType::BlockDevice) {
+                    r.data
+                } else {
+                    0
+                };
+                let kind = SFlag::from_bits_truncate(r.mode & libc::S_IFMT);
+                let perm = Mode::from_bits_truncate(r.mode & 0o7777);
+                match mknodat(&*dir, name, kind, perm, dev as libc::dev_t) {
+                    Ok(()) => self.set_attrs(ino, Target::At(&dir, name), name),
+                    Err(Errno::EPERM) => {
+                        let what = format!("{}: {} needs root", shown(&self.rel, name), t.name());
+                        self.note(what);
+                        Ok(())
+                    }
+                    Err(e) => Err(io_err(shown(&self.rel, name))(errno(e))),
+                }
+            }
+        }
+    }
+
+    /// Link `name` in `dir` to `first` (relative to the target), opening
+    /// `first`'s directory from the target down, one real directory at a time.
+    fn link(&self, first: &Path, dir: &Rc<File>, name: &OsStr) -> Result<(), ExtractError> {
+        let err = |e: Errno| io_err(shown(&self.rel, name))(errno(e));
+        let (Some(parent), Some(leaf)) = (first.parent(), first.file_name()) else {
+            unreachable!("a first name is a name in a directory");
+        };
+        let from = if parent == self.rel.as_path() {
+            dir.clone()
+        } else {
+            // O_PATH: like the path walk of link(2), this needs search
+            // permission only (the first name's directory may be finished,
+            // its mode already applied).
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            let mut cur = self.dirs.root();
+            for c in parent.iter() {
+                let next = openat(&*cur, c, flags, Mode::empty()).map_err(err)?;
+                cur = Rc::new(File::from(next));
+            }
+            cur
+        };
+        linkat(&*from, leaf, &**dir, name, AtFlags::empty()).map_err(err)
+    }
+
+    /// Owner, xattrs, mode, then mtime (in that order: chown clears setuid
+    /// and writing xattrs may touch ctime, never mtime). `name` is what
+    /// notes call it.
+    fn set_attrs(&mut self, ino: &Inode, t: Target, name: &OsStr) -> Result<(), ExtractError> {
+        let r = ino.rec;
+        let is_link = ino.file_type() == FileType::Symlink;
+        let (uid, gid) = (Some(Uid::from_raw(r.uid)), Some(Gid::from_raw(r.gid)));
+        let owned = match t {
+            Target::Fd(f) => fchown(f, uid, gid),
+            Target::At(d, n) => fchownat(d, n, uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW),
+        };
+        if let (Err(e), true) = (owned, self.is_root) {
+            self.note(format!("{}: owner: {}", name.to_string_lossy(), errno(e)));
+        }
+        for (k, v) in self.img.xattrs(ino)?.0 {
+            let k = OsStr::from_bytes(&k);
+            let set = match t {
+                Target::Fd(f) => f.set_xattr(k, &v),
+                Target::At(d, n) => {
+                    // No `lsetxattrat` before Linux 6.13: name the entry
+                    // through its directory's descriptor, not following it.
+                    let mut p = OsString::from(format!("/proc/self/fd/{}/", d.as_raw_fd()));
+                    p.push(n);
+                    xattr::set(Path::new(&p), k, &v)
+                }
+            };
+            if let Err(e) = set {
+                self.note(format!(
+                    "{}: xattr {}: {e}",
+                    name.to_string_lossy(),
+                    k.to_string_lossy()
+                ));
+            }
+        }
+        if !is_link {
+            let mode = Mode::from_bits_truncate(r.mode & 0o7777);
+            let changed = match t {
+                Target::Fd(f) => fchmod(f, mode).map_err(errno),
+                Target::At(d, n) => chmod_at(d, n, mode),
+            };
+            changed.map_err(io_err(name.to_string_lossy()))?;
+        }
+        let ts = TimeSpec::new(r.mtime_sec as libc::time_t, r.mtime_nsec as _);
+        let timed = match t {
+            Target::Fd(f) => futimens(f, &ts, &ts),
+            Target::At(d, n) => utimensat(d, n, &ts, &ts, UtimensatFlags::NoFollowSymlink),
+        };
+        if let Err(e) = timed {
+            self.note(format!("{}: mtime: {}", name.to_string_lossy(), errno(e)));
+        }
+        Ok(())
+    }
+}
+
+/// chmod a special file by name without following a symlink. Before
+/// `fchmodat2` (Linux 6.6, glibc 2.39) the C library emulates
+/// `AT_SYMLINK_NOFOLLOW` through `/proc` and answers `EOPNOTSUPP` for a
+/// symlink or when `/proc` is missing; then a name that is not a symlink is
+/// changed with a plain `fchmodat`.
+fn chmod_at(dir: &File, name: &OsStr, mode: Mode) -> io::Result<()> {
+    match fchmodat(dir, name, mode, FchmodatFlags::NoFollowSymlink) {
+        Err(Errno::EOPNOTSUPP) => {
+            let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(errno)?;
+            if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+                return Err(errno(Errno::EOPNOTSUPP));
+            }
+            fchmodat(dir, name, mode, FchmodatFlags::FollowSymlink).map_err(errno)
+        }
+        r => r.map_err(errno),
+    }
+}
+
+/// One directory on the current path: its name in its parent and, unless
+/// closed to save descriptors, an open descriptor.
+struct Level {
+    name: OsString,
+    fd: Option<Rc<File>>,
+}
+
+/// The directories on the current path, the target first (always open),
+/// with at most `max_open` descriptors open: the oldest ancestors' are
+/// closed first, and reopened by name when the walk comes back.
+struct Dirs {
+    levels: Vec<Level>,
+    open: usize,
+    max_open: usize,
+    /// Levels `1..closed_below` are all closed.
+    closed_below: usize,
+}
+
+impl Dirs {
+    fn new(root: File, max_open: usize) -> Dirs {
+        Dirs {
+            levels: vec![Level {
+                name: OsString::new(),
+                fd: Some(Rc::new(root)),
+            }],
+            open: 1,
+            max_open: max_open.max(2),
+            closed_below: 1,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.levels.len()
+    }
+
+    fn root(&self) -> Rc<File> {
+        self.levels[0].fd.clone().expect("the target stays open")
+    }
+
+    /// Close the oldest open descriptor below the target until one more fits.
+    fn make_room(&mut self) {
+        while self.open >= self.max_open {
+            let mut i = self.closed_below.max(1);
+            while i < self.levels.len() && self.levels[i].fd.is_none() {
+                i += 1;
+            }
+            if i == self.levels.len() {
+                return;
+            }
+            self.levels[i].fd = None;
+            self.open -= 1;
+            self.closed_below = i + 1;
+        }
+    }
+
+    fn push(&mut self, name: OsString, fd: File) {
+        self.make_room();
+        self.levels.push(Level {
+            name,
+            fd: Some(Rc::new(fd)),
+        });
+        self.open += 1;
+    }
+
+    /// Keep the first `n` levels.
+    fn truncate(&mut self, n: usize) {
+        for l in self.levels.drain(n.max(1)..) {
+            if l.fd.is_some() {
+                self.open -= 1;
+            }
+        }
+        self.closed_below = self.closed_below.min(self.levels.len());
+    }
+
+    /// The current directory's descriptor, reopened from its nearest open
+    /// ancestor if it was closed. `rel` (its path) is for messages.
+    fn top(&mut self, rel: &Path) -> Result<Rc<File>, ExtractError> {
+        let k = self.levels.len() - 1;
+        if let Some(fd) = &self.levels[k].fd {
+            return Ok(fd.clone());
+        }
+        let j = (0..k)
+            .rev()
+            .find(|&j| self.levels[j].fd.is_some())
+            .expect("the target stays open");
+        let mut cur = self.levels[j].fd.clone().expect("found open");
+        for l in &self.levels[j + 1..=k] {
+            let next = open_dir(&cur, &l.name).map_err(|e| match e {
+                Errno::ENOTDIR | Errno::ELOOP => {
+                    ExtractError::NotADirectory(rel.display().to_string())
+                }
+                e => io_err(rel.display().to_string())(errno(e)),
+            })?;
+            cur = Rc::new(next);
+        }
+        self.make_room();
+        self.levels[k].fd = Some(cur.clone());
+        self.open += 1;
+        self.closed_below = self.closed_below.min(k);
+        Ok(cur)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sheaf_build::entries::{Entry, EntryKind, EntrySource};
+    use sheaf_build::{build, BuildError, BuildOptions, Input, Progress};
+    use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    /// A tree given as (path, kind, link key): "d" a directory, "f:TEXT" a
+    /// file, "l:TARGET" a symlink.
+    #[derive(Debug)]
+    struct Tree(Vec<(String, String, Option<u64>)>);
+
+    impl EntrySource for Tree {
+        fn name(&self) -> String {
+            "test".into()
+        }
+        fn entries(&self) -> Box<dyn Iterator<Item = Result<Entry<'_>, BuildError>> + '_> {
+            Box::new(self.0.iter().map(|(path, kind, link)| {
+                let (mode, kind) = match kind.split_once(':') {
+                    None => (libc::S_IFDIR | 0o755, EntryKind::Dir),
+                    Some(("f", text)) => (
+                        libc::S_IFREG | 0o644,
+                        EntryKind::File(Box::new(text.as_bytes())),
+                    ),
+                    Some(("l", target)) => (
+                        libc::S_IFLNK | 0o777,
+                        EntryKind::Symlink(target.as_bytes().to_vec()),
+                    ),
+                    _ => unreachable!("{kind}"),
+                };
+                Ok(Entry {
+                    path: path.as_bytes().to_vec(),
+                    mode,
+                    uid: 0,
+                    gid: 0,
+                    mtime_sec: 1_000_000_000,
+                    mtime_nsec: 0,
+                    xattrs: Vec::new(),
+                    link: *link,
+                    kind,
+                })
+            }))
+        }
+    }
+
+    fn image(dir: &Path, tree: Tree) -> Image {
+        let out = dir.join("t.sheaf");
+        build(
+            &Input::Entries(Arc::new(tree)),
+            &out,
+            &BuildOptions {
+                force: true,
+                ..Default::default()
+            },
+            Arc::new(Progress::default()),
+            &AtomicBool::new(false),
+        )
+        .unwrap();
+        crate::open_path(&out).unwrap()
+    }
+
+    fn open_fds() -> usize {
+        fs::read_dir("/proc/self/fd").unwrap().count()
+    }
+
+    #[test]
+    fn a_tree_deeper_than_the_descriptor_budget_extracts_whole() {
+        let t = tempfile::tempdir().unwrap();
+        // 40 levels, a file and a hardlink pair at several depths, so the
+        // walk keeps coming back to directories whose descriptors it closed.
+        let mut entries = vec![(String::new(), "d".to_string(), None)];
+        let mut p = String::new();
+        for i in 0..40 {
+            p.push_str(&format!("{}d{i}", if i == 0 { "" } else { "/" }));
+            entries.push((p.clone(), "d".into(), None));
+            if i % 10 == 9 {
+                entries.push((format!("{p}/a{i}"), format!("f:level {i}"), Some(7)));
+            }
+        }
+        // Siblings after each deep subtree: written after coming back up.
+        let mut q = String::new();
+        let mut tail = Vec::new();
+        for i in 0..40 {
+            q.push_str(&format!("{}d{i}", if i == 0 { "" } else { "/" }));
+            tail.push((format!("{q}/z"), format!("f:after {i}"), None));
+        }
+        tail.reverse();
+        // Parents first, but a directory's entries in name order.
+        let mut all: Vec<_> = entries.into_iter().chain(tail).collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        let img = image(t.path(), Tree(all));
+        let out = t.path().join("out");
+        let before = open_fds();
+        let opts = ExtractOptions {
+            target: out.clone(),
+            paths: Vec::new(),
+        };
+        let r = extract_with(&img, &opts, 3).unwrap();
+        assert_eq!(open_fds(), before, "descriptors left open");
+        assert_eq!(r.entries, 40 + 4 + 40);
+        let mut p = out.clone();
+        let mut first_ino = None;
+        for i in 0..40 {
+            p.push(format!("d{i}"));
+            assert_eq!(
+                fs::read(p.join("z")).unwrap(),
+                format!("after {i}").as_bytes()
+            );
+            if i % 10 == 9 {
+                let md = fs::metadata(p.join(format!("a{i}"))).unwrap();
+                assert_eq!(md.nlink(), 4, "a{i}");
+                assert_eq!(*first_ino.get_or_insert(md.ino()), md.ino(), "a{i}");
+            }
+            assert_eq!(fs::metadata(&p).unwrap().mtime(), 1_000_000_000, "{p:?}");
+        }
+        // A second run replaces nothing.
+        let again = extract_with(&img, &opts, MAX_OPEN_DIRS).unwrap_err();
+        assert!(
+            matches!(&again, ExtractError::Io { cause, .. }
+                if cause.kind() == io::ErrorKind::AlreadyExists),
+            "{again}"
+        );
+    }
+
+    #[test]
+    fn an_existing_symlink_is_never_entered() {
+        let t = tempfile::tempdir().unwrap();
+        let img = image(
+            t.path(),
+            Tree(vec![
+                (String::new(), "d".into(), None),
+                ("a".into(), "d".into(), None),
+                ("a/f".into(), "f:payload".into(), None),
+            ]),
+        );
+        let out = t.path().join("out");
+        let elsewhere = t.path().join("elsewhere");
+        fs::create_dir_all(&out).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, out.join("a")).unwrap();
+        let opts = ExtractOptions {
+            target: out.clone(),
+            paths: Vec::new(),
+        };
+        let e = extract(&img, &opts).unwrap_err();
+        assert!(
+            matches!(&e, ExtractError::NotADirectory(p) if p == "a"),
+            "{e}"
+        );
+        assert_eq!(e.to_string(), "a: exists and is not a directory");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+        // The same when the path is named.
+        let named = ExtractOptions {
+            target: out,
+            paths: vec![b"a/f".to_vec()],
+        };
+        assert!(matches!(
+            extract(&img, &named),
+            Err(ExtractError::NotADirectory(_))
+        ));
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+}
