@@ -17,7 +17,9 @@
 //! 4. each leader copies the objects it already has into a temporary
 //!    copy, verified, and marks the rest; the marks are OR-ed over ranks;
 //! 5. the needed objects are read by all ranks, each a contiguous share,
-//!    and broadcast in chunks; leaders verify every object and write it;
+//!    verified by their reader against the image's digests, and broadcast
+//!    in chunks carrying a digest of their bytes; leaders check that digest
+//!    on arrival and write the objects they lack;
 //! 6. leaders write the index bytes and check the copy's root digest; all
 //!    ranks agree on success, then leaders rename their copies into place.
 //!
@@ -582,24 +584,46 @@ fn transfer(
     std::thread::scope(|s| {
         let (rtx, rrx) = crossbeam_channel::bounded::<Vec<u8>>(window);
         let (wtx, wrx) = crossbeam_channel::bounded::<(usize, Vec<u8>)>(window);
+        // Buffers go round (reader → broadcast → writer → here) instead of
+        // being allocated per chunk: fresh multi-MiB buffers cost a page
+        // fault per 4 KiB, about as much as the copy itself.
+        let (free_tx, free_rx) = crossbeam_channel::bounded::<Vec<u8>>(3 * window + 2);
+        let take = move |free: &crossbeam_channel::Receiver<Vec<u8>>, len: usize| {
+            let mut b = free.try_recv().unwrap_or_default();
+            b.clear();
+            b.resize(len, 0);
+            b
+        };
         if chunks.iter().any(|c| c.root == rank) {
+            let free_rx = free_rx.clone();
             let read_error = &read_error;
             if let Err(e) = &reader {
                 *read_error.lock().expect("error") = e.clone();
             }
             s.spawn(move || {
                 for c in chunks.iter().filter(|c| c.root == rank) {
-                    let mut buf = vec![0u8; c.len + 1];
+                    let mut buf = take(&free_rx, c.len + TRAILER);
                     let failed = read_error.lock().expect("error").is_some();
-                    if failed {
-                        buf[c.len] = 1;
-                    } else if let Err(e) = reader
-                        .as_ref()
-                        .map_err(|_| String::new())
-                        .and_then(|r| r.read(&refs_of(c), recorded, &mut buf[..c.len]))
-                    {
-                        *read_error.lock().expect("error") = Some(e);
-                        buf[c.len] = 1;
+                    let res = if failed {
+                        Err(String::new())
+                    } else {
+                        reader.as_ref().map_err(|_| String::new()).and_then(|r| {
+                            let refs = refs_of(c);
+                            r.read(&refs, recorded, &mut buf[..c.len])?;
+                            check_objects(&refs, &buf[..c.len])
+                        })
+                    };
+                    match res {
+                        Ok(()) => {
+                            let d = sheaf_format::digest(&buf[..c.len]);
+                            buf[c.len..c.len + 32].copy_from_slice(&d);
+                        }
+                        Err(e) => {
+                            if !e.is_empty() {
+                                *read_error.lock().expect("error") = Some(e);
+                            }
+                            buf[c.len + 32] = 1;
+                        }
                     }
                     if rtx.send(buf).is_err() {
                         return;
@@ -610,47 +634,41 @@ fn transfer(
         if let Some(inst) = install {
             let write_error = &write_error;
             let refs_of = &refs_of;
+            let free_tx = free_tx.clone();
             s.spawn(move || {
                 for (k, buf) in wrx {
+                    let buf = Recycle(Some(buf), &free_tx);
                     if write_error.lock().expect("error").is_some() {
                         continue;
                     }
                     let c: &plan::Chunk = &chunks[k];
-                    if buf[c.len] != 0 {
+                    if buf[c.len + 32] != 0 {
                         *write_error.lock().expect("error") =
                             Some("a rank could not read its share of the source".into());
                         continue;
                     }
-                    // The objects of the chunk this node lacks, checked in
-                    // parallel (decompression is the cost), then written.
-                    let mut todo = Vec::new();
+                    // The reader checked every object against the image's
+                    // digests; this checks the bytes arrived as it sent them.
+                    if sheaf_format::digest(&buf[..c.len])[..] != buf[c.len..c.len + 32] {
+                        *write_error.lock().expect("error") = Some(format!(
+                            "a chunk from rank {} arrived damaged (digest mismatch)",
+                            c.root
+                        ));
+                        continue;
+                    }
                     let mut pos = 0;
+                    let mut res = Ok(());
                     for (j, r) in c.objects.clone().zip(refs_of(c)) {
                         let at = pos;
                         pos += r.clen as usize;
                         let i = wanted[j];
                         if mine[i / 8] & (1 << (i % 8)) != 0 {
-                            todo.push((r, at));
+                            res = inst.write_at(&buf[at..at + r.clen as usize], r.offset);
+                            if res.is_err() {
+                                break;
+                            }
                         }
                     }
-                    use rayon::prelude::*;
-                    let bad = todo.par_iter().find_map_any(|(r, at)| {
-                        let b = &buf[*at..*at + r.clen as usize];
-                        r.check_stored(r.codec, b, &mut Vec::new()).err().map(|_| {
-                            format!(
-                                "source object {} at offset {} failed verification \
-                                 (the source is corrupt or changed while being read)",
-                                sheaf_format::hex(&r.hash),
-                                r.offset
-                            )
-                        })
-                    });
-                    let res = match bad {
-                        Some(e) => Err(e),
-                        None => todo.iter().try_for_each(|(r, at)| {
-                            inst.write_at(&buf[*at..*at + r.clen as usize], r.offset)
-                        }),
-                    };
                     if let Err(e) = res {
                         *write_error.lock().expect("error") = Some(e);
                     }
@@ -661,11 +679,13 @@ fn transfer(
             let mut buf = if c.root == rank {
                 rrx.recv().expect("reader sends one buffer per chunk")
             } else {
-                vec![0u8; c.len + 1]
+                take(&free_rx, c.len + TRAILER)
             };
             comm.bcast_into(c.root, &mut buf);
             if install.is_some() {
                 let _ = wtx.send((k, buf));
+            } else {
+                let _ = free_tx.try_send(buf);
             }
             if rank == 0 {
                 progress(done.fetch_add(c.len as u64, Relaxed) + c.len as u64, total);
@@ -680,6 +700,53 @@ fn transfer(
         return Err((OTHER_FAILURE, e));
     }
     Ok(())
+}
+
+/// Bytes after a chunk's payload: its BLAKE3 digest and a status byte (0:
+/// read and verified; 1: the reader failed).
+const TRAILER: usize = 33;
+
+/// Check every object of a chunk against its digest, in parallel
+/// (decompressing is the cost): once per job, by the rank that read it.
+fn check_objects(refs: &[BlockRef], payload: &[u8]) -> Result<(), String> {
+    use rayon::prelude::*;
+    let mut at = Vec::with_capacity(refs.len());
+    let mut pos = 0;
+    for r in refs {
+        at.push(pos);
+        pos += r.clen as usize;
+    }
+    refs.par_iter()
+        .zip(at)
+        .try_for_each_init(Vec::new, |scratch, (r, a)| {
+            r.check_stored(r.codec, &payload[a..a + r.clen as usize], scratch)
+                .map_err(|_| {
+                    format!(
+                        "source object {} at offset {} failed verification \
+                     (the source is corrupt or changed while being read)",
+                        sheaf_format::hex(&r.hash),
+                        r.offset
+                    )
+                })
+        })
+}
+
+/// A chunk buffer that goes back to the free list when dropped.
+struct Recycle<'a>(Option<Vec<u8>>, &'a crossbeam_channel::Sender<Vec<u8>>);
+
+impl std::ops::Deref for Recycle<'_> {
+    type Target = Vec<u8>;
+    fn deref(&self) -> &Vec<u8> {
+        self.0.as_ref().expect("held until drop")
+    }
+}
+
+impl Drop for Recycle<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            let _ = self.1.try_send(b);
+        }
+    }
 }
 
 /// How this process was launched: under an MPI launcher (several ranks

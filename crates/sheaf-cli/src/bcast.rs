@@ -31,7 +31,7 @@ pub struct BcastArgs {
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size64)]
     chunk: u64,
     /// Chunks each rank reads ahead of the broadcast (bounds memory:
-    /// about 2 x WINDOW x CHUNK per rank).
+    /// about 3 x WINDOW x CHUNK per rank).
     #[arg(long, value_name = "N", default_value_t = sheaf_bcast::DEFAULT_WINDOW)]
     window: usize,
     /// Also take objects from these local images (files or directories),
@@ -109,7 +109,9 @@ pub fn run(a: BcastArgs, remote: &RemoteArgs) -> Result<i32> {
         Err(e) => {
             // Every rank prints the agreed line before any exits: a launcher
             // kills the remaining ranks as soon as one exits non-zero.
-            eprintln!("sheaf: error: {e}");
+            // One write, so the lines of ranks sharing a pipe do not mix.
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(format!("sheaf: error: {e}\n").as_bytes());
             comm.all_max(0);
             drop(comm);
             std::process::exit(1);

@@ -434,3 +434,42 @@ fn without_a_launcher_it_is_a_verified_local_copy() {
     .fails_with(1);
     o.no_panic();
 }
+
+#[test]
+fn a_url_source_whole_image_or_published_repository_reaches_every_node() {
+    let Some(c) = Cluster::new(2, 2) else { return };
+    let ng = common::servers::Nginx::start(&c.dir.path().join("web"));
+    let src = c.dir.path().join("src");
+    tree(&src, 6, 3 << 20);
+    let img = ng.www.join("u.sheaf");
+    build(&src, &img, &["--block-size", "256K"]);
+    sheaf([
+        "publish".as_ref(),
+        img.as_os_str(),
+        ng.www.join("repo").as_os_str(),
+        "--name".as_ref(),
+        "u".as_ref(),
+    ])
+    .ok();
+    let want = std::fs::read(&img).unwrap();
+    for url in [ng.url("u.sheaf"), ng.url("repo/u")] {
+        for n in 0..c.nodes {
+            let _ = std::fs::remove_file(c.node_dest(n));
+        }
+        let _ = std::fs::remove_dir_all(c.dir.path().join("cache"));
+        let o = c.bcast("self,vader", Path::new(&url), &[]).ok();
+        for n in 0..c.nodes {
+            assert_eq!(
+                std::fs::read(c.node_dest(n)).unwrap(),
+                want,
+                "{url}: node {n}"
+            );
+        }
+        let r = report(&o);
+        assert_eq!(r["nodes_present"], 0, "{url}");
+        // Objects rank 0 fetched while opening (the ref pages) are in the
+        // node cache by then and may be taken from it.
+        assert!(r["objects_sent"].as_u64() <= r["objects"].as_u64(), "{url}");
+        assert!(r["objects_sent"].as_u64().unwrap() > 0, "{url}");
+    }
+}
