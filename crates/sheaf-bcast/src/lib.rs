@@ -329,19 +329,8 @@ fn decode_head(b: &[u8]) -> Result<(ImageIndex, Option<Vec<u8>>), String> {
     Ok((index, (!sig.is_empty()).then(|| sig.to_vec())))
 }
 
-/// The error's chain of causes on one line.
-fn one_line(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
+fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    sheaf_format::one_line(e)
 }
 
 /// Broadcast `o.src` to `o.dest` on every node of `comm`'s world.

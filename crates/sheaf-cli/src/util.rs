@@ -33,18 +33,7 @@ pub fn parse_size64(s: &str) -> Result<u64, String> {
 /// An error and its causes (`source()` chain) on one line, each cause once:
 /// a message that already spells out its cause does not repeat it.
 pub fn one_line(e: &anyhow::Error) -> String {
-    let mut s = String::new();
-    for c in e.chain() {
-        let t = c.to_string();
-        if t.is_empty() || s.contains(&t) {
-            continue;
-        }
-        if !s.is_empty() {
-            s.push_str(": ");
-        }
-        s.push_str(&t);
-    }
-    s.replace('\n', " ")
+    sheaf_format::one_line(e.as_ref())
 }
 
 /// Human-readable bytes.

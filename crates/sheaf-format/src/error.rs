@@ -47,3 +47,23 @@ impl FormatError {
         }
     }
 }
+
+/// An error and its chain of causes (`source()`) on one line, each cause
+/// after a colon unless the text before already says it; newlines become
+/// spaces. The one rule for every message sheaf prints or passes between
+/// processes.
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = String::new();
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !t.is_empty() && !s.contains(&t) {
+            if !s.is_empty() {
+                s.push_str(": ");
+            }
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s.replace('\n', " ")
+}

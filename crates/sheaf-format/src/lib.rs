@@ -25,7 +25,7 @@ pub mod signatures;
 pub mod superblock;
 
 pub use codec::Codec;
-pub use error::FormatError;
+pub use error::{one_line, FormatError};
 pub use layout::{
     BlockRef, Header, SectionEntry, SectionKind, Trailer, BLOCK_REF_LEN, HEADER_LEN,
     SECTION_ENTRY_LEN, SECTION_FLAG_REQUIRED, TRAILER_LEN,

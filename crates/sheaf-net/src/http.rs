@@ -144,17 +144,8 @@ fn env_proxy() -> Option<String> {
 
 /// The error chain of a transport failure in one line ("timed out",
 /// "Connection refused (os error 111)", ...).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s = format!("{s}: {t}");
-        }
-        src = c.source();
-    }
-    s
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    sheaf_format::one_line(e)
 }
 
 /// Whether a transport error is TLS refusing the server (its certificate
