@@ -187,7 +187,11 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     if let Some(i) = &a.policy.identity {
         policy_flags.extend(["--identity".into(), i.clone()]);
     }
-    if !sheaf_mounted(&mp) {
+    // Under a launcher every rank takes part in the broadcast (a collective:
+    // skipping it on nodes that have the pool mounted would leave the others
+    // waiting); alone, a mounted pool needs no copy.
+    let launched = a.mpi == "always" || (a.mpi == "auto" && sheaf_bcast::launched_by_mpi());
+    if launched || !sheaf_mounted(&mp) {
         // The copy, in a child: MPI (when launched so) lives and ends there,
         // before this process forks the mount's server.
         let st = std::process::Command::new(&exe)
@@ -206,9 +210,26 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
                 local.display()
             );
         }
-        // Under a launcher, each node's copy is mounted by one process; the
-        // others find it mounted (or mounting) and only print the shell code.
-        std::fs::create_dir_all(&mp).with_context(|| mp.display().to_string())?;
+    }
+    // Ranks sharing a node mount once: the first under the lock mounts, the
+    // others find it mounted.
+    std::fs::create_dir_all(&mp).with_context(|| mp.display().to_string())?;
+    let lock_path = mp.with_extension("mount-lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| lock_path.display().to_string())?;
+    // SAFETY: flock on a descriptor we own; released when `lock` drops.
+    if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
+        bail!(
+            "{}: {}",
+            lock_path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    if !sheaf_mounted(&mp) {
         let o = std::process::Command::new(&exe)
             .args(remote.to_args())
             .arg("mount")
@@ -218,7 +239,7 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
             .stdout(std::process::Stdio::null())
             .output()
             .context("running sheaf mount")?;
-        if !o.status.success() && !sheaf_mounted(&mp) {
+        if !o.status.success() {
             let e = String::from_utf8_lossy(&o.stderr);
             bail!(
                 "pool {name}/{version}: mount at {} failed: {}",
@@ -227,6 +248,7 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
             );
         }
     }
+    drop(lock);
     if a.sh {
         print!("{}", sheaf_pool::load_shell(&mp));
     } else {

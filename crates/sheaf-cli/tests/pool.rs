@@ -247,3 +247,75 @@ fn an_unchanged_package_keeps_its_blocks_in_the_next_pool_version() {
     );
     assert!(!t.path().join("bad.sheaf").exists());
 }
+
+#[test]
+fn under_mpirun_every_rank_loads_the_pool_and_the_node_mounts_it_once() {
+    if !mounts_allowed() || !prerequisite(is_root(), "root (mpirun --allow-run-as-root)") {
+        return;
+    }
+    let t = tmpdir();
+    let pool = t.path().join("pool");
+    sheaf(["pool".as_ref(), "init".as_ref(), pool.as_os_str()]).ok();
+    std::fs::create_dir_all(t.path().join("shared/p")).unwrap();
+    let img = t.path().join("shared/p/1.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "--name".as_ref(),
+        "p/1".as_ref(),
+    ])
+    .ok();
+    let conf = t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = [\"{}\"]\nlocal = \"{}\"\nmounts = \"{}\"\n",
+            t.path().join("shared").display(),
+            t.path().join("local").display(),
+            t.path().join("mnt").display()
+        )
+        .as_bytes(),
+    );
+    let mp = t.path().join("mnt/p/1");
+    let mounts_at = || {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split(' ').nth(1) == Some(mp.to_str().unwrap()))
+            .count()
+    };
+    for round in 0..2 {
+        let o = run_cmd(
+            Command::new("mpirun")
+                .args(["--allow-run-as-root", "--oversubscribe", "-np", "3"])
+                .args([
+                    "--mca",
+                    "btl",
+                    "self,vader",
+                    "--mca",
+                    "oob_tcp_if_include",
+                    "lo",
+                ])
+                .arg(bin())
+                .args(["pool", "load", "p/1", "--sh"])
+                .env("SHEAF_CONFIG", &conf),
+        );
+        assert_eq!(o.code, 0, "round {round}: {}", o.describe());
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(out.matches("module use").count(), 3, "{out}");
+        assert_eq!(
+            mounts_at(),
+            1,
+            "round {round}: mounted {} times",
+            mounts_at()
+        );
+    }
+    let _guard = Mounted::adopt(&mp);
+    assert_eq!(
+        std::fs::read(t.path().join("local/p/1.sheaf")).unwrap(),
+        std::fs::read(&img).unwrap()
+    );
+}
