@@ -156,3 +156,38 @@ fn build_and_publish_onto_a_full_disk_say_so_in_one_line_and_leave_nothing() {
         .collect();
     assert!(partial.is_empty(), "temporaries left: {partial:?}");
 }
+
+#[test]
+fn bcast_onto_a_full_disk_says_so_in_one_line_and_leaves_no_copy() {
+    if !prerequisite(is_root(), "root, to mount a small tmpfs") {
+        return;
+    }
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    write(&src.join("random.bin"), &Rng::new(23).bytes(6 << 20));
+    let img = t.path().join("img.sheaf");
+    build(&src, &img, &[]).ok();
+    let small = SmallFs::new(&t.path().join("small"), 2);
+    let dest = small.0.join("pools/img.sheaf");
+    let o = sheaf([
+        "bcast".as_ref(),
+        "--mpi".as_ref(),
+        "never".as_ref(),
+        img.as_os_str(),
+        dest.as_os_str(),
+    ])
+    .fails_with(1);
+    let line = o.one_err_line();
+    assert!(
+        line.contains("img.sheaf") && line.contains("No space left"),
+        "{}",
+        o.describe()
+    );
+    // Only the (empty) lock file may remain: no copy, no temporary.
+    let left: Vec<String> = listing(&small.0.join("pools"))
+        .into_iter()
+        .filter(|n| !n.ends_with(".bcast.lock"))
+        .collect();
+    assert!(left.is_empty(), "left on the disk: {left:?}");
+}
