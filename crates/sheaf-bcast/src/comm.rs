@@ -34,20 +34,19 @@ pub trait Comm {
     }
 
     /// Agree on an outcome: `Ok` on every rank only if it is `Ok` on every
-    /// rank; otherwise every rank gets the message of the lowest failing
-    /// rank, so all print the same line.
-    fn agree(&self, local: Result<(), String>) -> Result<(), String> {
+    /// rank; otherwise every rank gets one message, so all print the same
+    /// line: that of the failing rank with the lowest `(priority, rank)`.
+    fn agree(&self, local: Result<(), (u64, String)>) -> Result<(), String> {
         let failed = self.all_max(local.is_err() as u64);
         if failed == 0 {
             return Ok(());
         }
-        let me = if local.is_err() {
-            self.rank() as u64
-        } else {
-            u64::MAX
+        let key = match &local {
+            Err((prio, _)) => (prio << 32) | self.rank() as u64,
+            Ok(()) => u64::MAX,
         };
-        let first = self.all_min(me) as usize;
-        let mut msg = local.err().unwrap_or_default().into_bytes();
+        let first = (self.all_min(key) & 0xffff_ffff) as usize;
+        let mut msg = local.err().map(|e| e.1).unwrap_or_default().into_bytes();
         self.bcast_vec(first, &mut msg);
         Err(String::from_utf8_lossy(&msg).into_owned())
     }
@@ -152,6 +151,9 @@ mod tests {
     #[test]
     fn a_solo_world_agrees_with_itself() {
         assert_eq!(Solo.agree(Ok(())), Ok(()));
-        assert_eq!(Solo.agree(Err("x: broken".into())), Err("x: broken".into()));
+        assert_eq!(
+            Solo.agree(Err((1, "x: broken".into()))),
+            Err("x: broken".into())
+        );
     }
 }

@@ -36,7 +36,7 @@ pub use comm::{Comm, Nodes, Solo};
 
 use local::{Install, Local};
 use sheaf_format::remote::ImageIndex;
-use sheaf_format::{BlockRef, Codec, Digest, BLOCK_REF_LEN};
+use sheaf_format::{one_line, BlockRef, Codec, Digest, BLOCK_REF_LEN};
 use sheaf_net::RemoteConfig;
 use sheaf_read::{CountingSource, Image, ImageOptions, IndexSource, ObjectStore, Source};
 use sheaf_trust::Policy;
@@ -125,18 +125,7 @@ const READ_FAILURE: u64 = 0;
 const OTHER_FAILURE: u64 = 1;
 
 fn agree(comm: &dyn Comm, local: Result<(), (u64, String)>) -> Result<(), BcastError> {
-    let bad = comm.all_max(local.is_err() as u64);
-    if bad == 0 {
-        return Ok(());
-    }
-    let key = match &local {
-        Err((prio, _)) => (prio << 32) | comm.rank() as u64,
-        Ok(()) => u64::MAX,
-    };
-    let first = (comm.all_min(key) & 0xffff_ffff) as usize;
-    let mut msg = local.err().map(|e| e.1).unwrap_or_default().into_bytes();
-    comm.bcast_vec(first, &mut msg);
-    Err(BcastError(String::from_utf8_lossy(&msg).into_owned()))
+    comm.agree(local).map_err(BcastError)
 }
 
 fn other<T>(r: Result<T, String>) -> Result<T, (u64, String)> {
@@ -329,10 +318,6 @@ fn decode_head(b: &[u8]) -> Result<(ImageIndex, Option<Vec<u8>>), String> {
     Ok((index, (!sig.is_empty()).then(|| sig.to_vec())))
 }
 
-fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
-    sheaf_format::one_line(e)
-}
-
 /// Broadcast `o.src` to `o.dest` on every node of `comm`'s world.
 /// `progress(done, total)` is called on rank 0 as payload bytes go out.
 pub fn run(
@@ -420,13 +405,11 @@ pub fn run(
         None => Ok(()),
     };
     agree(comm, other(local))?;
-    let mut mine = need.clone();
+    // This node's own marks (all zero where it writes nothing).
+    let mine = need.clone();
     comm.all_or(&mut need);
     let bit = |v: &[u8], i: usize| v[i / 8] & (1 << (i % 8)) != 0;
     let wanted: Vec<usize> = (0..refs.len()).filter(|&i| bit(&need, i)).collect();
-    if install.is_none() {
-        mine.iter_mut().for_each(|b| *b = 0);
-    }
     let sizes: Vec<u32> = wanted.iter().map(|&i| refs[i].clen).collect();
     let chunks = plan::schedule(&sizes, comm.size(), o.chunk.max(1));
     report.objects_sent = wanted.len() as u64;

@@ -98,7 +98,7 @@ impl Install {
             .write(true)
             .open(&tmp)
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        let mut me = Install {
+        let me = Install {
             dest: dest.to_path_buf(),
             tmp,
             file,
@@ -112,7 +112,6 @@ impl Install {
             let e = io::Error::from_raw_os_error(rc);
             return Err(format!("{}: {e}", dest.display()));
         }
-        me.done = false;
         Ok(me)
     }
 
@@ -168,18 +167,14 @@ impl Drop for Install {
     }
 }
 
-/// Where a node can find an object without the network.
-enum Place {
-    File { file: usize, offset: u64 },
-}
-
 /// Objects already on this node: in other images (earlier versions, other
 /// pools in the same directory) and in the node cache. Only a copy stored
 /// exactly as the source stores it (same codec, same stored length) can
 /// fill the source's byte range; every one is verified before use.
 pub struct Local {
     files: Vec<(PathBuf, File)>,
-    by_hash: HashMap<Digest, (Place, Codec, u32)>,
+    /// Digest → (index in `files`, offset, codec, stored length).
+    by_hash: HashMap<Digest, (usize, u64, Codec, u32)>,
     cache: Option<Arc<dyn ObjectStore>>,
 }
 
@@ -227,14 +222,9 @@ impl Local {
             let idx = me.files.len();
             me.files.push((path, file));
             for (r, _) in refs {
-                me.by_hash.entry(r.hash).or_insert((
-                    Place::File {
-                        file: idx,
-                        offset: r.offset,
-                    },
-                    r.codec,
-                    r.clen,
-                ));
+                me.by_hash
+                    .entry(r.hash)
+                    .or_insert((idx, r.offset, r.codec, r.clen));
             }
         }
         me
@@ -248,15 +238,17 @@ impl Local {
     /// The stored bytes of `r` exactly as the source stores them, verified,
     /// if this node has them.
     pub fn get(&self, r: &BlockRef, scratch: &mut Vec<u8>) -> Option<Vec<u8>> {
-        let from_file = self.by_hash.get(&r.hash).and_then(|(place, codec, clen)| {
-            if *codec != r.codec || *clen != r.clen {
-                return None;
-            }
-            let Place::File { file, offset } = place;
-            let mut b = vec![0u8; r.clen as usize];
-            self.files[*file].1.read_exact_at(&mut b, *offset).ok()?;
-            Some(b)
-        });
+        let from_file = self
+            .by_hash
+            .get(&r.hash)
+            .and_then(|(file, offset, codec, clen)| {
+                if *codec != r.codec || *clen != r.clen {
+                    return None;
+                }
+                let mut b = vec![0u8; r.clen as usize];
+                self.files[*file].1.read_exact_at(&mut b, *offset).ok()?;
+                Some(b)
+            });
         let found = from_file.or_else(|| {
             let obj = self.cache.as_ref()?.get(&r.hash)?;
             let (codec, stored) = sheaf_format::remote::decode_object(&obj).ok()?;

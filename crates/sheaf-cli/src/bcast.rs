@@ -49,14 +49,18 @@ pub struct BcastArgs {
     policy: PolicyArgs,
 }
 
-/// The world this process is part of.
-fn world(when: &str) -> Result<Box<dyn Comm>> {
-    let want = match when {
+/// Whether `--mpi WHEN` means this process is one rank of a job.
+pub fn wants_mpi(when: &str) -> bool {
+    match when {
         "always" => true,
         "never" => false,
         _ => sheaf_bcast::launched_by_mpi(),
-    };
-    if !want {
+    }
+}
+
+/// The world this process is part of.
+fn world(when: &str) -> Result<Box<dyn Comm>> {
+    if !wants_mpi(when) {
         return Ok(Box::new(Solo));
     }
     #[cfg(feature = "mpi")]

@@ -190,8 +190,7 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     // Under a launcher every rank takes part in the broadcast (a collective:
     // skipping it on nodes that have the pool mounted would leave the others
     // waiting); alone, a mounted pool needs no copy.
-    let launched = a.mpi == "always" || (a.mpi == "auto" && sheaf_bcast::launched_by_mpi());
-    if launched || !sheaf_mounted(&mp) {
+    if crate::bcast::wants_mpi(&a.mpi) || !sheaf_mounted(&mp) {
         // The copy, in a child: MPI (when launched so) lives and ends there,
         // before this process forks the mount's server.
         let st = std::process::Command::new(&exe)

@@ -6,24 +6,9 @@
 
 mod common;
 use common::*;
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Objects (hash → stored length) of an image, listed by the reader library.
-fn objects(img: &Path) -> Vec<([u8; 32], u64)> {
-    let src = sheaf_read::FileSource::open(img).unwrap();
-    let img = sheaf_read::Image::open(Arc::new(src)).unwrap();
-    let mut seen = HashSet::new();
-    img.object_refs()
-        .unwrap()
-        .into_iter()
-        .filter(|(r, _)| seen.insert(r.offset))
-        .map(|(r, _)| (r.hash, r.clen as u64))
-        .collect()
-}
 
 /// A job of `nodes` simulated nodes × `per_node` ranks.
 struct Cluster {
@@ -201,12 +186,7 @@ fn every_node_gets_the_image_read_once_then_skips_then_gets_only_a_delta() {
     let v2 = c.shared("pool-2.sheaf");
     build(&src, &v2, &[]);
     std::fs::rename(c.node_dest(0), c.node_dir(0).join("pool-1.sheaf")).unwrap();
-    let old: HashSet<[u8; 32]> = objects(&v1).into_iter().map(|o| o.0).collect();
-    let new_bytes: u64 = objects(&v2)
-        .into_iter()
-        .filter(|o| !old.contains(&o.0))
-        .map(|o| o.1)
-        .sum();
+    let (new_bytes, _) = new_object_bytes(&v1, &v2);
     let o = c.bcast("self,vader", &v2, &[]).ok();
     let r = report(&o);
     for n in 0..c.nodes {

@@ -5,37 +5,10 @@
 
 mod common;
 use common::*;
-use std::collections::HashSet;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 
 const LMOD_INIT: &str = "/usr/share/lmod/lmod/init/bash";
-
-/// Stored bytes of the objects of `new` that `old` lacks (read with the
-/// reader library, independently of bcast).
-fn new_object_bytes(old: &Path, new: &Path) -> (u64, u64) {
-    let refs = |p: &Path| {
-        let img =
-            sheaf_read::Image::open(Arc::new(sheaf_read::FileSource::open(p).unwrap())).unwrap();
-        let mut seen = HashSet::new();
-        img.object_refs()
-            .unwrap()
-            .into_iter()
-            .filter(|(r, _)| seen.insert(r.offset))
-            .map(|(r, _)| (r.hash, r.clen as u64))
-            .collect::<Vec<_>>()
-    };
-    let have: HashSet<[u8; 32]> = refs(old).into_iter().map(|r| r.0).collect();
-    let all = refs(new);
-    let total = all.iter().map(|r| r.1).sum();
-    let fresh = all
-        .iter()
-        .filter(|r| !have.contains(&r.0))
-        .map(|r| r.1)
-        .sum();
-    (fresh, total)
-}
 
 /// A pool: `tool/2.0` (a compiled C program), `pyfoo/1.0` (a Python
 /// package), `zlib-data/1.0` (many small files, no modulefile change).

@@ -12,6 +12,7 @@
 //! takes the load back.
 
 use serde_json::json;
+use sheaf_format::one_line;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -140,12 +141,6 @@ fn env_proxy() -> Option<String> {
     ]
     .iter()
     .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
-}
-
-/// The error chain of a transport failure in one line ("timed out",
-/// "Connection refused (os error 111)", ...).
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    sheaf_format::one_line(e)
 }
 
 /// Whether a transport error is TLS refusing the server (its certificate
@@ -386,7 +381,7 @@ impl Http {
         };
         let c = b
             .build()
-            .map_err(|e| io::Error::other(format!("HTTP client: {}", chain(&e))))?;
+            .map_err(|e| io::Error::other(format!("HTTP client: {}", one_line(&e))))?;
         if let Some((_, inherited)) = g.replace((pid, c.clone())) {
             // Built before a fork: dropping it would join a runtime thread
             // that does not exist in this process, and hang.
@@ -426,11 +421,11 @@ impl Http {
             } else {
                 io::ErrorKind::Other
             };
-            io::Error::new(kind, chain(&e.without_url()))
+            io::Error::new(kind, one_line(&e.without_url()))
         })?;
         let status = resp.status().as_u16();
         let read_err =
-            |e: io::Error| io::Error::new(e.kind(), format!("reading the reply: {}", chain(&e)));
+            |e: io::Error| io::Error::new(e.kind(), format!("reading the reply: {}", one_line(&e)));
         match status {
             206 if !matches!(want, Want::Object(_)) => {}
             200 if matches!(want, Want::Object(_)) => {}

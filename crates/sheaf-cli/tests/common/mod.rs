@@ -794,3 +794,32 @@ pub fn run_with_stdin(c: &mut Command, data: Vec<u8>) -> Out {
         what,
     }
 }
+
+/// The distinct objects (pages and blocks) of an image as (digest, stored
+/// length), listed by the reader library, independently of bcast.
+pub fn image_objects(img: &Path) -> Vec<([u8; 32], u64)> {
+    let src = sheaf_read::FileSource::open(img).unwrap();
+    let img = sheaf_read::Image::open(std::sync::Arc::new(src)).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    img.object_refs()
+        .unwrap()
+        .into_iter()
+        .filter(|(r, _)| seen.insert(r.offset))
+        .map(|(r, _)| (r.hash, r.clen as u64))
+        .collect()
+}
+
+/// Stored bytes of the objects of `new` that `old` lacks, and of all of
+/// `new`'s objects.
+pub fn new_object_bytes(old: &Path, new: &Path) -> (u64, u64) {
+    let have: std::collections::HashSet<[u8; 32]> =
+        image_objects(old).into_iter().map(|o| o.0).collect();
+    let all = image_objects(new);
+    let total = all.iter().map(|o| o.1).sum();
+    let fresh = all
+        .iter()
+        .filter(|o| !have.contains(&o.0))
+        .map(|o| o.1)
+        .sum();
+    (fresh, total)
+}
