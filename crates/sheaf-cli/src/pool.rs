@@ -36,8 +36,28 @@ pub enum PoolCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Pools the configured locations offer.
+    /// Pools the configured locations offer (directories are scanned; a
+    /// URL location is listed by its pools.json, see `pool publish`).
     Avail {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a pool image into a location directory (to be shared or
+    /// served over HTTP): a repository NAME/ with index VERSION, whose
+    /// objects later versions share (HTTP loads fetch only what changed),
+    /// and the location's catalogue pools.json rewritten from its contents.
+    #[command(
+        after_help = "Examples:\n  sheaf pool publish pystack-2024.2.sheaf /srv/pools --name pystack/2024.2\n  sheaf pool publish /srv/pools    # only rewrite the catalogue\n  # with /srv/pools served at https://repo.example/pools, nodes set\n  # [pools] locations = [\"https://repo.example/pools\"] and run\n  sheaf pool avail; sheaf pool load pystack/2024.2"
+    )]
+    Publish {
+        /// [IMAGE] LOCATION: the pool image (omit it to only rewrite the
+        /// catalogue) and the location directory.
+        #[arg(required = true, num_args = 1..=2, value_names = ["IMAGE", "LOCATION"])]
+        paths: Vec<PathBuf>,
+        /// NAME/VERSION (default: from IMAGE's path, .../NAME/VERSION.sheaf).
+        #[arg(long)]
+        name: Option<String>,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -106,7 +126,8 @@ pub fn run(cmd: PoolCmd, remote: &RemoteArgs) -> Result<i32> {
         PoolCmd::Load(a) => load(a, remote),
         PoolCmd::Unload { pool, sh } => unload(&pool, sh),
         PoolCmd::List { json } => list(json),
-        PoolCmd::Avail { json } => avail(json),
+        PoolCmd::Avail { json } => avail(json, remote),
+        PoolCmd::Publish { paths, name, json } => publish(paths, name, json, remote),
         PoolCmd::Gc { keep, dry_run } => gc(keep, dry_run),
     }
 }
@@ -140,17 +161,32 @@ fn build(a: PoolBuildArgs) -> Result<i32> {
     )
 }
 
+/// Fetches a location's catalogue over HTTP with the flags' network
+/// settings (not their mirrors: those name one image).
+fn fetcher(remote: &RemoteArgs) -> Result<impl Fn(&str) -> Result<Option<Vec<u8>>, String>> {
+    let mut opts = crate::util::http_options(remote)?;
+    opts.mirrors.clear();
+    Ok(move |url: &str| {
+        sheaf_net::fetch_file(url, opts.clone()).map_err(|e| sheaf_format::one_line(&e))
+    })
+}
+
 /// NAME, VERSION and source of what `pool load` was given.
-fn resolve(arg: &str, cfg: &Config) -> Result<(String, String, String)> {
+fn resolve(arg: &str, cfg: &Config, remote: &RemoteArgs) -> Result<(String, String, String)> {
     let is_url = sheaf_net::is_url(arg);
     if !is_url && !Path::new(arg).exists() {
         if let Ok((n, v)) = sheaf_pool::parse_name(arg) {
-            let src = cfg.find(&n, &v)?;
+            let src = cfg.find(&n, &v, &fetcher(remote)?)?;
             return Ok((n, v, src));
         }
         bail!("{arg}: no such pool file, and not a NAME/VERSION");
     }
-    // A file or URL named like LOCATION/NAME/VERSION[.sheaf].
+    name_from_path(arg).map(|(n, v)| (n, v, arg.to_string()))
+}
+
+/// NAME and VERSION from a file or URL named like
+/// LOCATION/NAME/VERSION[.sheaf].
+fn name_from_path(arg: &str) -> Result<(String, String)> {
     let p = Path::new(arg.trim_end_matches('/'));
     let version = p
         .file_name()
@@ -161,9 +197,8 @@ fn resolve(arg: &str, cfg: &Config) -> Result<(String, String, String)> {
         .and_then(|d| d.file_name())
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let (n, v) = sheaf_pool::parse_name(&format!("{name}/{version}"))
-        .with_context(|| format!("{arg}: pool files are named NAME/VERSION.sheaf"))?;
-    Ok((n, v, arg.to_string()))
+    sheaf_pool::parse_name(&format!("{name}/{version}"))
+        .with_context(|| format!("{arg}: pool files are named NAME/VERSION.sheaf"))
 }
 
 /// Whether a sheaf filesystem is mounted at `mp`.
@@ -173,7 +208,7 @@ fn sheaf_mounted(mp: &Path) -> bool {
 
 fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     let cfg = config()?;
-    let (name, version, src) = resolve(&a.pool, &cfg)?;
+    let (name, version, src) = resolve(&a.pool, &cfg, remote)?;
     let local = cfg.local_copy(&name, &version);
     let mp = cfg.mount_point(&name, &version);
     let exe = std::env::current_exe().context("the sheaf executable")?;
@@ -291,34 +326,16 @@ fn unload(pool: &str, sh: bool) -> Result<i32> {
 
 /// Local copies: (NAME/VERSION, path, bytes, mtime).
 fn local_copies(cfg: &Config) -> Vec<(String, PathBuf, u64, std::time::SystemTime)> {
-    let mut v = Vec::new();
-    let Ok(names) = std::fs::read_dir(&cfg.local) else {
-        return v;
-    };
-    for n in names.flatten() {
-        let Ok(files) = std::fs::read_dir(n.path()) else {
-            continue;
-        };
-        for f in files.flatten() {
-            let fname = f.file_name().to_string_lossy().into_owned();
-            let Some(ver) = fname.strip_suffix(".sheaf") else {
-                continue;
-            };
-            if fname.starts_with('.') {
-                continue;
-            }
-            if let Ok(md) = f.metadata() {
-                v.push((
-                    format!("{}/{ver}", n.file_name().to_string_lossy()),
-                    f.path(),
-                    md.len(),
-                    md.modified().unwrap_or(std::time::UNIX_EPOCH),
-                ));
-            }
-        }
-    }
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    v
+    let offers = sheaf_pool::scan_location(&cfg.local).unwrap_or_default();
+    offers
+        .into_iter()
+        .filter(|o| o.form == "image")
+        .filter_map(|o| {
+            let md = std::fs::metadata(&o.source).ok()?;
+            let mtime = md.modified().unwrap_or(std::time::UNIX_EPOCH);
+            Some((o.pool, PathBuf::from(o.source), md.len(), mtime))
+        })
+        .collect()
 }
 
 fn list(json: bool) -> Result<i32> {
@@ -353,25 +370,79 @@ fn list(json: bool) -> Result<i32> {
     Ok(0)
 }
 
-fn avail(json: bool) -> Result<i32> {
+fn avail(json: bool, remote: &RemoteArgs) -> Result<i32> {
     let cfg = config()?;
-    let v = cfg.avail();
+    let (v, bad) = cfg.avail(&fetcher(remote)?);
+    for (loc, why) in &bad {
+        eprintln!("warning: pool location {loc}: {why}");
+    }
     if json {
-        let rows: Vec<_> = v
-            .iter()
-            .map(|(p, path)| serde_json::json!({"pool": p, "path": path}))
-            .collect();
-        println!("{}", serde_json::Value::Array(rows));
-        return Ok(0);
+        println!("{}", serde_json::to_string(&v)?);
+    } else {
+        if cfg.locations.is_empty() {
+            eprintln!(
+                "no pool locations configured ([pools] locations in {})",
+                sheaf_trust::policy::config_path().display()
+            );
+        }
+        for o in &v {
+            println!("{:<28} {:<10} {}", o.pool, o.form, o.source);
+        }
     }
-    if cfg.locations.is_empty() {
+    // Some listing beats none: fail only when every location failed.
+    Ok(if !bad.is_empty() && bad.len() == cfg.locations.len() {
+        1
+    } else {
+        0
+    })
+}
+
+fn publish(
+    mut paths: Vec<PathBuf>,
+    name: Option<String>,
+    json: bool,
+    remote: &RemoteArgs,
+) -> Result<i32> {
+    let location = paths
+        .pop()
+        .context("pool publish: name the location directory")?;
+    let image = paths.pop();
+    let mut out = serde_json::json!({"location": location.display().to_string()});
+    if let Some(image) = image {
+        let (n, v) = match &name {
+            Some(x) => sheaf_pool::parse_name(x)?,
+            None => {
+                name_from_path(&image.display().to_string()).context("give --name NAME/VERSION")?
+            }
+        };
+        let img = crate::util::open_image(&image, remote)?;
+        let r = sheaf_net::publish(&img, &location.join(&n), &v, &|_, _| {})?;
+        if !json {
+            eprintln!(
+                "published {n}/{v} into {}: {} new objects ({}), {} already there",
+                location.join(&n).display(),
+                r.written,
+                human(r.written_bytes),
+                r.reused
+            );
+        }
+        out["pool"] = format!("{n}/{v}").into();
+        out["objects_written"] = r.written.into();
+        out["bytes_written"] = r.written_bytes.into();
+        out["objects_reused"] = r.reused.into();
+    } else if name.is_some() {
+        bail!("pool publish: --name needs an image");
+    }
+    let offers = sheaf_pool::write_catalogue(&location)?;
+    if json {
+        out["catalogue"] = serde_json::to_value(&offers)?;
+        println!("{out}");
+    } else {
         eprintln!(
-            "no pool locations configured ([pools] locations in {})",
-            sheaf_trust::policy::config_path().display()
+            "{}: {} pools listed",
+            location.join(sheaf_pool::CATALOGUE).display(),
+            offers.len()
         );
-    }
-    for (p, path) in v {
-        println!("{p:<28} {}", path.display());
     }
     Ok(0)
 }

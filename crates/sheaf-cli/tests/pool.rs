@@ -4,6 +4,7 @@
 //! package keeps its blocks across pool versions.
 
 mod common;
+use common::servers::Nginx;
 use common::*;
 use std::path::Path;
 use std::process::Command;
@@ -290,5 +291,190 @@ fn under_mpirun_every_rank_loads_the_pool_and_the_node_mounts_it_once() {
     assert_eq!(
         std::fs::read(t.path().join("local/p/1.sheaf")).unwrap(),
         std::fs::read(&img).unwrap()
+    );
+}
+
+/// A pool location served by a real nginx: `pool publish` writes a
+/// repository and the catalogue; `pool avail` lists the URL location (and
+/// warns about one without a catalogue); `pool load NAME/VERSION` finds the
+/// pool there, brings it over HTTP, mounts it and the program runs; a
+/// second version publishes only what changed.
+#[test]
+fn pools_published_to_a_web_location_are_listed_and_load_over_http() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let pool = t.path().join("pool");
+    make_pool(&pool, "tool from the web");
+    let built = t.path().join("build/sw/1.0.sheaf");
+    std::fs::create_dir_all(built.parent().unwrap()).unwrap();
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        built.as_os_str(),
+        "--name".as_ref(),
+        "sw/1.0".as_ref(),
+    ])
+    .ok();
+    let www = t.path().join("www");
+    let loc = www.join("pools");
+    // Name from the path (.../sw/1.0.sheaf).
+    let p1 = json(
+        &sheaf([
+            "pool".as_ref(),
+            "publish".as_ref(),
+            "--json".as_ref(),
+            built.as_os_str(),
+            loc.as_os_str(),
+        ])
+        .ok(),
+    );
+    assert_eq!(p1["pool"], "sw/1.0", "{p1}");
+    let v1_objects = p1["objects_written"].as_u64().unwrap();
+    assert!(v1_objects > 0, "{p1}");
+    // A plain image file in the location too; then only the catalogue.
+    std::fs::create_dir_all(loc.join("other")).unwrap();
+    std::fs::copy(&built, loc.join("other/2.sheaf")).unwrap();
+    sheaf(["pool".as_ref(), "publish".as_ref(), loc.as_os_str()]).ok();
+    // The catalogue, read as plain JSON: both pools, relative sources.
+    let cat: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(loc.join("pools.json")).unwrap()).unwrap();
+    let mut listed: Vec<(String, String, String)> = cat["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["pool"].as_str().unwrap().to_string(),
+                o["form"].as_str().unwrap().to_string(),
+                o["source"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        vec![
+            ("other/2".into(), "image".into(), "other/2.sheaf".into()),
+            ("sw/1.0".into(), "repository".into(), "sw/1.0".into()),
+        ]
+    );
+    assert!(loc.join("sw/objects").is_dir());
+
+    let web = Nginx::start_with_root(&t.path().join("nginx"), &www);
+    let url = web.url("pools");
+    std::fs::create_dir_all(www.join("empty")).unwrap();
+    let conf = t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = [\"{url}\", \"{bare}\"]\nlocal = \"{l}\"\nmounts = \"{m}\"\n",
+            bare = web.url("empty"),
+            l = t.path().join("local").display(),
+            m = t.path().join("mnt").display()
+        )
+        .as_bytes(),
+    );
+    let with_conf = |args: &[&str]| {
+        let mut c = cmd();
+        c.args(args).env("SHEAF_CONFIG", &conf);
+        run_cmd(&mut c)
+    };
+    let av = with_conf(&["pool", "avail", "--json"]).ok();
+    let offers = json(&av);
+    let mut got: Vec<(String, String)> = offers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["pool"].as_str().unwrap().to_string(),
+                o["source"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("other/2".into(), format!("{url}/other/2.sheaf")),
+            ("sw/1.0".into(), format!("{url}/sw/1.0")),
+        ],
+        "{}",
+        av.describe()
+    );
+    assert!(
+        av.stderr.contains(&web.url("empty")) && av.stderr.contains("no pools.json"),
+        "{}",
+        av.describe()
+    );
+
+    // Load by name: found in the URL location's catalogue, brought over HTTP.
+    let mp = t.path().join("mnt/sw/1.0");
+    let o = with_conf(&["pool", "load", "sw/1.0", "--sh"]);
+    let _guard = Mounted::adopt(&mp);
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert!(o.text().contains("module use"), "{}", o.describe());
+    let ran = run_cmd(&mut Command::new(mp.join("install/tool/2.0/bin/tool"))).ok();
+    assert_eq!(ran.text().trim(), "tool from the web");
+    assert_eq!(
+        std::fs::read(t.path().join("local/sw/1.0.sheaf")).unwrap(),
+        std::fs::read(&built).unwrap(),
+        "the node-local copy of a published pool is the built image"
+    );
+    // A name no location offers: one line naming it.
+    let miss = with_conf(&["pool", "load", "sw/9.9", "--sh"]);
+    assert_ne!(miss.code, 0);
+    assert!(miss.stderr.contains("sw/9.9"), "{}", miss.describe());
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+
+    // Version 2, one file changed: publishing writes only what changed.
+    write(
+        &pool.join("install/pyfoo/1.0/lib/pyfoo/__init__.py"),
+        b"ANSWER = 43\n",
+    );
+    let built2 = t.path().join("build/sw/2.0.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        built2.as_os_str(),
+        "--name".as_ref(),
+        "sw/2.0".as_ref(),
+    ])
+    .ok();
+    let p2 = json(
+        &sheaf([
+            "pool".as_ref(),
+            "publish".as_ref(),
+            "--json".as_ref(),
+            built2.as_os_str(),
+            loc.as_os_str(),
+        ])
+        .ok(),
+    );
+    let new = p2["objects_written"].as_u64().unwrap();
+    let reused = p2["objects_reused"].as_u64().unwrap();
+    // Expected from the two images' object lists: v2's distinct objects
+    // that v1 lacks are written, the rest are already there.
+    let hashes = |p: &Path| -> std::collections::BTreeSet<[u8; 32]> {
+        image_objects(p).into_iter().map(|o| o.0).collect()
+    };
+    let (h1, h2) = (hashes(&built), hashes(&built2));
+    assert_eq!(v1_objects, h1.len() as u64, "{p1}");
+    assert_eq!(new, h2.difference(&h1).count() as u64, "{p2}");
+    assert_eq!(reused, h2.intersection(&h1).count() as u64, "{p2}");
+    assert!(new < reused, "v2 wrote {new} objects, reused {reused}");
+    let av2 = json(&with_conf(&["pool", "avail", "--json"]).ok());
+    assert!(
+        av2.as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["pool"] == "sw/2.0"),
+        "{av2}"
     );
 }

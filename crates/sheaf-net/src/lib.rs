@@ -50,3 +50,16 @@ pub fn default_cache_dir() -> Option<std::path::PathBuf> {
         .filter(|h| !h.is_empty())
         .map(|h| std::path::PathBuf::from(h).join(".cache/sheaf"))
 }
+
+/// Fetch a whole small file (a pool catalogue, a record) with the usual
+/// routes, retries and deadline; `Ok(None)` when the server has no such
+/// file.
+pub fn fetch_file(url: &str, opts: HttpOptions) -> std::io::Result<Option<Vec<u8>>> {
+    let name = url.rsplit('/').next().unwrap_or_default();
+    let h = http::Http::new(url, opts)?;
+    match h.get(http::Want::Object(name)) {
+        Ok((bytes, _)) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}

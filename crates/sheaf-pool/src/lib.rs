@@ -360,47 +360,56 @@ impl Config {
         Ok(c)
     }
 
-    /// Where NAME/VERSION is found: the first location holding it (a
-    /// directory with `NAME/VERSION.sheaf`; for a URL location, the URL
-    /// `LOC/NAME/VERSION`, a published repository or image, is taken as is).
-    pub fn find(&self, name: &str, version: &str) -> Result<String, PoolError> {
+    /// Where NAME/VERSION is found: the first location offering it (see
+    /// [`Offer`]). A URL location is known by its catalogue, fetched with
+    /// `fetch` (given the catalogue's URL); one without a catalogue is
+    /// taken at its word: `LOC/NAME/VERSION`, a published repository or
+    /// image.
+    pub fn find(&self, name: &str, version: &str, fetch: &Fetch) -> Result<String, PoolError> {
+        let want = format!("{name}/{version}");
+        let mut problems = Vec::new();
         for loc in &self.locations {
-            if loc.starts_with("http://") || loc.starts_with("https://") {
-                return Ok(format!("{}/{name}/{version}", loc.trim_end_matches('/')));
-            }
-            let p = Path::new(loc).join(name).join(format!("{version}.sheaf"));
-            if p.is_file() {
-                return Ok(p.display().to_string());
+            match offers(loc, fetch) {
+                Ok(v) => {
+                    if let Some(o) = v.into_iter().find(|o| o.pool == want) {
+                        return Ok(o.source);
+                    }
+                }
+                Err(LocationError::NoCatalogue) => {
+                    return Ok(format!("{}/{want}", loc.trim_end_matches('/')));
+                }
+                Err(LocationError::Unreadable(e)) => problems.push(format!("{loc}: {e}")),
             }
         }
         Err(PoolError::NotFound {
-            name: format!("{name}/{version}"),
+            name: want,
             where_: if self.locations.is_empty() {
                 "no locations (set [pools] locations in the site config, or name a file or URL)"
                     .into()
-            } else {
+            } else if problems.is_empty() {
                 self.locations.join(", ")
+            } else {
+                format!("{} ({})", self.locations.join(", "), problems.join("; "))
             },
         })
     }
 
-    /// Pools the directory locations offer, as `NAME/VERSION` with the path.
-    pub fn avail(&self) -> Vec<(String, PathBuf)> {
+    /// What the locations offer, in location order; with the locations
+    /// that could not be listed and why.
+    pub fn avail(&self, fetch: &Fetch) -> (Vec<Offer>, Vec<(String, String)>) {
         let mut v = Vec::new();
+        let mut bad = Vec::new();
         for loc in &self.locations {
-            let Ok(names) = sorted_dirs(Path::new(loc)) else {
-                continue;
-            };
-            for (name, p) in names {
-                let Ok(files) = sorted_dirs(&p) else { continue };
-                for (f, fp) in files {
-                    if let Some(ver) = f.strip_suffix(".sheaf") {
-                        v.push((format!("{name}/{ver}"), fp));
-                    }
-                }
+            match offers(loc, fetch) {
+                Ok(o) => v.extend(o),
+                Err(LocationError::NoCatalogue) => bad.push((
+                    loc.clone(),
+                    format!("no {CATALOGUE} (write one with `sheaf pool publish`)"),
+                )),
+                Err(LocationError::Unreadable(e)) => bad.push((loc.clone(), e)),
             }
         }
-        v
+        (v, bad)
     }
 
     /// The node-local copy of NAME/VERSION.
@@ -412,6 +421,160 @@ impl Config {
     pub fn mount_point(&self, name: &str, version: &str) -> PathBuf {
         self.mounts.join(name).join(version)
     }
+}
+
+/// Fetches a whole small file by URL (the CLI's HTTP client): `Ok(None)`
+/// when the server has no such file.
+pub type Fetch = dyn Fn(&str) -> Result<Option<Vec<u8>>, String>;
+
+/// The file listing what a pool location offers, so a location served over
+/// HTTP can be listed: `LOCATION/pools.json`, written by
+/// `sheaf pool publish` from the directory's contents.
+pub const CATALOGUE: &str = "pools.json";
+
+/// One pool a location offers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Offer {
+    /// NAME/VERSION.
+    pub pool: String,
+    /// `image` (`NAME/VERSION.sheaf`) or `repository` (published:
+    /// `NAME/VERSION` is an image index beside `NAME/objects/`).
+    pub form: String,
+    /// Where to load it from: a path or URL (absolute; in a catalogue
+    /// file, relative to the location).
+    pub source: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CatalogueFile {
+    /// Format version of the catalogue (1).
+    sheaf_pools: u32,
+    pools: Vec<Offer>,
+}
+
+enum LocationError {
+    NoCatalogue,
+    Unreadable(String),
+}
+
+fn is_url(loc: &str) -> bool {
+    loc.starts_with("http://") || loc.starts_with("https://")
+}
+
+/// What one location offers: a directory is scanned, a URL's catalogue read.
+fn offers(loc: &str, fetch: &Fetch) -> Result<Vec<Offer>, LocationError> {
+    if !is_url(loc) {
+        return scan_location(Path::new(loc)).map_err(|e| LocationError::Unreadable(e.to_string()));
+    }
+    let base = loc.trim_end_matches('/');
+    let url = format!("{base}/{CATALOGUE}");
+    let bytes = fetch(&url)
+        .map_err(LocationError::Unreadable)?
+        .ok_or(LocationError::NoCatalogue)?;
+    let mut v =
+        parse_catalogue(&bytes).map_err(|e| LocationError::Unreadable(format!("{url}: {e}")))?;
+    for o in &mut v {
+        o.source = format!("{base}/{}", o.source);
+    }
+    Ok(v)
+}
+
+/// The offers of a catalogue file, sources relative to its location. Names
+/// and sources are checked: a catalogue is untrusted input and must not
+/// point outside its location.
+pub fn parse_catalogue(bytes: &[u8]) -> Result<Vec<Offer>, String> {
+    let c: CatalogueFile =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a pool catalogue: {e}"))?;
+    if c.sheaf_pools != 1 {
+        return Err(format!(
+            "catalogue format {} (this sheaf reads 1)",
+            c.sheaf_pools
+        ));
+    }
+    for o in &c.pools {
+        parse_name(&o.pool).map_err(|e| e.to_string())?;
+        let safe = !o.source.is_empty()
+            && !o.source.starts_with('/')
+            && o.source
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != "..");
+        if !safe {
+            return Err(format!(
+                "{}: source {:?} leaves the location",
+                o.pool, o.source
+            ));
+        }
+    }
+    Ok(c.pools)
+}
+
+/// What the directory location `dir` offers: `NAME/VERSION.sheaf` image
+/// files and published repositories (`NAME/VERSION` image indexes beside
+/// `NAME/objects/`), sorted; sources are absolute paths.
+pub fn scan_location(dir: &Path) -> Result<Vec<Offer>, PoolError> {
+    let mut v = Vec::new();
+    for (name, p) in sorted_dirs(dir)? {
+        if name.starts_with('.') || !p.is_dir() {
+            continue;
+        }
+        let repo = p.join("objects").is_dir();
+        let Ok(files) = sorted_dirs(&p) else { continue };
+        for (f, fp) in files {
+            if f.starts_with('.') || f == "objects" || !fp.is_file() {
+                continue;
+            }
+            let (version, form) = match f.strip_suffix(".sheaf") {
+                Some(ver) => (ver.to_string(), "image"),
+                None if repo && is_index(&fp) => (f.clone(), "repository"),
+                None => continue,
+            };
+            if parse_name(&format!("{name}/{version}")).is_ok() {
+                v.push(Offer {
+                    pool: format!("{name}/{version}"),
+                    form: form.into(),
+                    source: fp.display().to_string(),
+                });
+            }
+        }
+    }
+    Ok(v)
+}
+
+/// Whether `p` starts like an image index (format.md, remote images).
+fn is_index(p: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && sheaf_format::remote::ImageIndex::is_index(&magic)
+}
+
+/// Write `dir`'s catalogue from what it holds ([`scan_location`]),
+/// atomically; returns the offers.
+pub fn write_catalogue(dir: &Path) -> Result<Vec<Offer>, PoolError> {
+    let mut v = scan_location(dir)?;
+    let prefix = format!("{}/", dir.display().to_string().trim_end_matches('/'));
+    for o in &mut v {
+        o.source = o
+            .source
+            .strip_prefix(&prefix)
+            .unwrap_or(&o.source)
+            .to_string();
+    }
+    let body = serde_json::to_vec_pretty(&CatalogueFile {
+        sheaf_pools: 1,
+        pools: v.clone(),
+    })
+    .expect("serializable");
+    let dest = dir.join(CATALOGUE);
+    let tmp = dir.join(format!(".{CATALOGUE}.{}", std::process::id()));
+    let r = fs::write(&tmp, &body).and_then(|()| fs::rename(&tmp, &dest));
+    if let Err(e) = r {
+        let _ = fs::remove_file(&tmp);
+        return Err(io(&dest)(e));
+    }
+    Ok(v)
 }
 
 /// Quote for POSIX shells (bash, zsh).
@@ -539,9 +702,54 @@ mod tests {
         let c = Config::load(&f).unwrap();
         assert_eq!(c.locations, vec!["/s/pools", "https://h/p"]);
         assert_eq!(c.local, PathBuf::from("/l"));
-        assert_eq!(c.find("a", "1").unwrap(), "https://h/p/a/1");
+        // /s/pools does not exist (skipped); the URL has no catalogue, so
+        // NAME/VERSION is taken at its word there.
+        let none: &Fetch = &|_| Ok(None);
+        assert_eq!(c.find("a", "1", none).unwrap(), "https://h/p/a/1");
         fs::write(&f, "[pools]\nlocations = \"/x\"\n").unwrap();
         assert!(Config::load(&f).is_err());
+    }
+
+    #[test]
+    fn catalogues_are_checked_and_decide_where_a_pool_is_found() {
+        let cat = |pools: &str| format!("{{\"sheaf_pools\": 1, \"pools\": [{pools}]}}");
+        let ok = cat(r#"{"pool": "a/1", "form": "image", "source": "a/1.sheaf"}"#);
+        assert_eq!(parse_catalogue(ok.as_bytes()).unwrap().len(), 1);
+        for bad in [
+            cat(r#"{"pool": "a/1", "form": "image", "source": "../x.sheaf"}"#),
+            cat(r#"{"pool": "a/1", "form": "image", "source": "/etc/passwd"}"#),
+            cat(r#"{"pool": "a/1", "form": "image", "source": "a//1"}"#),
+            cat(r#"{"pool": "a/../1", "form": "image", "source": "a/1"}"#),
+            r#"{"sheaf_pools": 2, "pools": []}"#.to_string(),
+            "not json".to_string(),
+        ] {
+            assert!(parse_catalogue(bad.as_bytes()).is_err(), "{bad}");
+        }
+        let c = Config {
+            locations: vec!["https://one/p".into(), "https://two/p".into()],
+            local: "/l".into(),
+            mounts: "/m".into(),
+        };
+        // The first location's catalogue lacks the pool, the second has it.
+        let fetch: &Fetch = &move |url| {
+            Ok(Some(if url == "https://one/p/pools.json" {
+                cat(r#"{"pool": "b/1", "form": "image", "source": "b/1.sheaf"}"#).into_bytes()
+            } else {
+                cat(r#"{"pool": "a/1", "form": "repository", "source": "a/1"}"#).into_bytes()
+            }))
+        };
+        assert_eq!(c.find("a", "1", fetch).unwrap(), "https://two/p/a/1");
+        assert_eq!(c.find("b", "1", fetch).unwrap(), "https://one/p/b/1.sheaf");
+        assert!(c.find("c", "1", fetch).is_err());
+        let (offers, bad) = c.avail(fetch);
+        assert_eq!(offers.len(), 2);
+        assert!(bad.is_empty());
+        // An unreachable location is reported, not fatal.
+        let down: &Fetch = &|_| Err("connection refused".into());
+        let (offers, bad) = c.avail(down);
+        assert!(offers.is_empty() && bad.len() == 2, "{bad:?}");
+        let e = c.find("a", "1", down).unwrap_err().to_string();
+        assert!(e.contains("connection refused"), "{e}");
     }
 
     #[test]
