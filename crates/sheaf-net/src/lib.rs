@@ -1,5 +1,6 @@
 //! Remote images: reading sheaf images over HTTP(S) from any static web
-//! server or S3-compatible store, a node-wide content-addressed cache, and
+//! server or S3-compatible store, or over SSH ([`sftp`]: the user's own
+//! OpenSSH), a node-wide content-addressed cache, and
 //! the static layout `sheaf publish` writes for caching proxies and CDNs.
 //!
 //! Modules follow the data flow: [`http`] (routes over mirrors and proxies,
@@ -24,6 +25,7 @@ pub mod http;
 pub mod open;
 pub mod publish;
 pub mod remote;
+pub mod sftp;
 
 pub use cache::DiskCache;
 pub use http::HttpOptions;
@@ -31,9 +33,9 @@ pub use open::{open_image, OpenError, Opened, RemoteConfig};
 pub use publish::{publish, PublishError, PublishReport};
 pub use remote::RemoteSource;
 
-/// Whether `s` names a remote image.
+/// Whether `s` names a remote image (`http://`, `https://`, `ssh://`).
 pub fn is_url(s: &str) -> bool {
-    s.starts_with("http://") || s.starts_with("https://")
+    s.starts_with("http://") || s.starts_with("https://") || s.starts_with("ssh://")
 }
 
 /// The default node cache directory: `/var/cache/sheaf` for root, else
@@ -56,7 +58,7 @@ pub fn default_cache_dir() -> Option<std::path::PathBuf> {
 /// file.
 pub fn fetch_file(url: &str, opts: HttpOptions) -> std::io::Result<Option<Vec<u8>>> {
     let name = url.rsplit('/').next().unwrap_or_default();
-    let h = http::Http::new(url, opts)?;
+    let h = remote::Transport::new(url, opts)?;
     match h.get(http::Want::Object(name)) {
         Ok((bytes, _)) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -14,6 +14,7 @@
 
 use crate::cache::DiskCache;
 use crate::http::{Http, HttpOptions, Want};
+use crate::sftp::Sftp;
 use serde_json::json;
 use sheaf_format::remote::{object_path, ImageIndex};
 use sheaf_format::{BlockRef, Codec, HEADER_LEN};
@@ -30,7 +31,58 @@ enum Form {
     Repo,
 }
 
-/// An image read over HTTP(S), or offline from a cached index.
+/// How bytes are fetched: HTTP(S) over routes, or SFTP from one SSH server.
+pub enum Transport {
+    /// `http://`, `https://`.
+    Http(Http),
+    /// `ssh://`.
+    Ssh(Sftp),
+}
+
+impl Transport {
+    /// The client for `url`'s scheme.
+    pub fn new(url: &str, opts: HttpOptions) -> io::Result<Transport> {
+        Ok(if url.starts_with("ssh://") {
+            Transport::Ssh(Sftp::new(url, opts)?)
+        } else {
+            Transport::Http(Http::new(url, opts)?)
+        })
+    }
+
+    /// See [`Http::get`].
+    pub fn get(&self, want: Want<'_>) -> io::Result<(Vec<u8>, u64)> {
+        match self {
+            Transport::Http(h) => h.get(want),
+            Transport::Ssh(s) => s.get(want),
+        }
+    }
+
+    /// See [`Http::get_within`].
+    pub fn get_within(&self, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
+        match self {
+            Transport::Http(h) => h.get_within(want, limit),
+            Transport::Ssh(s) => s.get_within(want, limit),
+        }
+    }
+
+    /// Data failed verification: move to another route if there is one.
+    pub fn reject(&self) -> bool {
+        match self {
+            Transport::Http(h) => h.reject(),
+            Transport::Ssh(_) => false,
+        }
+    }
+
+    /// Counters for `sheaf stats`.
+    pub fn stats_json(&self) -> serde_json::Value {
+        match self {
+            Transport::Http(h) => h.stats_json(),
+            Transport::Ssh(s) => s.stats_json(),
+        }
+    }
+}
+
+/// An image read over HTTP(S) or SSH, or offline from a cached index.
 pub struct RemoteSource {
     name: String,
     form: Form,
@@ -39,7 +91,7 @@ pub struct RemoteSource {
     /// offline image, or the header bytes the probe brought.
     index: ImageIndex,
     /// None when offline.
-    http: Option<Http>,
+    http: Option<Transport>,
     /// When the cached index used offline was saved.
     offline_since: Option<SystemTime>,
 }
@@ -61,7 +113,7 @@ impl RemoteSource {
     /// Open the image at `url`; with a `cache`, fall back to the index it
     /// holds for `url` when the network is down.
     pub fn open(url: &str, opts: HttpOptions, cache: Option<&DiskCache>) -> io::Result<Self> {
-        let http = Http::new(url, opts)?;
+        let http = Transport::new(url, opts)?;
         // With an index in the cache, an unreachable server need not be
         // waited for up to the whole timeout: the cached index stands in.
         // Read once: it decides the wait and is what stands in.
@@ -96,7 +148,7 @@ impl RemoteSource {
     }
 
     /// First request: the header (or an index, whole).
-    fn probe(http: &Http, limit: Duration) -> io::Result<(Form, u64, ImageIndex)> {
+    fn probe(http: &Transport, limit: Duration) -> io::Result<(Form, u64, ImageIndex)> {
         let (head, total) = http.get_within(Want::Probe(HEADER_LEN as u64), limit)?;
         if ImageIndex::is_index(&head) {
             let all = if head.len() as u64 >= total {

@@ -575,7 +575,6 @@ impl Sshd {
 
     /// [`start`](Self::start), with these variables set in every session.
     pub fn start_with_env(dir: &Path, env: &[(&str, &str)]) -> Sshd {
-        let sshd = sshd_program();
         let port = free_port();
         let sd = dir.join(format!("sshd-{port}"));
         fs::create_dir_all(&sd).unwrap();
@@ -667,19 +666,8 @@ impl Sshd {
         )
         .unwrap();
         let log = sd.join("sshd.log");
-        let out = fs::File::create(&log).unwrap();
-        let mut child = Command::new(&sshd)
-            .arg("-D")
-            .arg("-e")
-            .arg("-f")
-            .arg(&conf)
-            .current_dir(&sd)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", sshd.display()));
-        wait_port(&mut child, port, "sshd", &log, Duration::from_secs(20));
+        fs::File::create(&log).unwrap();
+        let child = Sshd::spawn(&sd, port, &log);
         Sshd {
             child,
             port,
@@ -688,6 +676,31 @@ impl Sshd {
             user: current_user(),
             log,
         }
+    }
+
+    /// sshd with the config in `sd`, appending to `log`, accepting on `port`.
+    fn spawn(sd: &Path, port: u16, log: &Path) -> Child {
+        let sshd = sshd_program();
+        let out = fs::OpenOptions::new().append(true).open(log).unwrap();
+        let mut child = Command::new(&sshd)
+            .arg("-D")
+            .arg("-e")
+            .arg("-f")
+            .arg(sd.join("sshd_config"))
+            .current_dir(sd)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", sshd.display()));
+        wait_port(&mut child, port, "sshd", log, Duration::from_secs(20));
+        child
+    }
+
+    /// Start the server again, same port, keys and config, after `stop`.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.child = Sshd::spawn(&self.dir, self.port, &self.log);
     }
 
     /// The ssh client options that reach this server (no destination): the
