@@ -58,6 +58,7 @@ bench: build
 	bench/http.sh
 	bench/layers.sh
 	bench/pools.sh
+	bench/ssh.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60
