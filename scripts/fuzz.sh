@@ -8,15 +8,16 @@ export PATH="$HOME/.cargo/bin:$PATH"
 rustup toolchain list | grep -q nightly || { echo "fuzz: needs a nightly toolchain (rustup toolchain install nightly)" >&2; exit 1; }
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 cargo build --release --locked
-mkdir -p fuzz/corpus/image fuzz/corpus/records fuzz/corpus/codecs fuzz/corpus/catalogue
+mkdir -p fuzz/corpus/image fuzz/corpus/records fuzz/corpus/codecs fuzz/corpus/catalogue fuzz/corpus/sftp
 seed=$(mktemp -d); trap 'rm -rf "$seed"' EXIT
 mkdir -p "$seed/t/d"; echo hello > "$seed/t/a"; ln -s a "$seed/t/l"; seq 1 3000 > "$seed/t/d/n"
 for c in zstd lz4 xz none; do
   target/release/sheaf build "$seed/t" -o "fuzz/corpus/image/seed-$c.sheaf" -c "$c" --block-size 4K --page-size 4K --force -q
 done
 head -c 300 fuzz/corpus/image/seed-zstd.sheaf > fuzz/corpus/records/seed
+printf '\x00\x00\x00\x03\x00\x00\x00\x12limits@openssh.com\x00\x00\x00\x01\x31' > fuzz/corpus/sftp/seed
 printf '{"sheaf_pools": 1, "pools": [{"pool": "a/1", "form": "image", "source": "a/1.sheaf"}]}' > fuzz/corpus/catalogue/seed
-for t in records codecs image catalogue; do
+for t in records codecs image catalogue sftp; do
   echo "fuzz: $t for ${secs}s" >&2
   cargo +nightly fuzz run "$t" "fuzz/corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -max_len=262144
 done

@@ -228,6 +228,58 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// Whether a VERSION reply offers `limits@openssh.com`.
+fn offers_limits(payload: &[u8]) -> io::Result<bool> {
+    let mut cur = Cur(payload);
+    let _version = cur.u32()?;
+    let mut limits = false;
+    while let (Ok(name), Ok(_data)) = (cur.bytes(), cur.bytes()) {
+        limits |= name == b"limits@openssh.com";
+    }
+    Ok(limits)
+}
+
+/// The read size a `limits@openssh.com` reply allows (None: keep the
+/// default), capped.
+fn max_read(payload: &[u8]) -> io::Result<Option<u32>> {
+    let mut r = Cur(payload);
+    let (_packet, read) = (r.u64()?, r.u64()?);
+    Ok((read >= 1024).then(|| read.min(MAX_READ_CAP as u64) as u32))
+}
+
+/// The size in an ATTRS reply, if it has one.
+fn attrs_size(payload: &[u8]) -> io::Result<Option<u64>> {
+    let mut c = Cur(payload);
+    if c.u32()? & ATTR_SIZE == 0 {
+        return Ok(None);
+    }
+    c.u64().map(Some)
+}
+
+/// The bytes of a DATA reply to a read of `asked` bytes: 1..=asked of them.
+fn data(payload: &[u8], asked: usize) -> io::Result<&[u8]> {
+    let d = Cur(payload).bytes()?;
+    if d.is_empty() || d.len() > asked {
+        return Err(Cur::bad());
+    }
+    Ok(d)
+}
+
+/// Every parser of server replies over `bytes`, for the fuzz target: none
+/// may panic or allocate beyond the input.
+#[doc(hidden)]
+pub fn fuzz_replies(bytes: &[u8]) {
+    let _ = offers_limits(bytes);
+    let _ = max_read(bytes);
+    let _ = attrs_size(bytes);
+    let _ = status(bytes, "f");
+    if let Some((&n, rest)) = bytes.split_first() {
+        if let Ok(d) = data(rest, n as usize * 1024) {
+            assert!(!d.is_empty() && d.len() <= n as usize * 1024);
+        }
+    }
+}
+
 /// A STATUS reply as an error (`Ok` for `FX_OK`).
 fn status(payload: &[u8], what: &str) -> io::Result<()> {
     let mut c = Cur(payload);
@@ -407,22 +459,15 @@ impl Conn {
                 "the server did not answer SFTP's greeting",
             ));
         }
-        let mut cur = Cur(&payload);
-        let _version = cur.u32()?;
-        let mut limits = false;
-        while let (Ok(name), Ok(_data)) = (cur.bytes(), cur.bytes()) {
-            limits |= name == b"limits@openssh.com";
-        }
+        let limits = offers_limits(&payload)?;
         let mut c = c;
         if limits {
             let mut b = Vec::new();
             put_str(&mut b, b"limits@openssh.com");
             let (rt, rp) = c.call(FXP_EXTENDED, &b)?;
             if rt == FXP_EXTENDED_REPLY {
-                let mut r = Cur(&rp);
-                let (_packet, read) = (r.u64()?, r.u64()?);
-                if read >= 1024 {
-                    c.max_read = read.min(MAX_READ_CAP as u64) as u32;
+                if let Some(m) = max_read(&rp)? {
+                    c.max_read = m;
                 }
             }
         }
@@ -565,16 +610,12 @@ impl Conn {
         put_str(&mut b, handle);
         let (t, p) = self.call(FXP_FSTAT, &b)?;
         match t {
-            FXP_ATTRS => {
-                let mut c = Cur(&p);
-                if c.u32()? & ATTR_SIZE == 0 {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("{path}: the server gave no size"),
-                    ));
-                }
-                c.u64()
-            }
+            FXP_ATTRS => attrs_size(&p)?.ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{path}: the server gave no size"),
+                )
+            }),
             FXP_STATUS => status(&p, path).map(|_| 0),
             _ => Err(Cur::bad()),
         }
@@ -605,10 +646,7 @@ impl Conn {
             let (t, p) = self.wait(id)?;
             match t {
                 FXP_DATA => {
-                    let d = Cur(&p).bytes()?;
-                    if d.is_empty() || d.len() > n {
-                        return Err(Cur::bad());
-                    }
+                    let d = data(&p, n)?;
                     out[s..s + d.len()].copy_from_slice(d);
                     if d.len() < n {
                         todo.push_front((s + d.len(), n - d.len()));
