@@ -7,7 +7,7 @@ SHEAF := target/release/sheaf
 # when the recipe runs, after `deps` may have installed it).
 MPI_FEATURE = $$(command -v mpicc >/dev/null 2>&1 && echo --features sheaf-cli/mpi)
 
-.PHONY: all build deps trees check test install lint demo bench fuzz fuzz-build clean
+.PHONY: all build deps trees check test install lint demo bench soak fuzz clean
 
 all: build
 
@@ -38,6 +38,15 @@ check: build
 # prerequisite is missing fails here.
 test: build lint trees
 	SHEAF_BENCH_DATA=$(BENCH_DATA) $(CARGO) test --release --locked --workspace $(MPI_FEATURE)
+
+# The soak (not part of test): SOAK_READERS readers (default 64) for
+# SOAK_MINUTES (default 10) over a local image, a URL whose server restarts
+# every minute, a 10-layer union and a writable overlay; zero mismatches,
+# zero errors, no fd/thread growth; report in bench/results/DATE-soak.md.
+SOAK_READERS ?= 64
+SOAK_MINUTES ?= 10
+soak: build
+	SOAK_READERS=$(SOAK_READERS) SOAK_MINUTES=$(SOAK_MINUTES) $(CARGO) test --release --locked -p sheaf-cli $(MPI_FEATURE) --test soak -- --ignored --nocapture
 
 # The binary, plus the helper mount(8) runs for `-t fuse.sheaf` and fstab.
 PREFIX ?= /usr/local

@@ -478,3 +478,156 @@ fn pools_published_to_a_web_location_are_listed_and_load_over_http() {
         "{av2}"
     );
 }
+
+/// Two simulated nodes (each a persistent mount + UTS namespace with its
+/// own host name, node-local directory and mount directory), two ranks on
+/// each: `mpirun -np 4 sheaf pool load` broadcasts once and every node
+/// mounts the pool once, at the same path, and runs its program.
+#[test]
+fn under_mpirun_two_nodes_each_mount_the_pool_once_at_the_same_path() {
+    if !mounts_allowed()
+        || !prerequisite(is_root(), "root (namespaces, mpirun --allow-run-as-root)")
+    {
+        return;
+    }
+    let t = tmpdir();
+    let pool = t.path().join("pool");
+    make_pool(&pool, "tool on every node");
+    std::fs::create_dir_all(t.path().join("shared/p")).unwrap();
+    let img = t.path().join("shared/p/1.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "--name".as_ref(),
+        "p/1".as_ref(),
+    ])
+    .ok();
+    let (local, mounts) = (t.path().join("local"), t.path().join("mnt"));
+    let conf = t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = [\"{}\"]\nlocal = \"{}\"\nmounts = \"{}\"\n",
+            t.path().join("shared").display(),
+            local.display(),
+            mounts.display()
+        )
+        .as_bytes(),
+    );
+    // Persistent namespaces need their files on a private mount.
+    let ns = t.path().join("ns");
+    std::fs::create_dir_all(&ns).unwrap();
+    let sh = |script: &str| {
+        let o = run_cmd(Command::new("sh").arg("-c").arg(script));
+        assert_eq!(o.code, 0, "{script}: {}", o.describe());
+        o
+    };
+    sh(&format!(
+        "mount --bind {n} {n} && mount --make-private {n}",
+        n = ns.display()
+    ));
+    struct Nodes(std::path::PathBuf, Vec<std::path::PathBuf>);
+    impl Drop for Nodes {
+        fn drop(&mut self) {
+            // Unmount the pools inside each node, then the namespaces.
+            for mnt in &self.1 {
+                let _ = Command::new("nsenter")
+                    .arg(format!("--mount={}", mnt.display()))
+                    .args(["sh", "-c", "grep ' fuse.sheaf ' /proc/self/mounts | cut -d' ' -f2 | xargs -r -n1 umount -l"])
+                    .status();
+                let _ = Command::new("umount").arg(mnt).status();
+            }
+            for f in ["uts0", "uts1"] {
+                let _ = Command::new("umount").arg(self.0.join(f)).status();
+            }
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let nodes = Nodes(ns.clone(), vec![ns.join("mnt0"), ns.join("mnt1")]);
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::create_dir_all(&mounts).unwrap();
+    for n in 0..2 {
+        for d in ["local", "mnt"] {
+            std::fs::create_dir_all(t.path().join(format!("node{n}/{d}"))).unwrap();
+        }
+        for f in ["mnt", "uts"] {
+            write(&ns.join(format!("{f}{n}")), b"");
+        }
+        sh(&format!(
+            "unshare --mount={ns}/mnt{n} --uts={ns}/uts{n} --propagation private sh -c \
+             'hostname simnode{n} && mount --bind {t}/node{n}/local {local} && \
+              mount --bind {t}/node{n}/mnt {mounts}'",
+            ns = ns.display(),
+            t = t.path().display(),
+            local = local.display(),
+            mounts = mounts.display()
+        ));
+    }
+    let wrapper = t.path().join("node.sh");
+    write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nn=$((OMPI_COMM_WORLD_RANK / 2))\n\
+             exec nsenter --mount={ns}/mnt$n --uts={ns}/uts$n -- \"$@\"\n",
+            ns = ns.display()
+        )
+        .as_bytes(),
+    );
+    chmod(&wrapper, 0o755);
+    let o = run_cmd(
+        Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe", "-np", "4"])
+            .args([
+                "--mca",
+                "btl",
+                "self,tcp",
+                "--mca",
+                "btl_tcp_if_include",
+                "lo",
+            ])
+            .args(["--mca", "oob_tcp_if_include", "lo"])
+            .arg(&wrapper)
+            .arg(bin())
+            .args(["pool", "load", "p/1", "--sh"])
+            .env("SHEAF_CONFIG", &conf),
+    );
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert_eq!(
+        o.text().matches("module use").count(),
+        4,
+        "{}",
+        o.describe()
+    );
+    let mp = mounts.join("p/1");
+    for n in 0..2 {
+        let o = sh(&format!(
+            "nsenter --mount={ns}/mnt{n} --uts={ns}/uts{n} sh -c \
+             'hostname; grep -c \" {mp} fuse.sheaf \" /proc/self/mounts; {mp}/install/tool/2.0/bin/tool; \
+              cmp {img} {local}/p/1.sheaf && echo SAME'",
+            ns = ns.display(),
+            mp = mp.display(),
+            img = img.display(),
+            local = local.display()
+        ));
+        let out = o.text();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(
+            lines,
+            vec![
+                &format!("simnode{n}") as &str,
+                "1",
+                "tool on every node",
+                "SAME"
+            ],
+            "node {n}: {}",
+            o.describe()
+        );
+    }
+    // Nothing leaked into this (the test's) namespace.
+    assert!(!is_mounted(&mp));
+    assert!(std::fs::read_dir(&local).unwrap().next().is_none());
+    drop(nodes);
+}
