@@ -264,7 +264,7 @@ fn soak() {
     }
     // nginx restarts every minute: down 3 s, then back on the same port.
     let mut restarts = 0;
-    let mut peak = vec![0u64; 4];
+    let mut peak = [0u64; 4];
     let mut next_restart = Instant::now() + Duration::from_secs(60);
     let mut drops = 0;
     while Instant::now() < deadline {
@@ -293,6 +293,22 @@ fn soak() {
     // Let idle threads and connections settle before counting them.
     std::thread::sleep(Duration::from_secs(3));
     let after: Vec<_> = pids.iter().map(|&p| proc_facts(p)).collect();
+    // What reached the servers (the rest the kernel's page cache served).
+    let served: Vec<(u64, u64)> = mounts
+        .iter()
+        .map(|m| {
+            let s = m.stats();
+            (
+                s["ops"]["read"]["count"].as_u64().unwrap_or(0),
+                s["bytes_served"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let http = m_http.stats();
+    let (retries, waited) = (
+        http["remote"]["http_retries"].as_u64().unwrap_or(0),
+        http["remote"]["http_wait_ms"].as_u64().unwrap_or(0),
+    );
     let names = [
         "local image",
         "URL via fault proxy",
@@ -302,8 +318,10 @@ fn soak() {
     let mut rows = String::new();
     for i in 0..4 {
         rows += &format!(
-            "| {} | {} → {} | {} → {} | {:.1} |\n",
+            "| {} | {} / {:.1} GB | {} → {} | {} → {} | {:.1} |\n",
             names[i],
+            served[i].0,
+            served[i].1 as f64 / 1e9,
             before[i].0,
             after[i].0,
             before[i].1,
@@ -323,7 +341,9 @@ fn soak() {
          {minutes} min; nginx behind the fault proxy restarted {restarts} times (3 s down each); the page \
          cache dropped every 4 s{}.\n\n\
          {reads} reads ({:.1} GB), {writes} write+read-backs: **{mism} mismatches, {errs} errors**.\n\n\
-         | mount | fds start → end | threads start → end | peak RSS MiB |\n|---|---|---|---|\n{rows}\n\
+         | mount | FUSE reads / bytes served | fds start → end | threads start → end | peak RSS MiB |\n\
+         |---|---|---|---|---|\n{rows}\n\
+         The URL mount waited out the restarts: {retries} retry rounds, {waited} ms of waits.\n\n\
          Reproduce: `make soak` (SOAK_READERS, SOAK_MINUTES).\n",
         chrono_like_now(),
         if is_root() { "" } else { " (not: not root)" },
