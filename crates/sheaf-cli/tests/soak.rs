@@ -183,10 +183,14 @@ fn soak() {
     };
     let m_local = mount(vec![img.clone().into()], &mps[0]);
     let m_http = mount(
+        // A block cache far smaller than the image, so reads keep going to
+        // the server through every restart.
         vec![
             "--timeout".into(),
             "60".into(),
             "--no-cache".into(),
+            "-o".into(),
+            "cache_size=8M".into(),
             proxy.url("img.sheaf").into(),
         ],
         &mps[1],
@@ -362,6 +366,10 @@ fn soak() {
         log_text.lines().take(20).collect::<Vec<_>>().join("\n")
     );
     assert!(reads > readers as u64 * 10, "only {reads} reads");
+    assert!(
+        restarts == 0 || retries > 0,
+        "{restarts} server restarts, but the URL mount never had to wait: the outage path was not exercised"
+    );
     for i in 0..4 {
         assert!(
             after[i].0 <= before[i].0 + 8,

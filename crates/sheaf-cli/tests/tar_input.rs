@@ -404,6 +404,84 @@ fn entries_through_an_archived_symlink_never_escape() {
     );
 }
 
+/// Whatever the order: a directory replaced by a symlink to the outside and
+/// then written through, a hardlink to a name that later becomes such a
+/// symlink, and an extraction into a target that already holds symlinks
+/// where the image has directories: nothing is ever written outside.
+#[test]
+fn no_order_of_entries_and_no_existing_tree_lets_a_write_escape() {
+    let t = tmpdir();
+    let outside = t.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    let target = outside.to_str().unwrap().as_bytes().to_vec();
+    let orders: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "dir, then symlink over it, then a file through it",
+            RawTar::new()
+                .file(b"d/x", b"inside\n")
+                .entry(tar::EntryType::Symlink, b"d", &target, b"")
+                .file(b"d/y", b"escaped\n")
+                .finish(),
+        ),
+        (
+            "hardlink, then its name's directory becomes a symlink",
+            RawTar::new()
+                .file(b"e/f", b"inside\n")
+                .entry(tar::EntryType::Link, b"g", b"e/f", b"")
+                .entry(tar::EntryType::Symlink, b"e", &target, b"")
+                .entry(tar::EntryType::Link, b"e/h", b"g", b"")
+                .finish(),
+        ),
+        (
+            "symlink to a relative outside path, then a directory entry under it",
+            RawTar::new()
+                .entry(tar::EntryType::Symlink, b"up", b"../../outside", b"")
+                .entry(tar::EntryType::Directory, b"up/newdir", b"", b"")
+                .file(b"up/newdir/z", b"escaped\n")
+                .finish(),
+        ),
+    ];
+    for (what, tarball) in orders {
+        let a = t.path().join("order.tar");
+        fs::write(&a, &tarball).unwrap();
+        let img = t.path().join("order.sheaf");
+        let _ = fs::remove_file(&img);
+        let o = run_cmd(cmd().arg("build").arg(&a).arg("-o").arg(&img));
+        o.no_panic();
+        if o.code == 0 {
+            let out = t.path().join("out");
+            let _ = fs::remove_dir_all(&out);
+            run_cmd(cmd().arg("extract").arg(&img).arg("-C").arg(&out)).no_panic();
+        } else {
+            assert_eq!(o.code, 1, "{what}: {}", o.describe());
+            o.one_err_line();
+        }
+        assert!(
+            fs::read_dir(&outside).unwrap().next().is_none(),
+            "{what}: a file was written outside"
+        );
+    }
+    // An existing target whose names are symlinks to the outside, where
+    // the image has directories and files: extraction must not follow them.
+    let src = t.path().join("src");
+    fs::create_dir_all(src.join("a/b")).unwrap();
+    write(&src.join("a/b/file"), b"data\n");
+    write(&src.join("top"), b"top\n");
+    let img = t.path().join("plain.sheaf");
+    build(&src, &img, &[]);
+    let out = t.path().join("existing");
+    fs::create_dir_all(&out).unwrap();
+    std::os::unix::fs::symlink(&outside, out.join("a")).unwrap();
+    std::os::unix::fs::symlink(outside.join("top"), out.join("top")).unwrap();
+    let o = run_cmd(cmd().arg("extract").arg(&img).arg("-C").arg(&out));
+    o.no_panic();
+    assert!(
+        fs::read_dir(&outside).unwrap().next().is_none(),
+        "extraction followed a symlink already in the target ({})",
+        o.describe()
+    );
+}
+
 /// gzip `data` with the system gzip.
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut g = Command::new("gzip")
