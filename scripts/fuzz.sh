@@ -17,6 +17,8 @@ done
 head -c 300 fuzz/corpus/image/seed-zstd.sheaf > fuzz/corpus/records/seed
 printf '\x00\x00\x00\x03\x00\x00\x00\x12limits@openssh.com\x00\x00\x00\x01\x31' > fuzz/corpus/sftp/seed
 printf '{"sheaf_pools": 1, "pools": [{"pool": "a/1", "form": "image", "source": "a/1.sheaf"}]}' > fuzz/corpus/catalogue/seed
+# Kept seeds (a small minimized corpus in the repository) start each run.
+for t in catalogue sftp; do cp -n fuzz/seeds/$t/* fuzz/corpus/$t/ 2>/dev/null || true; done
 for t in records codecs image catalogue sftp; do
   echo "fuzz: $t for ${secs}s" >&2
   cargo +nightly fuzz run "$t" "fuzz/corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -max_len=262144
