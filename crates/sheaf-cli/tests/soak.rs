@@ -349,14 +349,14 @@ fn soak() {
          |---|---|---|---|---|\n{rows}\n\
          The URL mount waited out the restarts: {retries} retry rounds, {waited} ms of waits.\n\n\
          Reproduce: `make soak` (SOAK_READERS, SOAK_MINUTES).\n",
-        chrono_like_now(),
+        date_utc("%Y-%m-%d %H:%M UTC"),
         if is_root() { "" } else { " (not: not root)" },
         bytes as f64 / 1e9
     );
     eprintln!("{report}");
     let out = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../bench/results")
-        .join(format!("{}-soak.md", file_stamp()));
+        .join(format!("{}-soak.md", date_utc("%Y-%m-%d-%H%M")));
     fs::write(&out, &report).unwrap();
     let log_text = fs::read_to_string(&log_path).unwrap();
     assert_eq!(
@@ -392,17 +392,11 @@ fn soak() {
     }
 }
 
-fn chrono_like_now() -> String {
+/// `date -u +FORMAT`.
+fn date_utc(format: &str) -> String {
     let o = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&o.stdout).trim().to_string()
-}
-
-fn file_stamp() -> String {
-    let o = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d-%H%M"])
+        .arg("-u")
+        .arg(format!("+{format}"))
         .output()
         .unwrap();
     String::from_utf8_lossy(&o.stdout).trim().to_string()

@@ -117,6 +117,55 @@ pub enum Want<'a> {
     Probe(u64),
 }
 
+/// The waiting rule of every transport (HTTP routes, SSH reconnects): the
+/// first wait is `backoff`, each next one twice as long up to
+/// `max_backoff`, and none passes the deadline (`--timeout`, or a shorter
+/// limit of the request); past it the last error is returned saying how
+/// long it was tried. Waits are counted in `stats`.
+pub(crate) struct Backoff<'a> {
+    start: Instant,
+    /// When the request gives up.
+    pub(crate) deadline: Instant,
+    delay: Duration,
+    max: Duration,
+    stats: &'a NetStats,
+}
+
+impl<'a> Backoff<'a> {
+    pub(crate) fn new(opts: &HttpOptions, limit: Duration, stats: &'a NetStats) -> Self {
+        let start = Instant::now();
+        Backoff {
+            start,
+            deadline: start + limit.min(opts.deadline),
+            delay: opts.backoff,
+            max: opts.max_backoff,
+            stats,
+        }
+    }
+
+    /// Sleep before the next try, or give `e` back if the deadline passed.
+    pub(crate) fn wait(&mut self, e: io::Error) -> io::Result<()> {
+        let now = Instant::now();
+        if now >= self.deadline {
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}; gave up after {:.1} s (--timeout)",
+                    self.start.elapsed().as_secs_f64()
+                ),
+            ));
+        }
+        let wait = self.delay.min(self.deadline - now);
+        self.stats.retries.fetch_add(1, Relaxed);
+        self.stats
+            .wait_ms
+            .fetch_add(wait.as_millis() as u64, Relaxed);
+        std::thread::sleep(wait);
+        self.delay = (self.delay * 2).min(self.max);
+        Ok(())
+    }
+}
+
 /// Whether retrying (elsewhere or later) might help.
 fn worth_retrying(e: &io::Error, routes: usize) -> bool {
     match e.kind() {
@@ -298,9 +347,8 @@ impl Http {
 
     /// [`Http::get`] with a deadline of its own (at most the configured one).
     pub fn get_within(&self, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
-        let start = Instant::now();
-        let deadline = start + limit.min(self.opts.deadline);
-        let mut delay = self.opts.backoff;
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats);
+        let deadline = backoff.deadline;
         let mut failed_in_round = 0;
         loop {
             let route = self.route();
@@ -330,24 +378,8 @@ impl Http {
                     }
                     // Every route failed this round: wait (never past the
                     // deadline), then start over from the next route.
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return Err(io::Error::new(
-                            e.kind(),
-                            format!(
-                                "{e}; gave up after {:.1} s (--timeout)",
-                                start.elapsed().as_secs_f64()
-                            ),
-                        ));
-                    }
-                    let wait = delay.min(deadline - now);
+                    backoff.wait(e)?;
                     self.failover(route);
-                    self.stats.retries.fetch_add(1, Relaxed);
-                    self.stats
-                        .wait_ms
-                        .fetch_add(wait.as_millis() as u64, Relaxed);
-                    std::thread::sleep(wait);
-                    delay = (delay * 2).min(self.opts.max_backoff);
                     failed_in_round = 0;
                 }
             }

@@ -22,7 +22,7 @@
 //! * Errors that waiting cannot fix (host key, authentication, no such
 //!   file) fail at once, with ssh's own last line of stderr.
 
-use crate::http::{HttpOptions, Want};
+use crate::http::{Backoff, HttpOptions, NetStats, Want};
 use serde_json::json;
 use std::collections::HashMap;
 use std::fs::File;
@@ -675,17 +675,6 @@ struct Session {
     handle: Vec<u8>,
 }
 
-/// Counters, as `sheaf stats` shows them.
-#[derive(Default)]
-struct Stats {
-    requests: AtomicU64,
-    bytes: AtomicU64,
-    reconnects: AtomicU64,
-    retries: AtomicU64,
-    wait_ms: AtomicU64,
-    errors: AtomicU64,
-}
-
 /// An image read over SSH. See the module documentation.
 pub struct Sftp {
     url: String,
@@ -695,7 +684,9 @@ pub struct Sftp {
     /// Length and header seen by the first session, checked on reconnects.
     identity: Mutex<Option<(u64, Vec<u8>)>>,
     connected_once: std::sync::atomic::AtomicBool,
-    stats: Stats,
+    stats: NetStats,
+    /// New connections after the first.
+    reconnects: AtomicU64,
     last_error: Mutex<String>,
 }
 
@@ -714,7 +705,8 @@ impl Sftp {
             session: Mutex::new(None),
             identity: Mutex::new(None),
             connected_once: Default::default(),
-            stats: Stats::default(),
+            stats: NetStats::default(),
+            reconnects: AtomicU64::new(0),
             last_error: Mutex::new(String::new()),
         })
     }
@@ -730,7 +722,7 @@ impl Sftp {
         let conn = Conn::connect(&self.target, &self.opts, again)?;
         self.connected_once.store(true, Relaxed);
         if again {
-            self.stats.reconnects.fetch_add(1, Relaxed);
+            self.reconnects.fetch_add(1, Relaxed);
         }
         let handle = conn.open(&self.target.path)?;
         let size = conn.size(&handle, &self.target.path)?;
@@ -767,9 +759,7 @@ impl Sftp {
     /// Run `f` on a live session; a dead connection is replaced, with
     /// backoff, until the deadline.
     fn retrying<T>(&self, limit: Duration, f: impl Fn(&Session) -> io::Result<T>) -> io::Result<T> {
-        let start = Instant::now();
-        let deadline = start + limit.min(self.opts.deadline);
-        let mut delay = self.opts.backoff;
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats);
         loop {
             self.stats.requests.fetch_add(1, Relaxed);
             let r = self.session().and_then(|s| {
@@ -788,23 +778,7 @@ impl Sftp {
             if e.kind() != io::ErrorKind::ConnectionAborted {
                 return Err(e);
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "{e}; gave up after {:.1} s (--timeout)",
-                        start.elapsed().as_secs_f64()
-                    ),
-                ));
-            }
-            let wait = delay.min(deadline - now);
-            self.stats.retries.fetch_add(1, Relaxed);
-            self.stats
-                .wait_ms
-                .fetch_add(wait.as_millis() as u64, Relaxed);
-            std::thread::sleep(wait);
-            delay = (delay * 2).min(self.opts.max_backoff);
+            backoff.wait(e)?;
         }
     }
 
@@ -869,7 +843,7 @@ impl Sftp {
         json!({
             "ssh_requests": s.requests.load(Relaxed),
             "ssh_bytes": s.bytes.load(Relaxed),
-            "ssh_reconnects": s.reconnects.load(Relaxed),
+            "ssh_reconnects": self.reconnects.load(Relaxed),
             "ssh_retries": s.retries.load(Relaxed),
             "ssh_wait_ms": s.wait_ms.load(Relaxed),
             "ssh_errors": s.errors.load(Relaxed),
