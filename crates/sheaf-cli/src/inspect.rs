@@ -209,7 +209,7 @@ pub struct LsArgs {
     recursive: bool,
 }
 
-fn mode_string(mode: u32) -> String {
+pub(crate) fn mode_string(mode: u32) -> String {
     let t = match FileType::from_mode(mode) {
         Some(FileType::Directory) => 'd',
         Some(FileType::Symlink) => 'l',

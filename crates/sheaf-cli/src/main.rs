@@ -5,6 +5,7 @@
 mod bcast;
 mod build;
 mod extract;
+mod find;
 mod inspect;
 mod layers;
 mod mount;
@@ -82,6 +83,10 @@ enum Cmd {
     },
     /// List a directory of an image (like ls).
     Ls(inspect::LsArgs),
+    /// Search an image's tree without mounting it (a find(1) subset).
+    Find(find::FindArgs),
+    /// Sizes of an image's directories without mounting it (like du).
+    Du(find::DuArgs),
     /// Write a file of an image to standard output.
     Cat {
         /// The image.
@@ -207,6 +212,8 @@ fn main() {
             whiteouts,
         } => inspect::info(&image, json, whiteouts, r),
         Cmd::Ls(a) => inspect::ls(a, r),
+        Cmd::Find(a) => find::find(a, r),
+        Cmd::Du(a) => find::du(a, r),
         Cmd::Cat { image, path } => inspect::cat(&image, &path, r),
         Cmd::Extract(a) => extract::run(a, r),
         Cmd::Check {

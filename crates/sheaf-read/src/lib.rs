@@ -24,6 +24,7 @@ pub mod source;
 pub mod stack;
 pub mod tree;
 pub mod verify;
+pub mod walk;
 
 pub use cache::Cache;
 pub use error::ReadError;
@@ -32,6 +33,7 @@ pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
 pub use source::{CountingSource, FileSource, IndexSource, MemSource, ObjectStore, Source};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};
 pub use tree::{Seen, SeenMerged};
+pub use walk::Step;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,0 +1,523 @@
+//! `sheaf find` and `sheaf du`: metadata questions answered from the image
+//! itself (file or URL), no mount: a find(1) subset and du(1) totals. The
+//! walk is `sheaf_read::Image::walk`; this file parses and prints.
+
+use crate::util::RemoteArgs;
+use anyhow::{bail, Context, Result};
+use sheaf_format::FileType;
+use sheaf_read::{Image, Inode, Step};
+use std::ffi::{CString, OsString};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// Arguments of `sheaf find`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Expression (find(1) syntax; tests are ANDed, `!`/-not negates the next):\n  \
+  -name PAT  -iname PAT  -path PAT   (shell patterns, as find's)\n  \
+  -type [fdlcbps]  -size [+-]N[cwbkMG]  -empty  -newer FILE  -mtime [+-]N  -mmin [+-]N\n  \
+  -maxdepth N  -mindepth N\n  \
+  -print (default)  -print0  -printf FMT (%p %P %f %h %s %m %M %y %l %U %G %i %n %T@ %%; \\n \\t \\0)\n\n\
+Examples:\n  sheaf find data.sheaf / -name '*.nii.gz' -size +10M\n  \
+sheaf find https://host/stack.sheaf /lib -type f -printf '%s %p\\n'\n  \
+sheaf find img.sheaf /sub -maxdepth 1 -type d -print0 | xargs -0 ..."
+)]
+pub struct FindArgs {
+    /// The image (file or URL).
+    image: PathBuf,
+    /// [PATH] [EXPRESSION...]: where to start in the image (default /), then
+    /// the expression.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PATH] [EXPR"
+    )]
+    rest: Vec<OsString>,
+}
+
+/// Arguments of `sheaf du`.
+#[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Sizes are apparent: bytes of files and symlink targets, a hardlinked file \
+counted once (directories' own sizes are not counted).\n\nExamples:\n  sheaf du -s -h data.sheaf\n  sheaf du -d 1 img.sheaf /usr"
+)]
+pub struct DuArgs {
+    /// The image (file or URL).
+    image: PathBuf,
+    /// Where to start in the image.
+    #[arg(default_value = "/")]
+    path: String,
+    /// Only the total of PATH.
+    #[arg(short, long)]
+    summarize: bool,
+    /// Print directories at most N levels below PATH.
+    #[arg(short = 'd', long, value_name = "N")]
+    max_depth: Option<usize>,
+    /// Human-readable sizes (K, M, G).
+    #[arg(short = 'h', long)]
+    human_readable: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug)]
+enum Test {
+    Name(CString, bool),
+    Path(CString),
+    Type(Vec<FileType>),
+    /// Compare ceil(size / unit) with n: -1 less, 0 equal, 1 more.
+    Size(i8, u64, u64),
+    Empty,
+    NewerThan(i64, u32),
+    /// (sign, n, seconds per unit): age in whole units.
+    Age(i8, u64, i64),
+    Not(Box<Test>),
+}
+
+enum Action {
+    Print(u8),
+    Printf(Vec<u8>),
+}
+
+struct Expr {
+    tests: Vec<Test>,
+    actions: Vec<Action>,
+    min_depth: usize,
+    max_depth: usize,
+}
+
+fn signed(s: &str) -> (i8, &str) {
+    match s.as_bytes().first() {
+        Some(b'+') => (1, &s[1..]),
+        Some(b'-') => (-1, &s[1..]),
+        _ => (0, s),
+    }
+}
+
+fn cstring(s: &OsString) -> Result<CString> {
+    CString::new(s.as_bytes()).context("a pattern with a NUL byte")
+}
+
+fn parse_expr(tokens: &[OsString]) -> Result<Expr> {
+    let mut e = Expr {
+        tests: Vec::new(),
+        actions: Vec::new(),
+        min_depth: 0,
+        max_depth: usize::MAX,
+    };
+    let mut negate = false;
+    let mut it = tokens.iter();
+    while let Some(t) = it.next() {
+        let t = t.to_string_lossy();
+        let mut arg = |what: &str| {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{what} needs an argument"))
+        };
+        let test = match t.as_ref() {
+            "!" | "-not" => {
+                negate = !negate;
+                continue;
+            }
+            "-a" | "-and" => continue,
+            "-o" | "-or" | "(" | ")" | "," => {
+                bail!("'{t}': only ANDed tests and ! are supported (run find on a mount for more)")
+            }
+            "-name" => Test::Name(cstring(&arg("-name")?)?, false),
+            "-iname" => Test::Name(cstring(&arg("-iname")?)?, true),
+            "-path" | "-wholename" => Test::Path(cstring(&arg("-path")?)?),
+            "-type" => {
+                let v = arg("-type")?;
+                let mut types = Vec::new();
+                for c in v.to_string_lossy().split(',') {
+                    types.push(match c {
+                        "f" => FileType::Regular,
+                        "d" => FileType::Directory,
+                        "l" => FileType::Symlink,
+                        "c" => FileType::CharDevice,
+                        "b" => FileType::BlockDevice,
+                        "p" => FileType::Fifo,
+                        "s" => FileType::Socket,
+                        _ => bail!("-type {c}: one of f d l c b p s"),
+                    });
+                }
+                Test::Type(types)
+            }
+            "-size" => {
+                let v = arg("-size")?.to_string_lossy().into_owned();
+                let (sign, rest) = signed(&v);
+                let (num, unit) = match rest.char_indices().last() {
+                    Some((i, c)) if c.is_ascii_alphabetic() => (&rest[..i], c),
+                    _ => (rest, 'b'),
+                };
+                let unit = match unit {
+                    'c' => 1,
+                    'w' => 2,
+                    'b' => 512,
+                    'k' => 1 << 10,
+                    'M' => 1 << 20,
+                    'G' => 1 << 30,
+                    _ => bail!("-size {v}: unit one of c w b k M G"),
+                };
+                let n = num
+                    .parse()
+                    .with_context(|| format!("-size {v}: not a number"))?;
+                Test::Size(sign, n, unit)
+            }
+            "-empty" => Test::Empty,
+            "-newer" => {
+                let f = arg("-newer")?;
+                let md = std::fs::metadata(&f)
+                    .with_context(|| format!("-newer {}", f.to_string_lossy()))?;
+                use std::os::unix::fs::MetadataExt;
+                Test::NewerThan(md.mtime(), md.mtime_nsec() as u32)
+            }
+            "-mtime" | "-mmin" => {
+                let v = arg(&t)?.to_string_lossy().into_owned();
+                let (sign, rest) = signed(&v);
+                let n = rest
+                    .parse()
+                    .with_context(|| format!("{t} {v}: not a number"))?;
+                Test::Age(sign, n, if t == "-mtime" { 86_400 } else { 60 })
+            }
+            "-maxdepth" | "-mindepth" => {
+                let v = arg(&t)?.to_string_lossy().into_owned();
+                let n = v
+                    .parse()
+                    .with_context(|| format!("{t} {v}: not a number"))?;
+                if t == "-maxdepth" {
+                    e.max_depth = n;
+                } else {
+                    e.min_depth = n;
+                }
+                continue;
+            }
+            "-print" => {
+                e.actions.push(Action::Print(b'\n'));
+                continue;
+            }
+            "-print0" => {
+                e.actions.push(Action::Print(0));
+                continue;
+            }
+            "-printf" => {
+                let f = arg("-printf")?;
+                e.actions.push(Action::Printf(f.as_bytes().to_vec()));
+                continue;
+            }
+            other => {
+                bail!("unknown or unsupported find expression '{other}' (see sheaf find --help)")
+            }
+        };
+        e.tests.push(if std::mem::take(&mut negate) {
+            Test::Not(Box::new(test))
+        } else {
+            test
+        });
+    }
+    if negate {
+        bail!("'!' at the end of the expression");
+    }
+    if e.actions.is_empty() {
+        e.actions.push(Action::Print(b'\n'));
+    }
+    Ok(e)
+}
+
+fn fnmatch(pat: &CString, s: &[u8], fold: bool) -> bool {
+    let Ok(s) = CString::new(s) else { return false };
+    let flags = if fold { libc::FNM_CASEFOLD } else { 0 };
+    // SAFETY: two NUL-terminated strings.
+    unsafe { libc::fnmatch(pat.as_ptr(), s.as_ptr(), flags) == 0 }
+}
+
+fn base(path: &[u8]) -> &[u8] {
+    if path == b"/" {
+        return path;
+    }
+    path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+}
+
+fn now() -> (i64, u32) {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, d.subsec_nanos())
+}
+
+fn matches(t: &Test, img: &Image, path: &[u8], ino: &Inode, now: i64) -> Result<bool> {
+    let r = &ino.rec;
+    Ok(match t {
+        Test::Name(p, fold) => fnmatch(p, base(path), *fold),
+        Test::Path(p) => fnmatch(p, path, false),
+        Test::Type(ts) => ts.contains(&ino.file_type()),
+        Test::Size(sign, n, unit) => {
+            let units = r.size.div_ceil(*unit);
+            match sign {
+                1 => units > *n,
+                -1 => units < *n,
+                _ => units == *n,
+            }
+        }
+        Test::Empty => match ino.file_type() {
+            FileType::Regular => r.size == 0,
+            FileType::Directory => img.dir_len(ino)? == 0,
+            _ => false,
+        },
+        Test::NewerThan(s, ns) => (r.mtime_sec, r.mtime_nsec) > (*s, *ns),
+        Test::Age(sign, n, unit) => {
+            // find: the age in whole units, rounded down.
+            let age = (now - r.mtime_sec).div_euclid(*unit);
+            let n = *n as i64;
+            match sign {
+                1 => age > n,
+                -1 => age < n,
+                _ => age == n,
+            }
+        }
+        Test::Not(t) => !matches(t, img, path, ino, now)?,
+    })
+}
+
+fn type_letter(t: FileType) -> u8 {
+    match t {
+        FileType::Regular => b'f',
+        FileType::Directory => b'd',
+        FileType::Symlink => b'l',
+        FileType::CharDevice => b'c',
+        FileType::BlockDevice => b'b',
+        FileType::Fifo => b'p',
+        FileType::Socket => b's',
+    }
+}
+
+fn printf(
+    o: &mut impl Write,
+    fmt: &[u8],
+    img: &Image,
+    start: &[u8],
+    path: &[u8],
+    ino: &Inode,
+) -> Result<()> {
+    let r = &ino.rec;
+    let mut i = 0;
+    while i < fmt.len() {
+        let c = fmt[i];
+        let next = fmt.get(i + 1).copied();
+        match (c, next) {
+            (b'\\', Some(e)) => {
+                o.write_all(match e {
+                    b'n' => b"\n",
+                    b't' => b"\t",
+                    b'0' => b"\0",
+                    b'\\' => b"\\",
+                    _ => &fmt[i..i + 2],
+                })?;
+                i += 2;
+            }
+            (b'%', Some(f)) => {
+                let mut step = 2;
+                match f {
+                    b'%' => o.write_all(b"%")?,
+                    b'p' => o.write_all(path)?,
+                    b'P' => {
+                        let rel = path.strip_prefix(start).unwrap_or(path);
+                        o.write_all(rel.strip_prefix(b"/").unwrap_or(rel))?
+                    }
+                    b'f' => o.write_all(base(path))?,
+                    b'h' => {
+                        let d = match path.iter().rposition(|&b| b == b'/') {
+                            Some(0) => &b"/"[..],
+                            Some(k) => &path[..k],
+                            None => &b"."[..],
+                        };
+                        o.write_all(d)?
+                    }
+                    b's' => write!(o, "{}", r.size)?,
+                    b'm' => write!(o, "{:o}", r.mode & 0o7777)?,
+                    b'M' => write!(o, "{}", crate::inspect::mode_string(r.mode))?,
+                    b'y' => o.write_all(&[type_letter(ino.file_type())])?,
+                    b'l' => {
+                        if ino.file_type() == FileType::Symlink {
+                            o.write_all(&img.read_link(ino)?)?
+                        }
+                    }
+                    b'U' => write!(o, "{}", r.uid)?,
+                    b'G' => write!(o, "{}", r.gid)?,
+                    b'i' => write!(o, "{}", ino.ino)?,
+                    b'n' => write!(o, "{}", r.nlink)?,
+                    b'T' if fmt.get(i + 2) == Some(&b'@') => {
+                        write!(o, "{}.{:09}0", r.mtime_sec, r.mtime_nsec)?;
+                        step = 3;
+                    }
+                    _ => bail!(
+                        "-printf: %{} is not supported (see sheaf find --help)",
+                        f as char
+                    ),
+                }
+                i += step;
+            }
+            _ => {
+                o.write_all(&[c])?;
+                i += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Split `rest` into the start path and the expression.
+fn split_rest(rest: &[OsString]) -> (String, &[OsString]) {
+    match rest.first() {
+        Some(p) if p.as_bytes().starts_with(b"/") => (p.to_string_lossy().into_owned(), &rest[1..]),
+        _ => ("/".to_string(), rest),
+    }
+}
+
+/// Normalise an image path: absolute, no trailing slash (but "/").
+fn start_path(p: &str) -> Vec<u8> {
+    let t = p.trim_end_matches('/');
+    if t.is_empty() {
+        b"/".to_vec()
+    } else {
+        t.as_bytes().to_vec()
+    }
+}
+
+/// `sheaf find`.
+pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
+    let (path, tokens) = split_rest(&a.rest);
+    let e = parse_expr(tokens)?;
+    let img = crate::util::open_image(&a.image, remote)?;
+    let start = start_path(&path);
+    let ino = img
+        .resolve(&start)
+        .with_context(|| format!("{}: {path}", a.image.display()))?;
+    let (now_s, _) = now();
+    let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut out_err: Option<anyhow::Error> = None;
+    img.walk(ino, start.clone(), &mut |p, ino, depth| {
+        if depth >= e.min_depth && depth <= e.max_depth {
+            let mut all = true;
+            for t in &e.tests {
+                match matches(t, &img, p, ino, now_s) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        all = false;
+                        break;
+                    }
+                    Err(err) => {
+                        out_err.get_or_insert(err);
+                        return Ok(Step::Prune);
+                    }
+                }
+            }
+            if all {
+                for act in &e.actions {
+                    let r = match act {
+                        Action::Print(end) => o
+                            .write_all(p)
+                            .and_then(|_| o.write_all(&[*end]))
+                            .map_err(anyhow::Error::from),
+                        Action::Printf(f) => printf(&mut o, f, &img, &start, p, ino),
+                    };
+                    if let Err(err) = r {
+                        out_err.get_or_insert(err);
+                        return Ok(Step::Prune);
+                    }
+                }
+            }
+        }
+        Ok(if depth >= e.max_depth {
+            Step::Prune
+        } else {
+            Step::Continue
+        })
+    })
+    .with_context(|| a.image.display().to_string())?;
+    if let Some(err) = out_err {
+        return Err(err);
+    }
+    o.flush()?;
+    Ok(0)
+}
+
+/// `sheaf du`.
+pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
+    let img = crate::util::open_image(&a.image, remote)?;
+    let start = start_path(&a.path);
+    let ino = img
+        .resolve(&start)
+        .with_context(|| format!("{}: {}", a.image.display(), a.path))?;
+    let show_depth = if a.summarize {
+        0
+    } else {
+        a.max_depth.unwrap_or(usize::MAX)
+    };
+    // Directories open on the walk's path: (path, depth, total).
+    let mut open: Vec<(Vec<u8>, usize, u64)> = Vec::new();
+    let mut rows: Vec<(Vec<u8>, u64)> = Vec::new();
+    let mut linked = std::collections::HashSet::new();
+    let close =
+        |open: &mut Vec<(Vec<u8>, usize, u64)>, rows: &mut Vec<(Vec<u8>, u64)>, to: usize| {
+            while open.last().is_some_and(|d| d.1 >= to) {
+                let (p, depth, total) = open.pop().expect("checked");
+                if let Some(parent) = open.last_mut() {
+                    parent.2 += total;
+                }
+                if depth <= show_depth {
+                    rows.push((p, total));
+                }
+            }
+        };
+    img.walk(ino, start, &mut |p, ino, depth| {
+        close(&mut open, &mut rows, depth);
+        let size = match ino.file_type() {
+            FileType::Regular | FileType::Symlink => {
+                if ino.rec.nlink > 1
+                    && ino.file_type() == FileType::Regular
+                    && !linked.insert(ino.ino)
+                {
+                    0
+                } else {
+                    ino.rec.size
+                }
+            }
+            _ => 0,
+        };
+        if ino.file_type() == FileType::Directory {
+            open.push((p.to_vec(), depth, 0));
+        } else if let Some(d) = open.last_mut() {
+            d.2 += size;
+        } else {
+            // PATH names a file: its own size.
+            rows.push((p.to_vec(), size));
+        }
+        Ok(Step::Continue)
+    })
+    .with_context(|| a.image.display().to_string())?;
+    close(&mut open, &mut rows, 0);
+    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    if a.json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(p, n)| serde_json::json!({"path": String::from_utf8_lossy(p), "bytes": n}))
+            .collect();
+        writeln!(o, "{}", serde_json::Value::Array(v))?;
+    } else {
+        for (p, n) in rows {
+            let size = if a.human_readable {
+                crate::util::human(n)
+            } else {
+                n.to_string()
+            };
+            write!(o, "{size}\t")?;
+            o.write_all(&p)?;
+            o.write_all(b"\n")?;
+        }
+    }
+    o.flush()?;
+    Ok(0)
+}

@@ -1,0 +1,206 @@
+//! `sheaf find` and `sheaf du` read the image's metadata directly; their
+//! answers must equal GNU find's on the extracted tree, and du's totals
+//! those summed independently from the source.
+
+mod common;
+use common::*;
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+fn sorted_lines(b: &[u8]) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(b)
+        .lines()
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    small_tree(&src, 21);
+    write(&src.join("docs/README.md"), b"readme\n");
+    std::fs::create_dir_all(src.join("empty2/inner")).unwrap();
+    write(&src.join("docs/deep/zero"), b"");
+    let img = t.path().join("img.sheaf");
+    build(&src, &img, &[]);
+    let out = t.path().join("out");
+    extract(&img, &out);
+    // A reference file for -newer, between the tree's mtimes (set by
+    // small_tree to 1_650_000_000 + 3 s per entry).
+    let refp = t.path().join("ref");
+    write(&refp, b"");
+    set_mtime(&refp, 1_650_000_000 + 12, 0);
+    let r = refp.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["-type", "f", "-printf", "%P %s %m %y %n\\n"],
+        vec!["-name", "*.txt", "-printf", "%P\\n"],
+        vec!["!", "-type", "d", "-size", "+2k", "-printf", "%P %s\\n"],
+        vec!["!", "-type", "d", "-size", "-1", "-printf", "%P\\n"],
+        vec!["-maxdepth", "1", "-printf", "%P %y %M\\n"],
+        vec!["-path", "*/deep/*", "-printf", "%P %f\\n"],
+        vec!["-empty", "-printf", "%P %y\\n"],
+        vec!["-type", "l", "-printf", "%P %l\\n"],
+        vec!["-mindepth", "2", "-type", "d", "-printf", "%P\\n"],
+        vec!["-iname", "readme*", "-printf", "%P\\n"],
+        vec!["-mtime", "+100", "-type", "f", "-printf", "%P\\n"],
+        vec!["-mmin", "-5", "-printf", "%P\\n"],
+        vec!["-newer", r, "-printf", "%P %T@\\n"],
+        vec!["-not", "-newer", r, "-type", "f", "-printf", "%P\\n"],
+    ];
+    for c in cases {
+        let mut ours = cmd();
+        ours.arg("find").arg(&img).args(&c);
+        let ours = run_cmd(&mut ours).ok();
+        let gnu = Command::new("find")
+            .arg(".")
+            .args(&c)
+            .current_dir(&out)
+            .output()
+            .unwrap();
+        assert!(
+            gnu.status.success(),
+            "find {c:?}: {}",
+            String::from_utf8_lossy(&gnu.stderr)
+        );
+        assert_eq!(
+            sorted_lines(&ours.stdout),
+            sorted_lines(&gnu.stdout),
+            "find {c:?}"
+        );
+    }
+    // A start path and the default action: paths as in the image.
+    let ours = run_cmd(
+        cmd()
+            .arg("find")
+            .arg(&img)
+            .args(["/docs", "-name", "*.txt"]),
+    )
+    .ok();
+    let gnu = Command::new("find")
+        .args(["docs", "-name", "*.txt"])
+        .current_dir(&out)
+        .output()
+        .unwrap();
+    let want: Vec<String> = sorted_lines(&gnu.stdout)
+        .into_iter()
+        .map(|l| format!("/{l}"))
+        .collect();
+    assert_eq!(sorted_lines(&ours.stdout), want);
+    // -print0 separates with NULs; output is in name order, parents first.
+    let o = run_cmd(cmd().arg("find").arg(&img).args(["/bin", "-print0"])).ok();
+    let names: Vec<&[u8]> = o
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            &b"/bin"[..],
+            b"/bin/random.dat",
+            b"/bin/tool",
+            b"/bin/tool-link"
+        ]
+    );
+    // Bad input: one line, exit 1 or 2.
+    for bad in [
+        &["-frobnicate"][..],
+        &["-type", "x"],
+        &["-size", "+3q"],
+        &["-o"],
+    ] {
+        let o = run_cmd(cmd().arg("find").arg(&img).args(bad));
+        assert_ne!(o.code, 0, "{bad:?}");
+        assert_eq!(o.err_lines().len(), 1, "{bad:?}: {}", o.describe());
+    }
+    let o = run_cmd(cmd().arg("find").arg(&img).args(["/nonexistent"]));
+    assert_eq!(o.code, 1, "{}", o.describe());
+}
+
+#[test]
+fn du_totals_equal_sums_taken_from_the_source() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    small_tree(&src, 22);
+    let img = t.path().join("img.sheaf");
+    build(&src, &img, &[]);
+    // Expected: per directory, the apparent bytes of the files (a hardlinked
+    // file once) and symlinks beneath it.
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for rel in walk(&src) {
+        if rel.is_empty() {
+            continue;
+        }
+        let p = join(&src, &rel);
+        let md = std::fs::symlink_metadata(&p).unwrap();
+        let size = if md.is_file() {
+            if md.nlink() > 1 && !seen.insert(md.ino()) {
+                0
+            } else {
+                md.len()
+            }
+        } else if md.file_type().is_symlink() {
+            md.len()
+        } else {
+            want.entry(format!("/{}", lossy(&rel))).or_insert(0);
+            0
+        };
+        // Add to every ancestor directory (and the root).
+        let rel = lossy(&rel);
+        let mut anc = Path::new(&rel).parent();
+        while let Some(a) = anc {
+            let key = if a.as_os_str().is_empty() {
+                "/".to_string()
+            } else {
+                format!("/{}", a.display())
+            };
+            *want.entry(key).or_insert(0) += size;
+            anc = a.parent();
+        }
+    }
+    want.remove("/");
+    let o = run_cmd(cmd().arg("du").arg("--json").arg(&img)).ok();
+    let v = json(&o);
+    let got: BTreeMap<String, u64> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_string(),
+                r["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let root = got["/"];
+    let mut got_dirs = got.clone();
+    got_dirs.remove("/");
+    assert_eq!(got_dirs, want, "per-directory totals");
+    let expected_root: u64 = {
+        let mut seen = HashSet::new();
+        walk(&src)
+            .iter()
+            .filter(|rel| !rel.is_empty())
+            .map(|rel| {
+                let md = std::fs::symlink_metadata(join(&src, rel)).unwrap();
+                if (md.is_file() && (md.nlink() == 1 || seen.insert(md.ino())))
+                    || md.file_type().is_symlink()
+                {
+                    md.len()
+                } else {
+                    0
+                }
+            })
+            .sum()
+    };
+    assert_eq!(root, expected_root, "total");
+    // -s: one line, the total.
+    let o = run_cmd(cmd().arg("du").arg("-s").arg(&img)).ok();
+    assert_eq!(o.text(), format!("{expected_root}\t/\n"));
+}
