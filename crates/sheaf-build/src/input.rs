@@ -21,4 +21,40 @@ pub enum Input {
     /// images, [`crate::stack_input::StackSource`]), packed in the order
     /// given (see [`crate::entries`]).
     Entries(std::sync::Arc<dyn crate::entries::EntrySource>),
+    /// A caller's tar stream, already decompressed, read as an image layer
+    /// (see [`TarStream`]).
+    Layer(TarStream),
+}
+
+/// A decompressed tar stream handed over by a caller that keeps a handle on
+/// it: the build reads entries until the archive's end, and the caller then
+/// reads what is left (e.g. to finish a digest over the whole stream).
+///
+/// It is read as an OCI image layer: an archive with no entries is a valid,
+/// empty layer, and an absolute path is refused like one that climbs out
+/// with `..` (layers hold relative paths; a tool that strips the `/`
+/// silently would apply the layer somewhere its author did not mean).
+#[derive(Clone)]
+pub struct TarStream {
+    /// How errors name the stream (e.g. `layer sha256:ab12…`).
+    pub name: String,
+    /// The stream; locked for each read.
+    pub reader: std::sync::Arc<std::sync::Mutex<Box<dyn std::io::Read + Send>>>,
+}
+
+impl std::fmt::Debug for TarStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TarStream")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl std::io::Read for &TarStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .read(buf)
+    }
 }

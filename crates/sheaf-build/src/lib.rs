@@ -33,7 +33,7 @@ pub mod tar_input;
 pub mod tree;
 pub mod upper;
 
-pub use input::Input;
+pub use input::{Input, TarStream};
 pub use options::{BuildError, BuildOptions, Compression};
 pub use pack::Progress;
 
@@ -363,6 +363,14 @@ pub fn build(
         Input::Entries(src) => {
             entries::read_entries(&**src, opts, &mut packer, &mut problems, cancel)?
         }
+        Input::Layer(stream) => tar_input::read_layer(
+            stream,
+            &stream.name,
+            opts,
+            &mut packer,
+            &mut problems,
+            cancel,
+        )?,
         Input::TarStdin => tar_input::read_tar(
             std::io::stdin().lock(),
             "<stdin>",

@@ -98,10 +98,40 @@ fn pax_time(v: &[u8]) -> Option<(i64, u32)> {
     Some((sec, ns))
 }
 
-/// Read a tar stream into a tree, packing file data as it goes.
+/// Read a tar stream (compressed or not) into a tree, packing file data as
+/// it goes.
 pub fn read_tar<W: Write + Send + 'static>(
     input: impl Read,
     name: &str,
+    opts: &BuildOptions,
+    packer: &mut Packer<W>,
+    problems: &mut Problems,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Tree, BuildError> {
+    let r = decompressor(input).map_err(|e| BuildError::Input {
+        path: name.to_string(),
+        cause: e,
+    })?;
+    read_entries(r, name, false, opts, packer, problems, cancel)
+}
+
+/// Read an image layer's decompressed tar stream into a tree (see
+/// [`crate::TarStream`] for what differs from [`read_tar`]).
+pub fn read_layer<W: Write + Send + 'static>(
+    input: impl Read,
+    name: &str,
+    opts: &BuildOptions,
+    packer: &mut Packer<W>,
+    problems: &mut Problems,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Tree, BuildError> {
+    read_entries(input, name, true, opts, packer, problems, cancel)
+}
+
+fn read_entries<W: Write + Send + 'static>(
+    input: impl Read,
+    name: &str,
+    layer: bool,
     opts: &BuildOptions,
     packer: &mut Packer<W>,
     problems: &mut Problems,
@@ -123,7 +153,7 @@ pub fn read_tar<W: Write + Send + 'static>(
         dirs: HashMap::new(),
         implicit,
     };
-    let mut ar = tar::Archive::new(decompressor(input).map_err(io)?);
+    let mut ar = tar::Archive::new(input);
     let mut count = 0u64;
     for entry in ar.entries().map_err(io)? {
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
@@ -145,6 +175,13 @@ pub fn read_tar<W: Write + Send + 'static>(
             path = v.clone();
         }
         let shown = String::from_utf8_lossy(&path).into_owned();
+        if layer && path.starts_with(b"/") {
+            problems.handle(
+                Path::new(&shown),
+                std::io::Error::other("absolute path in an image layer"),
+            )?;
+            continue;
+        }
         let Some(comps) = components(&path) else {
             problems.handle(
                 Path::new(&shown),
@@ -307,7 +344,7 @@ pub fn read_tar<W: Write + Send + 'static>(
         }
         t.tree.add(parent, (*leaf).into(), node);
     }
-    if count == 0 {
+    if count == 0 && !layer {
         return Err(bad("empty or not a tar archive".into()));
     }
     let mut tree = t.tree;

@@ -6,6 +6,7 @@ mod bcast;
 mod build;
 mod extract;
 mod find;
+mod import;
 mod inspect;
 mod layers;
 mod mount;
@@ -53,6 +54,9 @@ enum Cmd {
     /// mpirun or srun), reading it from shared storage once and sending
     /// each node only the objects it lacks.
     Bcast(bcast::BcastArgs),
+    /// Import a container image (registry, OCI layout, docker save archive)
+    /// as sheaf layers in a repository, or as one merged image.
+    Import(import::ImportArgs),
     /// Software pools: build them, load them on nodes and into Lmod.
     #[command(subcommand)]
     Pool(pool::PoolCmd),
@@ -202,6 +206,7 @@ fn main() {
         Cmd::Optimize(a) => remote::optimize(a, r),
         Cmd::Build(a) => build::run(a),
         Cmd::Bcast(a) => bcast::run(a, r),
+        Cmd::Import(a) => import::run(a),
         Cmd::Pool(c) => pool::run(c, r),
         Cmd::ShellInit { shell } => pool::shell_init(&shell),
         Cmd::Commit(a) => layers::commit(a),

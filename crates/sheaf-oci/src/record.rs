@@ -1,0 +1,102 @@
+//! What an import leaves in a sheaf repository besides the layers: the
+//! names of everything, and the image record. docs/containers.md is the
+//! specification; this module is its one home in code.
+//!
+//! ```text
+//! REPO/layer-sha256-DIFFID        a layer's image index (sheaf publish form)
+//! REPO/blob-sha256-BLOB.json      which layer a compressed blob unpacks to
+//! REPO/image-sha256-MANIFEST.json the image record
+//! REPO/objects/…                  shared by all of them
+//! ```
+//!
+//! A layer is named by its diffID (the digest of the uncompressed tar), so
+//! the gzip and zstd encodings of one layer are one sheaf layer. Files are
+//! written in that order — layers, then blob links, then the record — each
+//! by atomic rename, so a reader that finds a record finds its layers.
+
+use crate::digest::Digest;
+use serde::{Deserialize, Serialize};
+
+/// Version of the record and blob-link documents.
+pub const RECORD_SCHEMA: u32 = 1;
+
+/// The repository name of the layer with this diffID.
+pub fn layer_name(diff_id: &Digest) -> String {
+    format!("layer-{}", diff_id.file_form())
+}
+
+/// The file saying which layer a compressed blob unpacks to.
+pub fn blob_link_name(blob: &Digest) -> String {
+    format!("blob-{}.json", blob.file_form())
+}
+
+/// The image record of a manifest.
+pub fn record_name(manifest: &Digest) -> String {
+    format!("image-{}.json", manifest.file_form())
+}
+
+/// Where in a flattened image the image's own documents are kept, after
+/// Apptainer's `/.singularity.d`: `config.json` (the config, byte for byte)
+/// and `image.json` (the [`ImageRecord`]).
+pub const FLAT_DIR: &str = ".sheaf.d";
+
+impl Serialize for Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Digest::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("not a sha256 digest: {s}")))
+    }
+}
+
+/// One layer of an image, as the record lists it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RecordLayer {
+    /// The blob's digest (of the bytes a registry serves).
+    pub blob: Digest,
+    /// The blob's media type.
+    pub media_type: String,
+    /// The blob's size in bytes.
+    pub size: u64,
+    /// The digest of the uncompressed tar.
+    pub diff_id: Digest,
+    /// The sheaf layer's repository name ([`layer_name`]).
+    pub layer: String,
+}
+
+/// Everything needed to run an image from its sheaf layers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImageRecord {
+    /// [`RECORD_SCHEMA`].
+    pub schema: u32,
+    /// The reference it was imported from.
+    pub source: String,
+    /// The manifest's digest.
+    pub manifest: Digest,
+    /// The manifest's media type.
+    pub manifest_media_type: String,
+    /// `os/arch[/variant]`.
+    pub platform: String,
+    /// The config's digest.
+    pub config_digest: Digest,
+    /// The config (its bytes hash to `config_digest`).
+    pub config_bytes_b64: String,
+    /// The layers, bottom first.
+    pub layers: Vec<RecordLayer>,
+}
+
+/// The link from a compressed blob to its layer.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BlobLink {
+    /// [`RECORD_SCHEMA`].
+    pub schema: u32,
+    /// The digest of the uncompressed tar.
+    pub diff_id: Digest,
+    /// The sheaf layer's repository name.
+    pub layer: String,
+}

@@ -1,0 +1,345 @@
+//! A registry (the OCI distribution API, `/v2/`), read with anonymous,
+//! bearer-token or basic authentication. Credentials come from the files
+//! the container tools share: `$REGISTRY_AUTH_FILE`, then
+//! `$XDG_RUNTIME_DIR/containers/auth.json`, then `~/.docker/config.json`.
+//!
+//! Written here rather than with an async registry client: the importer is
+//! a synchronous pipeline that streams each blob through two digests and a
+//! decompressor into the packer, and the protocol it needs is three GETs.
+
+use crate::digest::Digest;
+use crate::error::{OciError, Result};
+use crate::reference::Tagged;
+use crate::source::{Fetched, Source, MAX_DOCUMENT};
+use std::io::Read;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The manifest kinds asked for, most wanted first.
+const ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
+application/vnd.docker.distribution.manifest.list.v2+json, \
+application/vnd.oci.image.manifest.v1+json, \
+application/vnd.docker.distribution.manifest.v2+json";
+
+/// How a registry is reached.
+#[derive(Debug, Clone, Default)]
+pub struct RegistryOptions {
+    /// Hosts (`HOST[:PORT]`) to reach over plain HTTP, as with
+    /// `--insecure-registry`. Every other host is HTTPS.
+    pub insecure: Vec<String>,
+    /// A credentials file to use instead of the usual ones.
+    pub auth_file: Option<std::path::PathBuf>,
+}
+
+/// One repository on one registry.
+pub struct Registry {
+    host: String,
+    repo: String,
+    tagged: Tagged,
+    base: String,
+    client: reqwest::blocking::Client,
+    basic: Option<String>,
+    token: Mutex<Option<String>>,
+}
+
+/// The credentials (`user:password`, base64) the shared files hold for `host`.
+fn credentials(host: &str, opts: &RegistryOptions) -> Option<String> {
+    let mut files = Vec::new();
+    if let Some(f) = &opts.auth_file {
+        files.push(f.clone());
+    } else {
+        if let Some(f) = std::env::var_os("REGISTRY_AUTH_FILE") {
+            files.push(f.into());
+        }
+        if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
+            files.push(std::path::Path::new(&d).join("containers/auth.json"));
+        }
+        if let Some(h) = std::env::var_os("HOME") {
+            files.push(std::path::Path::new(&h).join(".docker/config.json"));
+        }
+    }
+    let wanted = |key: &str| {
+        let k = key
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        let k = k.split('/').next().unwrap_or(k);
+        k == host
+            || (host == "docker.io" && (k == "index.docker.io" || k == "registry-1.docker.io"))
+    };
+    for f in files {
+        let Ok(bytes) = std::fs::read(&f) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+            log::warn!("{}: not JSON; ignored", f.display());
+            continue;
+        };
+        if let Some(auths) = v.get("auths").and_then(|a| a.as_object()) {
+            for (k, e) in auths {
+                if wanted(k) {
+                    if let Some(a) = e.get("auth").and_then(|a| a.as_str()) {
+                        return Some(a.to_string());
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The `key="value"` parameters of a `WWW-Authenticate` challenge.
+fn challenge_params(h: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = h;
+    while let Some(eq) = rest.find('=') {
+        let key = rest[..eq].trim().trim_start_matches(',').trim().to_string();
+        let after = &rest[eq + 1..];
+        let (val, next) = if let Some(q) = after.strip_prefix('"') {
+            match q.find('"') {
+                Some(end) => (q[..end].to_string(), &q[end + 1..]),
+                None => (q.to_string(), ""),
+            }
+        } else {
+            let end = after.find(',').unwrap_or(after.len());
+            (after[..end].trim().to_string(), &after[end..])
+        };
+        out.push((key, val));
+        rest = next;
+    }
+    out
+}
+
+impl Registry {
+    /// The repository `repo` on `host`, at `tagged`.
+    pub fn new(host: &str, repo: &str, tagged: Tagged, opts: &RegistryOptions) -> Result<Registry> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let api = if host == "docker.io" {
+            "registry-1.docker.io"
+        } else {
+            host
+        };
+        let scheme = if opts.insecure.iter().any(|h| h == host) {
+            "http"
+        } else {
+            "https"
+        };
+        let client = reqwest::blocking::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .timeout(Duration::from_secs(300))
+            .user_agent(concat!("sheaf/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| OciError::Registry {
+                url: host.to_string(),
+                detail: format!("HTTP client: {}", sheaf_format::one_line(&e)),
+            })?;
+        Ok(Registry {
+            host: host.to_string(),
+            repo: repo.to_string(),
+            tagged,
+            base: format!("{scheme}://{api}/v2/{repo}"),
+            client,
+            basic: credentials(host, opts),
+            token: Mutex::new(None),
+        })
+    }
+
+    fn authenticate(&self, challenge: &str, url: &str) -> Result<()> {
+        let rerr = |detail: String| OciError::Registry {
+            url: url.to_string(),
+            detail,
+        };
+        let (scheme, params) = challenge.split_once(' ').unwrap_or((challenge, ""));
+        if scheme.eq_ignore_ascii_case("basic") {
+            let Some(b) = &self.basic else {
+                return Err(rerr(format!(
+                    "the registry wants a user name and password, and no credentials file has any for {}",
+                    self.host
+                )));
+            };
+            *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("Basic {b}"));
+            return Ok(());
+        }
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(rerr(format!("unsupported authentication scheme {scheme}")));
+        }
+        let params = challenge_params(params);
+        let get = |k: &str| params.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let realm = get("realm").ok_or_else(|| rerr("token challenge without a realm".into()))?;
+        let mut q = Vec::new();
+        if let Some(s) = get("service") {
+            q.push(("service", s));
+        }
+        q.push((
+            "scope",
+            get("scope").unwrap_or_else(|| format!("repository:{}:pull", self.repo)),
+        ));
+        let token_url = reqwest::Url::parse_with_params(&realm, &q)
+            .map_err(|e| rerr(format!("token realm {realm}: {e}")))?;
+        let mut req = self.client.get(token_url);
+        if let Some(b) = &self.basic {
+            req = req.header("Authorization", format!("Basic {b}"));
+        }
+        let resp = req
+            .send()
+            .map_err(|e| rerr(format!("token: {}", sheaf_format::one_line(&e))))?;
+        if !resp.status().is_success() {
+            return Err(rerr(format!("token request refused: {}", resp.status())));
+        }
+        let v: serde_json::Value =
+            serde_json::from_reader(resp.take(1 << 20)).map_err(|e| rerr(format!("token: {e}")))?;
+        let tok = v
+            .get("token")
+            .or_else(|| v.get("access_token"))
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| rerr("token answer has no token".into()))?;
+        *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("Bearer {tok}"));
+        Ok(())
+    }
+
+    fn get(&self, path: &str, accept: Option<&str>) -> Result<reqwest::blocking::Response> {
+        let url = format!("{}/{path}", self.base);
+        let rerr = |detail: String| OciError::Registry {
+            url: url.clone(),
+            detail,
+        };
+        for attempt in 0..2 {
+            let mut req = self.client.get(&url);
+            if let Some(a) = accept {
+                req = req.header("Accept", a);
+            }
+            if let Some(t) = self.token.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                req = req.header("Authorization", t);
+            }
+            let resp = req.send().map_err(|e| rerr(sheaf_format::one_line(&e)))?;
+            let status = resp.status();
+            if status == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
+                let ch = resp
+                    .headers()
+                    .get("www-authenticate")
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                self.authenticate(&ch, &url)?;
+                continue;
+            }
+            if status.is_success() {
+                return Ok(resp);
+            }
+            // The distribution API explains refusals as {"errors":[{code,message}]}.
+            let mut body = String::new();
+            let _ = resp.take(64 << 10).read_to_string(&mut body);
+            let why = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| {
+                    let e = v.get("errors")?.get(0)?;
+                    Some(format!(
+                        "{} {}",
+                        e.get("code")?.as_str()?,
+                        e.get("message").and_then(|m| m.as_str()).unwrap_or("")
+                    ))
+                })
+                .unwrap_or_default();
+            return Err(rerr(format!("{status} {why}").trim().to_string()));
+        }
+        Err(rerr("authentication was not accepted".into()))
+    }
+}
+
+impl Source for Registry {
+    fn name(&self) -> String {
+        match &self.tagged {
+            Tagged::Tag(t) => format!("docker://{}/{}:{t}", self.host, self.repo),
+            Tagged::Digest(d) => format!("docker://{}/{}@{d}", self.host, self.repo),
+        }
+    }
+    fn top(&self) -> Result<Fetched> {
+        let r = match &self.tagged {
+            Tagged::Tag(t) => t.clone(),
+            Tagged::Digest(d) => d.to_string(),
+        };
+        let resp = self.get(&format!("manifests/{r}"), Some(ACCEPT))?;
+        let media_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|h| h.to_str().ok())
+            .map(|s| s.split(';').next().unwrap_or(s).trim().to_string());
+        let mut bytes = Vec::new();
+        resp.take(MAX_DOCUMENT + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| OciError::io(format!("{}: manifest", self.name()), e))?;
+        if bytes.len() as u64 > MAX_DOCUMENT {
+            return Err(OciError::bad(
+                format!("{}: manifest", self.name()),
+                "too large",
+            ));
+        }
+        if let Tagged::Digest(d) = &self.tagged {
+            let got = Digest::of(&bytes);
+            if &got != d {
+                return Err(OciError::Digest {
+                    what: format!("{}: manifest", self.name()),
+                    expected: d.to_string(),
+                    got: got.to_string(),
+                });
+            }
+        }
+        Ok(Fetched { bytes, media_type })
+    }
+    fn manifest(&self, d: &Digest) -> Result<Vec<u8>> {
+        let resp = self.get(&format!("manifests/{d}"), Some(ACCEPT))?;
+        let mut bytes = Vec::new();
+        resp.take(MAX_DOCUMENT + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| OciError::io(format!("{}: manifest {d}", self.name()), e))?;
+        let got = Digest::of(&bytes);
+        if &got != d {
+            return Err(OciError::Digest {
+                what: format!("{}: manifest", self.name()),
+                expected: d.to_string(),
+                got: got.to_string(),
+            });
+        }
+        Ok(bytes)
+    }
+    fn blob(&self, d: &Digest) -> Result<Box<dyn Read + Send>> {
+        let resp = self.get(&format!("blobs/{d}"), None)?;
+        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, resp)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn challenges_parse_quoted_and_bare_values() {
+        let p = challenge_params(
+            r#"realm="https://a/token",service="reg, one",scope=repository:x:pull"#,
+        );
+        assert_eq!(
+            p,
+            vec![
+                ("realm".into(), "https://a/token".into()),
+                ("service".into(), "reg, one".into()),
+                ("scope".into(), "repository:x:pull".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn credentials_come_from_the_named_file_by_host() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("auth.json");
+        std::fs::write(
+            &f,
+            r#"{"auths":{"https://reg.example:5000/v1/":{"auth":"dTpw"},"other":{"auth":"x"}}}"#,
+        )
+        .unwrap();
+        let o = RegistryOptions {
+            insecure: vec![],
+            auth_file: Some(f),
+        };
+        assert_eq!(credentials("reg.example:5000", &o).as_deref(), Some("dTpw"));
+        assert_eq!(credentials("reg.example", &o), None);
+    }
+}
