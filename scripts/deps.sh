@@ -9,7 +9,8 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       rsync:rsync git:git python3-pip:
       libacl1-dev:   # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
       openmpi-bin:mpirun libopenmpi-dev:mpicc libclang-dev: lmod:  # sheaf bcast (rsmpi), pools
-      python3-h5py:)  # the HDF5-over-ssh test (Debian's /usr/bin/python3)
+      python3-h5py:  # the HDF5-over-ssh test (Debian's /usr/bin/python3)
+      docker-registry:docker-registry skopeo:skopeo umoci:umoci)  # container images (tests/containers.rs)
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll
                fuse-overlayfs:fuse-overlayfs) ;;

@@ -76,9 +76,165 @@ pub struct RunArgs {
     /// pass their paths in SHEAF_MOUNT_* variables.
     #[arg(long)]
     no_namespace: bool,
-    /// The command and its arguments.
-    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+    /// Run a container image as `/`: a flattened image file or URL
+    /// (`sheaf import --flatten`), or docker://…, oci:DIR[:TAG],
+    /// docker-archive:FILE (imported into the node cache first).
+    #[arg(long, value_name = "IMAGE")]
+    image: Option<String>,
+    /// With --image: keep the container's changes in DIR (default: a
+    /// temporary upper, gone at exit).
+    #[arg(long, value_name = "DIR", requires = "image")]
+    upper: Option<PathBuf>,
+    /// With --image: set VAR=VALUE in the container. Repeatable.
+    #[arg(
+        short = 'e',
+        long = "env",
+        value_name = "VAR=VALUE",
+        requires = "image"
+    )]
+    env: Vec<String>,
+    /// With a docker:// image: reach this registry over plain HTTP.
+    #[arg(long = "insecure-registry", value_name = "HOST[:PORT]")]
+    insecure: Vec<String>,
+    /// The command and its arguments (with --image, default: the image's
+    /// Entrypoint and Cmd).
+    #[arg(
+        required_unless_present = "image",
+        trailing_var_arg = true,
+        value_name = "CMD"
+    )]
     command: Vec<OsString>,
+}
+
+/// What `--image` found before the namespace was entered.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Container {
+    /// The flattened image (path or URL).
+    image: String,
+    /// What its config asks for.
+    process: sheaf_oci::runtime::Process,
+    /// The config's User as ids, if set.
+    user: Option<(u32, u32)>,
+}
+
+/// Run `f` in a forked child and return what it returned. Reading an image
+/// over the network starts threads, and a process with threads may no
+/// longer enter a user namespace: the child does it and is gone.
+fn in_child<T: serde::Serialize + serde::de::DeserializeOwned>(
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: this process is single-threaded here (the caller's rule).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork: {}", std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: fds[0] is ours to close; fds[1] becomes the File.
+        unsafe { libc::close(fds[0]) };
+        let mut w = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+        let r: std::result::Result<T, String> = f().map_err(|e| crate::util::one_line(&e));
+        let _ = w.write_all(&serde_json::to_vec(&r).unwrap_or_default());
+        drop(w);
+        // SAFETY: leave without running the parent's destructors twice.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: fds[1] is ours to close; fds[0] becomes the File.
+    unsafe { libc::close(fds[1]) };
+    let mut r = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+    let mut buf = Vec::new();
+    let read = r.read_to_end(&mut buf);
+    let mut st = 0;
+    // SAFETY: our child.
+    unsafe { libc::waitpid(pid, &mut st, 0) };
+    read?;
+    let r: std::result::Result<T, String> = serde_json::from_slice(&buf)
+        .map_err(|_| anyhow!("preparing the image failed (its process ended with status {st})"))?;
+    r.map_err(anyhow::Error::msg)
+}
+
+/// Find the flattened image `arg` names (importing a container reference
+/// into the node cache) and read its config. Runs in a child.
+fn prepare_container(
+    arg: &str,
+    insecure: &[String],
+    remote: &crate::util::RemoteArgs,
+) -> Result<Container> {
+    let image = match sheaf_oci::Reference::parse(arg) {
+        Ok(r) => {
+            let ropts = sheaf_oci::RegistryOptions {
+                insecure: insecure.to_vec(),
+                auth_file: None,
+            };
+            let src = sheaf_oci::open_source(&r, &ropts)?;
+            let digest = sheaf_oci::manifest_digest(&*src, None)?;
+            let dir = remote
+                .cache_dir
+                .clone()
+                .or_else(sheaf_net::default_cache_dir)
+                .ok_or_else(|| {
+                    anyhow!("no cache directory for imported images (set SHEAF_CACHE_DIR)")
+                })?
+                .join("images");
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let file = dir.join(format!("{}.sheaf", digest.file_form()));
+            if !file.exists() {
+                let opts = sheaf_oci::ImportOptions {
+                    flatten: Some(file.clone()),
+                    ..Default::default()
+                };
+                eprintln!("sheaf run: importing {arg} into {}", file.display());
+                sheaf_oci::import(&*src, &opts, crate::util::cancel_flag(), &|_, _, _| {})?;
+            }
+            file.to_string_lossy().into_owned()
+        }
+        Err(_) => arg.to_string(),
+    };
+    let img = crate::util::open_image_with(Path::new(&image), remote, Default::default(), |s| s)?;
+    let read = |p: &str| -> Result<Option<Vec<u8>>> {
+        let Ok(ino) = img.resolve(p.as_bytes()) else {
+            return Ok(None);
+        };
+        if ino.file_type() != sheaf_format::FileType::Regular {
+            return Ok(None);
+        }
+        // Small documents only: a hostile image must not make this allocate.
+        let mut out = vec![0u8; ino.rec.size.min(16 << 20) as usize];
+        let mut off = 0;
+        while off < out.len() {
+            let n = img.read(&ino, off as u64, &mut out[off..])?;
+            if n == 0 {
+                break;
+            }
+            off += n;
+        }
+        out.truncate(off);
+        Ok(Some(out))
+    };
+    let cfg_path = format!("/{}/config.json", sheaf_oci::record::FLAT_DIR);
+    let cfg = read(&cfg_path)?.ok_or_else(|| {
+        anyhow!("{image}: not a container image (no {cfg_path}; make one with sheaf import --flatten, or use --mount)")
+    })?;
+    let process = sheaf_oci::runtime::Process::from_config(&cfg)?;
+    let text = |p| -> Result<String> {
+        Ok(String::from_utf8_lossy(&read(p)?.unwrap_or_default()).into_owned())
+    };
+    let user = sheaf_oci::runtime::resolve_user(
+        &process.user,
+        &text("/etc/passwd")?,
+        &text("/etc/group")?,
+    )?;
+    Ok(Container {
+        image,
+        process,
+        user,
+    })
 }
 
 /// One `--mount`.
@@ -214,6 +370,10 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
             bail!("--mount: {} is given twice", s.dest.display());
         }
     }
+    let container = match &a.image {
+        Some(i) => Some(in_child(|| prepare_container(i, &a.insecure, remote))?),
+        None => None,
+    };
     let id = match (&a.uid_map, a.root) {
         (_, true) => Identity {
             uid: Some(0),
@@ -233,8 +393,42 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 gid: g.map(num).transpose()?.or(Some(num(u)?)),
             }
         }
-        _ => Identity::default(),
+        _ => match container.as_ref().and_then(|c| c.user) {
+            // The config's User, unless it is root: without --root a
+            // container runs as the caller, as Apptainer does.
+            Some((uid, gid)) if uid != 0 => Identity {
+                uid: Some(uid),
+                gid: Some(gid),
+            },
+            _ => Identity::default(),
+        },
     };
+    let mut specs = specs;
+    let mut container_root: Option<(PathBuf, PathBuf)> = None;
+    if let Some(c) = &container {
+        if a.no_namespace {
+            bail!("--image needs a private namespace (not with --no-namespace)");
+        }
+        let scratch = private_temp_dir()?;
+        let root = scratch.join("rootfs");
+        std::fs::create_dir(&root).with_context(|| format!("creating {}", root.display()))?;
+        let upper = match &a.upper {
+            Some(u) => u.clone(),
+            None => {
+                let u = scratch.join("upper");
+                std::fs::create_dir(&u).with_context(|| format!("creating {}", u.display()))?;
+                u
+            }
+        };
+        specs.push(Spec {
+            images: vec![PathBuf::from(&c.image)],
+            dest: root.clone(),
+            upper: Some(upper),
+            record: None,
+            prefetch: None,
+        });
+        container_root = Some((root, scratch));
+    }
     // The command gets the umask sheaf was started with (a writable mount
     // clears the process's own).
     // SAFETY: plain syscalls.
@@ -353,9 +547,89 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     }
     let mut code = 125;
     let mut died_of = None;
+    let mut command = a.command.clone();
+    let mut chroot: Option<(std::ffi::CString, std::ffi::CString)> = None;
+    let mut container_env: Vec<(String, String)> = Vec::new();
+    if let (Some(c), Some((root, scratch)), true) = (&container, &container_root, result.is_ok()) {
+        result = (|| -> Result<()> {
+            if iso.is_none() {
+                bail!("--image needs a private namespace");
+            }
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let cwd = std::env::current_dir().ok();
+            let mut binds: Vec<PathBuf> = vec![PathBuf::from("/tmp")];
+            binds.extend(home.iter().cloned());
+            binds.extend(cwd.iter().cloned());
+            // SAFETY: plain getters.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            let name = match std::env::var("USER") {
+                _ if uid == 0 => "root".to_string(),
+                Ok(u) if !u.is_empty() => u,
+                _ => format!("user{uid}"),
+            };
+            let user = sheaf_mount::container::User {
+                name,
+                uid,
+                gid,
+                home: home
+                    .as_ref()
+                    .map_or("/".into(), |h| h.to_string_lossy().into_owned()),
+            };
+            let notes = sheaf_mount::container::assemble(
+                root,
+                &sheaf_mount::container::Rootfs {
+                    binds,
+                    user: Some(user),
+                    scratch: scratch.clone(),
+                },
+            )?;
+            for n in notes {
+                eprintln!("sheaf run: note: {n}");
+            }
+            if command.is_empty() {
+                command = c
+                    .process
+                    .default_command
+                    .iter()
+                    .map(OsString::from)
+                    .collect();
+                if command.is_empty() {
+                    bail!(
+                        "{}: the image names no command (no Entrypoint or Cmd); give one after --",
+                        c.image
+                    );
+                }
+            }
+            container_env = c.process.env.clone();
+            for kv in &a.env {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| anyhow!("--env {kv}: expected VAR=VALUE"))?;
+                container_env.retain(|(n, _)| n != k);
+                container_env.push((k.to_string(), v.to_string()));
+            }
+            for k in ["HOME", "TERM", "USER"] {
+                if let (Ok(v), false) =
+                    (std::env::var(k), container_env.iter().any(|(n, _)| n == k))
+                {
+                    container_env.push((k.to_string(), v));
+                }
+            }
+            let wd = std::ffi::CString::new(c.process.working_dir.as_bytes())
+                .map_err(|_| anyhow!("WorkingDir has a NUL byte"))?;
+            use std::os::unix::ffi::OsStrExt;
+            let r = std::ffi::CString::new(root.as_os_str().as_bytes()).expect("no NUL");
+            chroot = Some((r, wd));
+            Ok(())
+        })();
+    }
     if result.is_ok() {
-        let mut cmd = std::process::Command::new(&a.command[0]);
-        cmd.args(&a.command[1..]);
+        let mut cmd = std::process::Command::new(&command[0]);
+        cmd.args(&command[1..]);
+        if chroot.is_some() {
+            cmd.env_clear();
+            cmd.envs(container_env.iter().map(|(k, v)| (k, v)));
+        }
         if iso.is_none() && !env.is_empty() {
             let mut all = Vec::new();
             for (dest, at) in &env {
@@ -373,6 +647,18 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 // sheaf is killed, so is the command.
                 if in_ns {
                     libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                }
+                if let Some((root, wd)) = &chroot {
+                    if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // A WorkingDir the image lacks is made, as Docker does.
+                    if libc::chdir(wd.as_ptr()) != 0 {
+                        libc::mkdir(wd.as_ptr(), 0o755);
+                        if libc::chdir(wd.as_ptr()) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
                 }
                 Ok(())
             });
@@ -397,7 +683,7 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 };
                 eprintln!(
                     "sheaf run: {}: {}",
-                    a.command[0].to_string_lossy(),
+                    command[0].to_string_lossy(),
                     io_text(&e)
                 );
             }

@@ -18,6 +18,7 @@
 
 #![warn(missing_docs)]
 
+pub mod container;
 pub mod fs;
 pub mod kernel;
 pub mod logging;

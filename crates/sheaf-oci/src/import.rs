@@ -175,6 +175,13 @@ fn resolve(src: &dyn Source, platform: &str) -> Result<(Fetched, Digest, ImageMa
     Err(OciError::bad(name, "an index of indexes is not supported"))
 }
 
+/// The digest of the manifest `src` names for `platform` (default: this
+/// machine's), fetching only the manifest (and index).
+pub fn manifest_digest(src: &dyn Source, platform: Option<&str>) -> Result<Digest> {
+    let platform = platform.map(str::to_string).unwrap_or_else(host_platform);
+    Ok(resolve(src, &platform)?.1)
+}
+
 /// Stream one layer blob into a sheaf layer image at `out`, checking the
 /// blob's size and digest and the diffID. On any failure `out` is removed.
 fn build_layer(
@@ -217,8 +224,11 @@ fn build_layer(
         Arc::new(Progress::default()),
         cancel,
     );
-    // The blob must be whole and right, whatever the packer thought of it:
-    // a tampered blob is reported as such, not as a bad tar.
+    // Drain the decoded stream first (its hash needs every byte after the
+    // tar's end too), then whatever the decoder left of the blob. The blob
+    // must be whole and right, whatever the packer thought of it: a
+    // tampered blob is reported as such, not as a bad tar.
+    let decoded_rest = inner.finish();
     let check = (|| -> Result<()> {
         let (blob, n) = outer.finish().map_err(|e| OciError::io(&what, e))?;
         if blob != layer.blob || n != layer.size {
@@ -232,9 +242,8 @@ fn build_layer(
     })();
     let result = check.and_then(|()| {
         let rep = built?;
-        let (diff, _) = inner
-            .finish()
-            .map_err(|e| OciError::io(format!("{what}: decompressing"), e))?;
+        let (diff, _) =
+            decoded_rest.map_err(|e| OciError::io(format!("{what}: decompressing"), e))?;
         if diff != layer.diff_id {
             return Err(OciError::Digest {
                 what: format!("{what}: uncompressed tar (diffID)"),

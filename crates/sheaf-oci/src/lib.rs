@@ -15,11 +15,14 @@ pub mod import;
 pub mod record;
 pub mod reference;
 pub mod registry;
+pub mod runtime;
 pub mod source;
 
 pub use digest::Digest;
 pub use error::OciError;
-pub use import::{host_platform, import, ImportOptions, ImportReport, LayerReport};
+pub use import::{
+    host_platform, import, manifest_digest, ImportOptions, ImportReport, LayerReport,
+};
 pub use record::{BlobLink, ImageRecord, RecordLayer};
 pub use reference::{Reference, Tagged};
 pub use registry::{Registry, RegistryOptions};

@@ -1032,3 +1032,89 @@ fn descendants(pid: u32) -> Vec<u32> {
     out.remove(0);
     out
 }
+
+/// A real registry (Debian's docker-registry, the CNCF distribution) on
+/// 127.0.0.1, plain HTTP, no auth, its storage and access log in `dir`.
+pub struct Registry {
+    child: Option<Child>,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Registry {
+    pub fn start(dir: &Path) -> Registry {
+        let port = free_port();
+        let store = dir.join(format!("registry-{port}"));
+        fs::create_dir_all(&store).unwrap();
+        let cfg = dir.join(format!("registry-{port}.yml"));
+        fs::write(
+            &cfg,
+            format!(
+                "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                store.display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join(format!("registry-{port}.log"));
+        let out = fs::File::create(&log).unwrap();
+        let mut child = Command::new(program("docker-registry"))
+            .arg("serve")
+            .arg(&cfg)
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting docker-registry: {e}"));
+        wait_port(
+            &mut child,
+            port,
+            "docker-registry",
+            &log,
+            Duration::from_secs(20),
+        );
+        Registry {
+            child: Some(child),
+            port,
+            log,
+        }
+    }
+
+    /// `HOST:PORT`.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The paths of the GET requests in the access log so far.
+    pub fn gets(&self) -> Vec<String> {
+        let s = fs::read_to_string(&self.log).unwrap_or_default();
+        s.lines()
+            .filter_map(|l| {
+                let i = l.find("\"GET ")?;
+                let rest = &l[i + 5..];
+                Some(rest.split(' ').next()?.to_string())
+            })
+            .collect()
+    }
+
+    /// Push an OCI layout image (`oci:DIR:TAG`) as `REPO:TAG` with skopeo.
+    pub fn push(&self, src: &str, dest: &str) {
+        let o = Command::new("skopeo")
+            .args(["copy", "-q", "--dest-tls-verify=false", src])
+            .arg(format!("docker://{}/{dest}", self.host()))
+            .output()
+            .unwrap_or_else(|e| panic!("skopeo: {e}"));
+        assert!(
+            o.status.success(),
+            "skopeo copy {src} -> {dest}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
