@@ -13,6 +13,7 @@ mod mount;
 mod pool;
 mod remote;
 mod run;
+mod snapshotter;
 mod trust;
 mod util;
 
@@ -57,6 +58,9 @@ enum Cmd {
     /// Import a container image (registry, OCI layout, docker save archive)
     /// as sheaf layers in a repository, or as one merged image.
     Import(import::ImportArgs),
+    /// Serve containerd's snapshots API: image layers imported into sheaf
+    /// repositories start lazily, without being downloaded.
+    Snapshotter(snapshotter::SnapshotterArgs),
     /// Software pools: build them, load them on nodes and into Lmod.
     #[command(subcommand)]
     Pool(pool::PoolCmd),
@@ -207,6 +211,7 @@ fn main() {
         Cmd::Build(a) => build::run(a),
         Cmd::Bcast(a) => bcast::run(a, r),
         Cmd::Import(a) => import::run(a),
+        Cmd::Snapshotter(a) => snapshotter::run(a),
         Cmd::Pool(c) => pool::run(c, r),
         Cmd::ShellInit { shell } => pool::shell_init(&shell),
         Cmd::Commit(a) => layers::commit(a),

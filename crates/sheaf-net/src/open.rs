@@ -94,6 +94,18 @@ pub fn open_image(
     wrap: impl FnOnce(Arc<dyn Source>) -> Arc<dyn Source>,
 ) -> Result<Opened, OpenError> {
     let s = arg.to_string_lossy();
+    if !crate::is_url(&s) && crate::publish::is_index_file(arg) {
+        let local = |e| OpenError::Local {
+            path: arg.display().to_string(),
+            source: e,
+        };
+        let (index, store) = crate::publish::open_local_index(arg).map_err(local)?;
+        let src = wrap(Arc::new(sheaf_read::IndexSource::new(index, s.to_string())));
+        return Ok(Opened {
+            image: Image::open_with(src, opts)?.with_store(Arc::new(store)),
+            offline_since: None,
+        });
+    }
     if !crate::is_url(&s) {
         let f = FileSource::open(arg).map_err(|e| OpenError::Local {
             path: arg.display().to_string(),

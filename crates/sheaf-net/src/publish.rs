@@ -52,6 +52,48 @@ pub enum PublishError {
     },
 }
 
+/// Whether `path` is a published image index (it starts with the index
+/// magic) rather than an image file.
+pub fn is_index_file(path: &Path) -> bool {
+    let mut head = [0u8; 8];
+    fs::File::open(path)
+        .and_then(|mut f| io::Read::read_exact(&mut f, &mut head))
+        .is_ok()
+        && head == sheaf_format::remote::INDEX_MAGIC
+}
+
+/// The objects of a repository on a local filesystem, read in place: a
+/// published index opened by path needs no server and no cache. Objects
+/// are checked by the reader like any others; nothing is ever written or
+/// removed here.
+#[derive(Debug)]
+pub struct RepoStore {
+    dir: std::path::PathBuf,
+}
+
+impl sheaf_read::ObjectStore for RepoStore {
+    fn get(&self, hash: &sheaf_format::Digest) -> Option<Vec<u8>> {
+        fs::read(self.dir.join(object_path(hash))).ok()
+    }
+    fn contains(&self, hash: &sheaf_format::Digest) -> bool {
+        self.dir.join(object_path(hash)).exists()
+    }
+    fn put(&self, _: &sheaf_format::Digest, _: &[u8]) {}
+    fn remove(&self, _: &sheaf_format::Digest) {}
+    fn stats_json(&self) -> serde_json::Value {
+        serde_json::json!({ "repository": self.dir.display().to_string() })
+    }
+}
+
+/// Open the published index at `path` with its repository's objects.
+pub fn open_local_index(path: &Path) -> io::Result<(sheaf_format::remote::ImageIndex, RepoStore)> {
+    let bytes = fs::read(path)?;
+    let index = sheaf_format::remote::ImageIndex::decode(&bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    Ok((index, RepoStore { dir }))
+}
+
 fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PublishError> {
     let werr = |p: &Path, cause| PublishError::Write {
         path: p.display().to_string(),

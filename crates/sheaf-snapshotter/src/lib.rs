@@ -1,0 +1,571 @@
+//! `sheaf snapshotter`: a containerd remote snapshotter (a proxy plugin on a
+//! unix socket, containerd's snapshots gRPC API via `containerd-snapshots`).
+//!
+//! Every committed snapshot is a sheaf layer: either **lazy**, a layer of a
+//! sheaf repository that `sheaf import --publish` wrote, found through the
+//! `cri.layer-digest` label when containerd (CRI) prepares the layer — then
+//! the snapshot is committed at once under the reference containerd asked
+//! for and the answer is ALREADY_EXISTS, so containerd fetches nothing — or
+//! **packed**, a layer containerd fetched and applied (no sheaf counterpart),
+//! packed from the directory it was applied into.
+//!
+//! Active snapshots (a layer being applied, a container's root) and views
+//! are `sheaf mount` union mounts of the parent chain's layers (with a
+//! writable upper for active ones), each a process of its own, so a restart
+//! of the snapshotter leaves running containers' mounts alive; containerd
+//! gets a bind mount of them. Whiteouts are sheaf's, which are OCI's, so the
+//! union needs no conversion; a layer applied through it records deletions
+//! as whiteouts in its upper directory, which is then a layer as is.
+//!
+//! State (`ROOT/state.json`, [`state`]) is written after each change and
+//! read at start, when missing mounts are made again. Owns: the snapshot
+//! table and its files under ROOT. Must not know: how layers are read or
+//! mounted (it runs the `sheaf` executable), how images are imported.
+
+pub mod state;
+
+use containerd_snapshots as snapshots;
+use containerd_snapshots::api::types::Mount;
+use containerd_snapshots::tonic::{self, Status};
+use containerd_snapshots::{Info, Usage};
+use state::{Kind, Layer, Snap, State};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Label containerd (1.6+) gives a layer snapshot: the reference under which
+/// a remote snapshotter commits it.
+pub const LABEL_TARGET: &str = "containerd.io/snapshot.ref";
+/// Label CRI gives a layer snapshot: the compressed layer's digest.
+pub const LABEL_LAYER_DIGEST: &str = "containerd.io/snapshot/cri.layer-digest";
+
+/// Why a snapshot operation failed, as containerd's gRPC codes.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapError {
+    /// No such snapshot.
+    #[error("{0}: not found")]
+    NotFound(String),
+    /// The snapshot exists (also: a layer committed lazily at prepare).
+    #[error("{0}: already exists")]
+    AlreadyExists(String),
+    /// The operation does not fit the snapshot's state.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// A request field that cannot be honoured.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Mounting, packing or saving failed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<SnapError> for Status {
+    fn from(e: SnapError) -> Status {
+        let m = e.to_string();
+        match e {
+            SnapError::NotFound(_) => Status::not_found(m),
+            SnapError::AlreadyExists(_) => Status::already_exists(m),
+            SnapError::FailedPrecondition(_) => Status::failed_precondition(m),
+            SnapError::InvalidArgument(_) => Status::invalid_argument(m),
+            SnapError::Internal(_) => Status::internal(m),
+        }
+    }
+}
+
+/// How the snapshotter is set up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where state, upper directories, packed layers and mount points live.
+    pub root: PathBuf,
+    /// Sheaf repositories (URLs or directories) searched for layers.
+    pub repos: Vec<String>,
+    /// The `sheaf` executable that mounts, unmounts and packs.
+    pub sheaf: PathBuf,
+}
+
+/// The snapshotter.
+pub struct SheafSnapshotter {
+    cfg: Config,
+    state: Mutex<State>,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn internal(what: &str, e: impl std::fmt::Display) -> SnapError {
+    SnapError::Internal(format!("{what}: {e}"))
+}
+
+/// Whether `p` is a mount point (listed in /proc/self/mountinfo).
+pub fn is_mounted(p: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = p.to_string_lossy();
+    info.lines()
+        .any(|l| l.split(' ').nth(4).is_some_and(|m| m == want))
+}
+
+impl SheafSnapshotter {
+    /// Open (or create) the state under `cfg.root`, and make again every
+    /// mount an active snapshot or view had (after a reboot, or if its
+    /// process died).
+    pub fn open(cfg: Config) -> std::io::Result<SheafSnapshotter> {
+        std::fs::create_dir_all(cfg.root.join("snapshots"))?;
+        let st = State::load(&cfg.root)?;
+        let s = SheafSnapshotter {
+            cfg,
+            state: Mutex::new(st),
+        };
+        let st = s.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, snap) in &st.snaps {
+            if snap.kind != Kind::Committed {
+                if let Err(e) = s.ensure_mounted(snap, &st) {
+                    log::warn!("{key}: {e}");
+                }
+            }
+        }
+        drop(st);
+        Ok(s)
+    }
+
+    fn dir(&self, id: u64) -> PathBuf {
+        self.cfg.root.join("snapshots").join(id.to_string())
+    }
+
+    fn layer_arg(l: &Layer) -> String {
+        match l {
+            Layer::Lazy(u) => u.clone(),
+            Layer::Packed(p) => p.to_string_lossy().into_owned(),
+        }
+    }
+
+    fn sheaf(&self, args: &[&std::ffi::OsStr], what: &str) -> Result<(), SnapError> {
+        let o = Command::new(&self.cfg.sheaf)
+            .args(args)
+            .output()
+            .map_err(|e| internal(&format!("running {}", self.cfg.sheaf.display()), e))?;
+        if !o.status.success() {
+            return Err(internal(
+                what,
+                String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The union mount an active snapshot or view is served from (none for
+    /// one with no parent layers: its upper directory is bound directly).
+    fn ensure_mounted(&self, snap: &Snap, st: &State) -> Result<(), SnapError> {
+        let layers = st.layers_under(&snap.parent);
+        if layers.is_empty() {
+            return Ok(());
+        }
+        let d = self.dir(snap.id);
+        let fs = d.join("fs");
+        if is_mounted(&fs) {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
+        let stack: Vec<String> = layers.iter().map(Self::layer_arg).collect();
+        let stack = stack.join(",");
+        let upper = d.join("upper");
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "mount".as_ref(),
+            "-o".as_ref(),
+            "allow_other,suid,dev".as_ref(),
+        ];
+        args.push(stack.as_ref());
+        args.push(fs.as_os_str());
+        if snap.kind == Kind::Active {
+            args.push("--upper".as_ref());
+            args.push(upper.as_os_str());
+        }
+        self.sheaf(&args, "mounting the layers")
+    }
+
+    fn mounts_of(&self, snap: &Snap, st: &State) -> Result<Vec<Mount>, SnapError> {
+        self.ensure_mounted(snap, st)?;
+        let d = self.dir(snap.id);
+        let ro = snap.kind == Kind::View;
+        let source = if st.layers_under(&snap.parent).is_empty() {
+            d.join("upper")
+        } else {
+            d.join("fs")
+        };
+        Ok(vec![Mount {
+            r#type: "bind".into(),
+            source: source.to_string_lossy().into_owned(),
+            target: String::new(),
+            options: vec!["rbind".into(), if ro { "ro" } else { "rw" }.into()],
+        }])
+    }
+
+    /// The repository layer for a layer digest, if some repository has it.
+    fn lazy_layer(&self, labels: &HashMap<String, String>) -> Option<String> {
+        let digest = sheaf_oci::Digest::parse(labels.get(LABEL_LAYER_DIGEST)?)?;
+        let link_name = sheaf_oci::record::blob_link_name(&digest);
+        for repo in &self.cfg.repos {
+            let base = repo.trim_end_matches('/');
+            let bytes = if sheaf_net::is_url(base) {
+                let opts = sheaf_net::HttpOptions {
+                    deadline: Duration::from_secs(10),
+                    ..Default::default()
+                };
+                sheaf_net::fetch_file(&format!("{base}/{link_name}"), opts)
+                    .ok()
+                    .flatten()
+            } else {
+                std::fs::read(Path::new(base).join(&link_name)).ok()
+            };
+            let Some(bytes) = bytes else { continue };
+            match serde_json::from_slice::<sheaf_oci::BlobLink>(&bytes) {
+                Ok(link) => return Some(format!("{base}/{}", link.layer)),
+                Err(e) => log::warn!("{base}/{link_name}: {e}"),
+            }
+        }
+        None
+    }
+
+    fn create(
+        &self,
+        kind: Kind,
+        key: String,
+        parent: String,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<Mount>, SnapError> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.snaps.contains_key(&key) {
+            return Err(SnapError::AlreadyExists(format!("snapshot {key}")));
+        }
+        if !parent.is_empty() && st.snaps.get(&parent).map(|p| p.kind) != Some(Kind::Committed) {
+            return Err(SnapError::FailedPrecondition(format!(
+                "parent {parent} is not a committed snapshot"
+            )));
+        }
+        if kind == Kind::Active {
+            if let Some(target) = labels.get(LABEL_TARGET).cloned() {
+                if st.snaps.contains_key(&target) {
+                    return Err(SnapError::AlreadyExists(format!(
+                        "target snapshot {target}"
+                    )));
+                }
+                if let Some(url) = self.lazy_layer(&labels) {
+                    let id = st.next_id;
+                    st.next_id += 1;
+                    st.lazy_layers += 1;
+                    st.snaps.insert(
+                        target.clone(),
+                        Snap {
+                            id,
+                            kind: Kind::Committed,
+                            parent,
+                            labels: labels.into_iter().collect(),
+                            created: now(),
+                            updated: now(),
+                            layer: Some(Layer::Lazy(url)),
+                        },
+                    );
+                    st.save(&self.cfg.root)
+                        .map_err(|e| internal("saving state", e))?;
+                    return Err(SnapError::AlreadyExists(format!(
+                        "target snapshot {target} (a sheaf layer, mounted lazily)"
+                    )));
+                }
+            }
+        }
+        let id = st.next_id;
+        st.next_id += 1;
+        let d = self.dir(id);
+        std::fs::create_dir_all(d.join("upper")).map_err(|e| internal("snapshot directory", e))?;
+        let snap = Snap {
+            id,
+            kind,
+            parent,
+            labels: labels.into_iter().collect(),
+            created: now(),
+            updated: now(),
+            layer: None,
+        };
+        let mounts = match self.mounts_of(&snap, &st) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&d);
+                return Err(e);
+            }
+        };
+        st.snaps.insert(key, snap);
+        st.save(&self.cfg.root)
+            .map_err(|e| internal("saving state", e))?;
+        Ok(mounts)
+    }
+
+    fn info(key: &str, s: &Snap) -> Info {
+        Info {
+            kind: match s.kind {
+                Kind::View => snapshots::Kind::View,
+                Kind::Active => snapshots::Kind::Active,
+                Kind::Committed => snapshots::Kind::Committed,
+            },
+            name: key.to_string(),
+            parent: s.parent.clone(),
+            labels: s.labels.clone().into_iter().collect(),
+            created_at: UNIX_EPOCH + Duration::from_secs(s.created),
+            updated_at: UNIX_EPOCH + Duration::from_secs(s.updated),
+        }
+    }
+
+    fn unmount(&self, id: u64) {
+        let fs = self.dir(id).join("fs");
+        if is_mounted(&fs) {
+            let _ = self.sheaf(&["umount".as_ref(), fs.as_os_str()], "unmounting");
+        }
+    }
+
+    /// Counters: layers served lazily, layers containerd applied.
+    pub fn counters(&self) -> (u64, u64) {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        (st.lazy_layers, st.applied_layers)
+    }
+}
+
+fn du(p: &Path) -> (i64, i64) {
+    let mut size = 0i64;
+    let mut inodes = 0i64;
+    let mut stack = vec![p.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&d) else {
+            continue;
+        };
+        inodes += 1;
+        use std::os::unix::fs::MetadataExt;
+        size += (m.blocks() * 512) as i64;
+        if m.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                stack.extend(rd.flatten().map(|e| e.path()));
+            }
+        }
+    }
+    (inodes, size)
+}
+
+#[tonic::async_trait]
+impl snapshots::Snapshotter for SheafSnapshotter {
+    type Error = SnapError;
+
+    async fn stat(&self, key: String) -> Result<Info, SnapError> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = st
+            .snaps
+            .get(&key)
+            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?;
+        Ok(Self::info(&key, s))
+    }
+
+    async fn update(&self, info: Info, fieldpaths: Option<Vec<String>>) -> Result<Info, SnapError> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = st
+            .snaps
+            .get_mut(&info.name)
+            .ok_or_else(|| SnapError::NotFound(format!("snapshot {}", info.name)))?;
+        match fieldpaths {
+            Some(paths) if !paths.is_empty() => {
+                for p in paths {
+                    if p == "labels" {
+                        s.labels = info.labels.clone().into_iter().collect();
+                    } else if let Some(k) = p.strip_prefix("labels.") {
+                        match info.labels.get(k) {
+                            Some(v) => s.labels.insert(k.to_string(), v.clone()),
+                            None => s.labels.remove(k),
+                        };
+                    } else {
+                        return Err(SnapError::InvalidArgument(format!("cannot update {p}")));
+                    }
+                }
+            }
+            _ => s.labels = info.labels.clone().into_iter().collect::<BTreeMap<_, _>>(),
+        }
+        s.updated = now();
+        let out = Self::info(&info.name, s);
+        st.save(&self.cfg.root)
+            .map_err(|e| internal("saving state", e))?;
+        Ok(out)
+    }
+
+    async fn usage(&self, key: String) -> Result<Usage, SnapError> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = st
+            .snaps
+            .get(&key)
+            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?;
+        let (inodes, size) = match &s.layer {
+            Some(Layer::Packed(p)) => (1, std::fs::metadata(p).map_or(0, |m| m.len() as i64)),
+            Some(Layer::Lazy(_)) => (0, 0),
+            None => du(&self.dir(s.id).join("upper")),
+        };
+        Ok(Usage { inodes, size })
+    }
+
+    async fn mounts(&self, key: String) -> Result<Vec<Mount>, SnapError> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = st
+            .snaps
+            .get(&key)
+            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?;
+        if s.kind == Kind::Committed {
+            return Err(SnapError::FailedPrecondition(format!("{key} is committed")));
+        }
+        self.mounts_of(s, &st)
+    }
+
+    async fn prepare(
+        &self,
+        key: String,
+        parent: String,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<Mount>, SnapError> {
+        self.create(Kind::Active, key, parent, labels)
+    }
+
+    async fn view(
+        &self,
+        key: String,
+        parent: String,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<Mount>, SnapError> {
+        self.create(Kind::View, key, parent, labels)
+    }
+
+    async fn commit(
+        &self,
+        name: String,
+        key: String,
+        labels: HashMap<String, String>,
+    ) -> Result<(), SnapError> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.snaps.contains_key(&name) {
+            return Err(SnapError::AlreadyExists(format!("snapshot {name}")));
+        }
+        let s = st
+            .snaps
+            .get(&key)
+            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?
+            .clone();
+        if s.kind != Kind::Active {
+            return Err(SnapError::FailedPrecondition(format!(
+                "{key} is not active"
+            )));
+        }
+        let d = self.dir(s.id);
+        self.unmount(s.id);
+        let layer = d.join("layer.sheaf");
+        let _ = std::fs::remove_file(&layer);
+        self.sheaf(
+            &[
+                "commit".as_ref(),
+                d.join("upper").as_os_str(),
+                "-o".as_ref(),
+                layer.as_os_str(),
+                "-q".as_ref(),
+            ],
+            "packing the applied layer",
+        )?;
+        let _ = std::fs::remove_dir_all(d.join("upper"));
+        let _ = std::fs::remove_dir(d.join("fs"));
+        st.snaps.remove(&key);
+        let mut all_labels = s.labels.clone();
+        all_labels.extend(labels);
+        st.applied_layers += 1;
+        st.snaps.insert(
+            name,
+            Snap {
+                kind: Kind::Committed,
+                labels: all_labels,
+                updated: now(),
+                layer: Some(Layer::Packed(layer)),
+                ..s
+            },
+        );
+        st.save(&self.cfg.root)
+            .map_err(|e| internal("saving state", e))
+    }
+
+    async fn remove(&self, key: String) -> Result<(), SnapError> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = st
+            .snaps
+            .get(&key)
+            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?
+            .clone();
+        if st.snaps.values().any(|o| o.parent == key) {
+            return Err(SnapError::FailedPrecondition(format!("{key} has children")));
+        }
+        self.unmount(s.id);
+        let d = self.dir(s.id);
+        if is_mounted(&d.join("fs")) {
+            return Err(SnapError::FailedPrecondition(format!(
+                "{key}: its mount is busy"
+            )));
+        }
+        std::fs::remove_dir_all(&d)
+            .or_else(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            })
+            .map_err(|e| internal("removing the snapshot", e))?;
+        st.snaps.remove(&key);
+        st.save(&self.cfg.root)
+            .map_err(|e| internal("saving state", e))
+    }
+
+    type InfoStream = futures::stream::Iter<std::vec::IntoIter<Result<Info, SnapError>>>;
+
+    async fn list(
+        &self,
+        _snapshotter: String,
+        _filters: Vec<String>,
+    ) -> Result<Self::InfoStream, SnapError> {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let v: Vec<Result<Info, SnapError>> =
+            st.snaps.iter().map(|(k, s)| Ok(Self::info(k, s))).collect();
+        Ok(futures::stream::iter(v))
+    }
+}
+
+/// Serve on the unix socket `socket` until SIGTERM or SIGINT.
+pub fn serve(cfg: Config, socket: &Path) -> std::io::Result<()> {
+    let sn = Arc::new(SheafSnapshotter::open(cfg)?);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let _ = std::fs::remove_file(socket);
+        if let Some(p) = socket.parent() {
+            std::fs::create_dir_all(p)?;
+        }
+        let uds = tokio::net::UnixListener::bind(socket)?;
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(uds);
+        let stop = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("signal");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        };
+        tonic::transport::Server::builder()
+            .add_service(snapshots::server(sn))
+            .serve_with_incoming_shutdown(incoming, stop)
+            .await
+            .map_err(std::io::Error::other)
+    })
+}
