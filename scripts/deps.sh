@@ -10,7 +10,9 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       libacl1-dev:   # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
       openmpi-bin:mpirun libopenmpi-dev:mpicc libclang-dev: lmod:  # sheaf bcast (rsmpi), pools
       python3-h5py:  # the HDF5-over-ssh test (Debian's /usr/bin/python3)
-      docker-registry:docker-registry skopeo:skopeo umoci:umoci)  # container images (tests/containers.rs)
+      docker-registry:docker-registry skopeo:skopeo umoci:umoci   # container images (tests/containers.rs)
+      protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
+      containerd:containerd runc:runc python3-grpcio:)  # tests/snapshotter.rs (a CRI pull from Debian's python3)
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll
                fuse-overlayfs:fuse-overlayfs) ;;
@@ -34,6 +36,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   # system squid the package may have started is not wanted.
   if [[ " ${missing[*]} " == *" squid "* ]]; then
     $SUDO service squid stop >/dev/null 2>&1 || true
+  fi
+  # Likewise containerd: the tests start their own (own config and sockets).
+  if [[ " ${missing[*]} " == *" containerd "* ]]; then
+    $SUDO service containerd stop >/dev/null 2>&1 || true
+    if [ -d /run/systemd/system ]; then
+      $SUDO systemctl disable --now containerd.service >/dev/null 2>&1 || true
+    fi
   fi
   # Likewise sshd: the tests start their own (own config, keys, loopback port);
   # the system one the package may have started on port 22 must not stay.

@@ -4,103 +4,12 @@
 //! by a real registry on loopback.
 
 mod common;
+use common::oci::*;
 use common::servers::Registry;
 use common::*;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// A rootfs of a few host programs and the libraries they load, so
-/// commands run inside images.
-fn base_rootfs(root: &Path) {
-    for prog in [
-        "/bin/sh",
-        "/bin/cat",
-        "/bin/ls",
-        "/usr/bin/env",
-        "/usr/bin/id",
-    ] {
-        let mut files = vec![PathBuf::from(prog)];
-        let o = Command::new("ldd").arg(prog).output().unwrap();
-        for w in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-            if w.starts_with('/') {
-                files.push(PathBuf::from(w));
-            }
-        }
-        for f in files {
-            let dest = root.join(f.strip_prefix("/").unwrap());
-            fs::create_dir_all(dest.parent().unwrap()).unwrap();
-            if !dest.exists() {
-                fs::copy(fs::canonicalize(&f).unwrap(), &dest).unwrap();
-            }
-        }
-    }
-}
-
-struct Layout {
-    dir: PathBuf,
-    summary: serde_json::Value,
-}
-
-/// The test layout (tags gz, zst, arm, multi, extra), in `t/lay`.
-fn layout(t: &Path) -> Layout {
-    assert!(prerequisite(
-        Command::new("zstd").arg("--version").output().is_ok(),
-        "zstd"
-    ));
-    let base = t.join("base");
-    base_rootfs(&base);
-    let dir = t.join("lay");
-    let o = Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/mkoci.py"))
-        .arg(&dir)
-        .arg(&base)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "mkoci.py: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    Layout {
-        dir,
-        summary: serde_json::from_slice(&o.stdout).unwrap(),
-    }
-}
-
-impl Layout {
-    fn oci(&self, tag: &str) -> String {
-        format!("oci:{}:{tag}", self.dir.display())
-    }
-    fn strs(&self, key: &str) -> Vec<String> {
-        self.summary[key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap().to_string())
-            .collect()
-    }
-    fn manifest(&self, tag: &str) -> String {
-        self.summary["manifests"][tag].as_str().unwrap().to_string()
-    }
-    fn blob_path(&self, digest: &str) -> PathBuf {
-        self.dir.join("blobs/sha256").join(&digest[7..])
-    }
-}
-
-fn have(prog: &str) -> bool {
-    prerequisite(
-        Command::new(server_program(prog))
-            .arg("--help")
-            .output()
-            .is_ok(),
-        prog,
-    )
-}
-
-fn server_program(p: &str) -> PathBuf {
-    common::servers::program(p)
-}
 
 fn json_of(o: &Out) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", o.describe()))
