@@ -48,12 +48,16 @@ SOAK_MINUTES ?= 10
 soak: build
 	SOAK_READERS=$(SOAK_READERS) SOAK_MINUTES=$(SOAK_MINUTES) $(CARGO) test --release --locked -p sheaf-cli $(MPI_FEATURE) --test soak -- --ignored --nocapture
 
-# The binary, plus the helper mount(8) runs for `-t fuse.sheaf` and fstab.
+# The binary, plus the helper mount(8) runs for `-t fuse.sheaf` and fstab,
+# and the systemd unit of the containerd snapshotter (not enabled: add
+# --repo lines to it, then `systemctl enable --now sheaf-snapshotter`).
 PREFIX ?= /usr/local
 install: build
 	install -D -m 755 $(SHEAF) $(DESTDIR)$(PREFIX)/bin/sheaf
 	install -d $(DESTDIR)/sbin
 	ln -sf $(PREFIX)/bin/sheaf $(DESTDIR)/sbin/mount.fuse.sheaf
+	install -d $(DESTDIR)/etc/systemd/system
+	$(SHEAF) snapshotter --systemd-unit | sed 's|^ExecStart=[^ ]*|ExecStart=$(PREFIX)/bin/sheaf|' > $(DESTDIR)/etc/systemd/system/sheaf-snapshotter.service
 
 
 demo: build
@@ -68,6 +72,7 @@ bench: build
 	bench/layers.sh
 	bench/pools.sh
 	bench/ssh.sh
+	bench/containers.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

@@ -8,7 +8,7 @@
 
 mod common;
 use common::oci::*;
-use common::servers::Registry;
+use common::servers::{Nginx, Registry};
 use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -22,17 +22,17 @@ struct Snapshotter {
     child: Option<Child>,
     sock: PathBuf,
     root: PathBuf,
-    repo: PathBuf,
+    repo: String,
     log: PathBuf,
 }
 
 impl Snapshotter {
-    fn start(dir: &Path, repo: &Path) -> Snapshotter {
+    fn start(dir: &Path, repo: &str) -> Snapshotter {
         let mut s = Snapshotter {
             child: None,
             sock: dir.join("sheaf.sock"),
             root: dir.join("sn"),
-            repo: repo.to_path_buf(),
+            repo: repo.to_string(),
             log: dir.join("snapshotter.log"),
         };
         s.spawn();
@@ -264,7 +264,10 @@ fn scenario(t: &Path) {
     reg.push(&lay.oci("gz"), "app:1");
     reg.push(&lay.oci("extra"), "app:2");
     let host = reg.host();
-    let repo = t.join("repo");
+    // The repository as a site serves it: over HTTP (layers through the
+    // node cache).
+    let www = t.join("www");
+    let repo = www.join("repo");
     sheaf([
         "import",
         &format!("docker://{host}/app:1"),
@@ -275,7 +278,8 @@ fn scenario(t: &Path) {
         "-q",
     ])
     .ok();
-    let mut sn = Snapshotter::start(t, &repo);
+    let nginx = Nginx::start_with_root(t, &www);
+    let mut sn = Snapshotter::start(t, &nginx.url("repo"));
     let ctd = Containerd::start(t, &host, &sn.sock);
     let image = format!("{host}/app:1");
 

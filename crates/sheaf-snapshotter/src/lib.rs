@@ -172,15 +172,16 @@ impl SheafSnapshotter {
             return Ok(());
         }
         std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
+        // One argument per layer, bottom first (a comma list is not split
+        // for URLs, which may contain commas).
         let stack: Vec<String> = layers.iter().map(Self::layer_arg).collect();
-        let stack = stack.join(",");
         let upper = d.join("upper");
         let mut args: Vec<&std::ffi::OsStr> = vec![
             "mount".as_ref(),
             "-o".as_ref(),
             "allow_other,suid,dev".as_ref(),
         ];
-        args.push(stack.as_ref());
+        args.extend(stack.iter().map(|l| std::ffi::OsStr::new(l)));
         args.push(fs.as_os_str());
         if snap.kind == Kind::Active {
             args.push("--upper".as_ref());
@@ -320,10 +321,28 @@ impl SheafSnapshotter {
         }
     }
 
-    fn unmount(&self, id: u64) {
+    fn unmount(&self, id: u64) -> Result<(), SnapError> {
         let fs = self.dir(id).join("fs");
         if is_mounted(&fs) {
-            let _ = self.sheaf(&["umount".as_ref(), fs.as_os_str()], "unmounting");
+            self.sheaf(&["umount".as_ref(), fs.as_os_str()], "unmounting")?;
+        }
+        Ok(())
+    }
+
+    /// Wait (up to 10 s) until no writable mount holds `upper`: the
+    /// unmounted union's process may still be closing.
+    fn wait_unlocked(upper: &Path) -> Result<(), SnapError> {
+        let t0 = std::time::Instant::now();
+        loop {
+            match sheaf_format::layers::lock(upper, true) {
+                Ok(_) => return Ok(()),
+                Err(sheaf_format::layers::LockError::Busy { .. })
+                    if t0.elapsed() < Duration::from_secs(10) =>
+                {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => return Err(internal("the applied layer", e)),
+            }
         }
     }
 
@@ -462,7 +481,8 @@ impl snapshots::Snapshotter for SheafSnapshotter {
             )));
         }
         let d = self.dir(s.id);
-        self.unmount(s.id);
+        self.unmount(s.id)?;
+        Self::wait_unlocked(&d.join("upper"))?;
         let layer = d.join("layer.sheaf");
         let _ = std::fs::remove_file(&layer);
         self.sheaf(
@@ -505,7 +525,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
         if st.snaps.values().any(|o| o.parent == key) {
             return Err(SnapError::FailedPrecondition(format!("{key} has children")));
         }
-        self.unmount(s.id);
+        self.unmount(s.id)?;
         let d = self.dir(s.id);
         if is_mounted(&d.join("fs")) {
             return Err(SnapError::FailedPrecondition(format!(
