@@ -181,7 +181,7 @@ impl SheafSnapshotter {
             "-o".as_ref(),
             "allow_other,suid,dev".as_ref(),
         ];
-        args.extend(stack.iter().map(|l| std::ffi::OsStr::new(l)));
+        args.extend(stack.iter().map(std::ffi::OsStr::new));
         args.push(fs.as_os_str());
         if snap.kind == Kind::Active {
             args.push("--upper".as_ref());
