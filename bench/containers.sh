@@ -13,7 +13,8 @@
 # (its access log, $body_bytes_sent). Writes bench/results/DATE-containers.md.
 #
 # Usage: bench/containers.sh   (root)
-# Env:   IMPORT_FLAGS: packing flags for `sheaf import` (e.g. "--pack-size 256K")
+# Env:   IMPORT_FLAGS: packing flags for `sheaf import` (default: its own, 256K packs;
+#        "--pack-size 4M" gives the builder's default)
 # Env:   SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench; images cached in containers/),
 #        RUNS (default 3)
 set -euo pipefail
@@ -72,7 +73,7 @@ cleanup() {
   done
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   sleep 0.5
-  grep " $WORK" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { grep " $WORK" /proc/self/mountinfo || true; } | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   pkill -f "containerd-shim.*$WORK" 2>/dev/null || true
   rm -rf "$WORK"
   return 0
@@ -157,7 +158,7 @@ EOF
   echo "$(( (t1 - t0) / 1000000 )) $(registry_layer_bytes $((rl + 1))) $(nginx_bytes $((nl + 1))) $out"
   kill "$cpid"; wait "$cpid" 2>/dev/null || true
   [ -n "$sn_pid" ] && { kill "$sn_pid"; wait "$sn_pid" 2>/dev/null || true; }
-  grep " $d" /proc/self/mountinfo | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  { grep " $d" /proc/self/mountinfo || true; } | awk '{print $5}' | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 
 declare -A R

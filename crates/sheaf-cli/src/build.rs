@@ -94,6 +94,11 @@ fn parse_owner(s: &str) -> Result<(u32, u32)> {
 }
 
 impl ImageArgs {
+    /// Whether `--pack-size` was given.
+    pub fn pack_size_given(&self) -> bool {
+        self.pack_size.is_some()
+    }
+
     /// The build options these flags ask for (and SOURCE_DATE_EPOCH).
     pub fn options(&self) -> Result<BuildOptions> {
         let compression = Compression::parse(&self.compression).map_err(anyhow::Error::msg)?;

@@ -27,6 +27,9 @@ blob digest to its layer, and the image record image-sha256-MANIFEST.json
 (docs/containers.md). Layers already in REPO are not fetched again. Serve
 REPO with any web server, as `sheaf publish` output.
 
+Layers are packed with 256K packs unless --pack-size says otherwise: a lazy
+first read of a small file then fetches 256 KiB, not 4 MiB.
+
 --flatten -o FILE writes one image with the layers merged (whiteouts
 applied) and the image's config in /.sheaf.d/config.json, for `sheaf run
 --image FILE` or `sheaf mount`.
@@ -35,6 +38,9 @@ Examples:
   sheaf import docker://registry.example/team/analysis:2.1 --publish /srv/sheaf
   sheaf import oci:./build/image:latest --flatten -o analysis.sheaf
   sheaf import --insecure-registry 127.0.0.1:5000 docker://127.0.0.1:5000/app:1 --flatten -o app.sheaf";
+
+/// Pack size of imported layers unless `--pack-size` says otherwise.
+const IMPORT_PACK_SIZE: u32 = 256 << 10;
 
 /// Arguments of `sheaf import`.
 #[derive(clap::Args, Debug)]
@@ -72,6 +78,12 @@ pub fn run(a: ImportArgs) -> Result<i32> {
         bail!("nothing to do: give --publish REPO, --flatten -o FILE, or both");
     }
     let mut build = a.image.options()?;
+    if !a.image.pack_size_given() {
+        // Layers are read lazily (snapshotter, run --image over URLs): small
+        // packs fetch less per first read (bench/containers.sh: 7.9% instead
+        // of 15.6% of the scientific-Python image at start).
+        build.pack_size = IMPORT_PACK_SIZE;
+    }
     if !build.exclude.is_empty() || build.owner.is_some() || build.mtime.is_some() {
         bail!("--exclude, --owner and --mtime would make a layer differ from its diffID; they are not accepted by import");
     }
