@@ -149,37 +149,33 @@ fn make_file(at: &Path) -> io::Result<()> {
     std::fs::File::create(at).map(drop)
 }
 
+/// `text` (colon-separated lines) with `line` appended unless a line
+/// already has `id` in field 2 (the uid of passwd, the gid of group).
+fn with_line(text: &str, id: u32, line: String) -> String {
+    let id = id.to_string();
+    if text
+        .lines()
+        .any(|l| l.split(':').nth(2) == Some(id.as_str()))
+    {
+        return text.to_string();
+    }
+    let mut s = text.to_string();
+    if !s.is_empty() && !s.ends_with('\n') {
+        s.push('\n');
+    }
+    s.push_str(&line);
+    s
+}
+
 /// `passwd` with a line for `u` added when no line has its uid.
 pub fn passwd_with(passwd: &str, u: &User) -> String {
-    let known = passwd
-        .lines()
-        .any(|l| l.split(':').nth(2) == Some(&u.uid.to_string()));
-    let mut s = passwd.to_string();
-    if !known {
-        if !s.is_empty() && !s.ends_with('\n') {
-            s.push('\n');
-        }
-        s.push_str(&format!(
-            "{}:x:{}:{}::{}:/bin/sh\n",
-            u.name, u.uid, u.gid, u.home
-        ));
-    }
-    s
+    let line = format!("{}:x:{}:{}::{}:/bin/sh\n", u.name, u.uid, u.gid, u.home);
+    with_line(passwd, u.uid, line)
 }
 
 /// `group` with a line for the user's gid added when none has it.
 pub fn group_with(group: &str, u: &User) -> String {
-    let known = group
-        .lines()
-        .any(|l| l.split(':').nth(2) == Some(&u.gid.to_string()));
-    let mut s = group.to_string();
-    if !known {
-        if !s.is_empty() && !s.ends_with('\n') {
-            s.push('\n');
-        }
-        s.push_str(&format!("{}:x:{}:\n", u.name, u.gid));
-    }
-    s
+    with_line(group, u.gid, format!("{}:x:{}:\n", u.name, u.gid))
 }
 
 /// Assemble the root filesystem at `root` (see the module text). Returns

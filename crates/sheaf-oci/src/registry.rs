@@ -10,7 +10,7 @@
 use crate::digest::Digest;
 use crate::error::{OciError, Result};
 use crate::reference::Tagged;
-use crate::source::{Fetched, Source, MAX_DOCUMENT};
+use crate::source::{check_digest, read_bounded, Fetched, Source};
 use std::io::Read;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -263,42 +263,16 @@ impl Source for Registry {
             .get("content-type")
             .and_then(|h| h.to_str().ok())
             .map(|s| s.split(';').next().unwrap_or(s).trim().to_string());
-        let mut bytes = Vec::new();
-        resp.take(MAX_DOCUMENT + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| OciError::io(format!("{}: manifest", self.name()), e))?;
-        if bytes.len() as u64 > MAX_DOCUMENT {
-            return Err(OciError::bad(
-                format!("{}: manifest", self.name()),
-                "too large",
-            ));
-        }
+        let bytes = read_bounded(resp, &format!("{}: manifest", self.name()))?;
         if let Tagged::Digest(d) = &self.tagged {
-            let got = Digest::of(&bytes);
-            if &got != d {
-                return Err(OciError::Digest {
-                    what: format!("{}: manifest", self.name()),
-                    expected: d.to_string(),
-                    got: got.to_string(),
-                });
-            }
+            check_digest(&bytes, d, &format!("{}: manifest", self.name()))?;
         }
         Ok(Fetched { bytes, media_type })
     }
     fn manifest(&self, d: &Digest) -> Result<Vec<u8>> {
         let resp = self.get(&format!("manifests/{d}"), Some(ACCEPT))?;
-        let mut bytes = Vec::new();
-        resp.take(MAX_DOCUMENT + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| OciError::io(format!("{}: manifest {d}", self.name()), e))?;
-        let got = Digest::of(&bytes);
-        if &got != d {
-            return Err(OciError::Digest {
-                what: format!("{}: manifest", self.name()),
-                expected: d.to_string(),
-                got: got.to_string(),
-            });
-        }
+        let bytes = read_bounded(resp, &format!("{}: manifest {d}", self.name()))?;
+        check_digest(&bytes, d, &format!("{}: manifest", self.name()))?;
         Ok(bytes)
     }
     fn blob(&self, d: &Digest) -> Result<Box<dyn Read + Send>> {

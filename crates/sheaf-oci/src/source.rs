@@ -38,41 +38,46 @@ pub trait Source: Send + Sync {
     }
 }
 
-/// Read a whole document blob, bounded by [`MAX_DOCUMENT`], and check it
-/// against its digest.
-pub fn read_document<S: Source + ?Sized>(src: &S, d: &Digest, what: &str) -> Result<Vec<u8>> {
+/// Read a whole document (manifest, index, config) from `r`, refusing
+/// more than [`MAX_DOCUMENT`] bytes; `what` names it in errors.
+pub(crate) fn read_bounded(r: impl Read, what: &str) -> Result<Vec<u8>> {
     let mut v = Vec::new();
-    src.blob(d)?
-        .take(MAX_DOCUMENT + 1)
+    r.take(MAX_DOCUMENT + 1)
         .read_to_end(&mut v)
-        .map_err(|e| OciError::io(format!("{}: {what} {d}", src.name()), e))?;
+        .map_err(|e| OciError::io(what, e))?;
     if v.len() as u64 > MAX_DOCUMENT {
         return Err(OciError::bad(
-            format!("{}: {what} {d}", src.name()),
+            what,
             format!("larger than {} MiB", MAX_DOCUMENT >> 20),
         ));
     }
-    let got = Digest::of(&v);
+    Ok(v)
+}
+
+/// Check `bytes` against the digest `d` that names them.
+pub(crate) fn check_digest(bytes: &[u8], d: &Digest, what: &str) -> Result<()> {
+    let got = Digest::of(bytes);
     if &got != d {
         return Err(OciError::Digest {
-            what: format!("{}: {what}", src.name()),
+            what: what.to_string(),
             expected: d.to_string(),
             got: got.to_string(),
         });
     }
+    Ok(())
+}
+
+/// Read a whole document blob, bounded by [`MAX_DOCUMENT`], and check it
+/// against its digest.
+pub fn read_document<S: Source + ?Sized>(src: &S, d: &Digest, what: &str) -> Result<Vec<u8>> {
+    let v = read_bounded(src.blob(d)?, &format!("{}: {what} {d}", src.name()))?;
+    check_digest(&v, d, &format!("{}: {what}", src.name()))?;
     Ok(v)
 }
 
 fn read_small(path: &Path, what: &str) -> Result<Vec<u8>> {
     let f = File::open(path).map_err(|e| OciError::io(format!("{what} {}", path.display()), e))?;
-    let mut v = Vec::new();
-    f.take(MAX_DOCUMENT + 1)
-        .read_to_end(&mut v)
-        .map_err(|e| OciError::io(format!("{what} {}", path.display()), e))?;
-    if v.len() as u64 > MAX_DOCUMENT {
-        return Err(OciError::bad(path.display().to_string(), "too large"));
-    }
-    Ok(v)
+    read_bounded(f, &format!("{what} {}", path.display()))
 }
 
 /// An OCI image layout directory (`oci-layout`, `index.json`, `blobs/`).
@@ -271,11 +276,10 @@ impl Source for DockerArchive {
     }
     fn top(&self) -> Result<Fetched> {
         let name = self.name();
-        let mut bytes = Vec::new();
-        self.member("manifest.json")?
-            .take(MAX_DOCUMENT)
-            .read_to_end(&mut bytes)
-            .map_err(|e| OciError::io(&name, e))?;
+        let bytes = read_bounded(
+            self.member("manifest.json")?,
+            &format!("{name}: manifest.json"),
+        )?;
         let list: Vec<ArchiveEntry> = serde_json::from_slice(&bytes)
             .map_err(|e| OciError::bad(format!("{name}: manifest.json"), e.to_string()))?;
         let entry = match list.as_slice() {
@@ -296,11 +300,10 @@ impl Source for DockerArchive {
                 ));
             }
         };
-        let mut config = Vec::new();
-        self.member(&entry.config)?
-            .take(MAX_DOCUMENT)
-            .read_to_end(&mut config)
-            .map_err(|e| OciError::io(&name, e))?;
+        let config = read_bounded(
+            self.member(&entry.config)?,
+            &format!("{name}: {}", entry.config),
+        )?;
         let cfg: oci_spec::image::ImageConfiguration = serde_json::from_slice(&config)
             .map_err(|e| OciError::bad(format!("{name}: {}", entry.config), e.to_string()))?;
         let diff_ids = cfg.rootfs().diff_ids();
