@@ -8,7 +8,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 rustup toolchain list | grep -q nightly || { echo "fuzz: needs a nightly toolchain (rustup toolchain install nightly)" >&2; exit 1; }
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 cargo build --release --locked
-mkdir -p fuzz/corpus/image fuzz/corpus/records fuzz/corpus/codecs fuzz/corpus/catalogue fuzz/corpus/sftp
+mkdir -p fuzz/corpus/image fuzz/corpus/records fuzz/corpus/codecs fuzz/corpus/catalogue fuzz/corpus/sftp fuzz/corpus/oci
 seed=$(mktemp -d); trap 'rm -rf "$seed"' EXIT
 mkdir -p "$seed/t/d"; echo hello > "$seed/t/a"; ln -s a "$seed/t/l"; seq 1 3000 > "$seed/t/d/n"
 for c in zstd lz4 xz none; do
@@ -17,9 +17,13 @@ done
 head -c 300 fuzz/corpus/image/seed-zstd.sheaf > fuzz/corpus/records/seed
 printf '\x00\x00\x00\x03\x00\x00\x00\x12limits@openssh.com\x00\x00\x00\x01\x31' > fuzz/corpus/sftp/seed
 printf '{"sheaf_pools": 1, "pools": [{"pool": "a/1", "form": "image", "source": "a/1.sheaf"}]}' > fuzz/corpus/catalogue/seed
+# A layer tar (kind byte 2), a manifest (0) and a config (1).
+{ printf '\x02'; tar -cf - -C "$seed" t; } > fuzz/corpus/oci/seed-layer
+printf '\x00{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%064d","size":1,"platform":{"os":"linux","architecture":"amd64"}}]}' 0 > fuzz/corpus/oci/seed-index
+printf '\x01{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"config":{"User":"app:staff","Env":["A=1"],"Cmd":["sh"]}}\napp:x:1:2::/:/bin/sh\nstaff:x:50:\n' > fuzz/corpus/oci/seed-config
 # Kept seeds (a small minimized corpus in the repository) start each run.
 for t in catalogue sftp; do cp -n fuzz/seeds/$t/* fuzz/corpus/$t/ 2>/dev/null || true; done
-for t in records codecs image catalogue sftp; do
+for t in records codecs image catalogue sftp oci; do
   echo "fuzz: $t for ${secs}s" >&2
   cargo +nightly fuzz run "$t" "fuzz/corpus/$t" -- -max_total_time="$secs" -rss_limit_mb=2048 -max_len=262144
 done
