@@ -413,6 +413,39 @@ fn a_registry_serves_the_import_and_shared_layers_are_fetched_once() {
     let extra = lay.strs("extra_blobs");
     assert_eq!(blob_gets(&gets, &extra[3]), 1);
 
+    // Publishing and flattening at once: the layers come from the
+    // repository, nothing is fetched again.
+    let both = t.path().join("both.sheaf");
+    let o = sheaf([
+        "import",
+        &format!("docker://{host}/team/app:2"),
+        "--insecure-registry",
+        &host,
+        "--publish",
+        r,
+        "--flatten",
+        "-o",
+        both.to_str().unwrap(),
+        "--json",
+    ])
+    .ok();
+    assert_eq!(json_of(&o)["fetched_bytes"], 0);
+    let gets = reg.gets();
+    for b in lay.strs("gz_blobs").iter().chain(&extra[3..]) {
+        assert_eq!(blob_gets(&gets, b), 1, "{b} not fetched again");
+    }
+    let x = t.path().join("both");
+    extract(&both, &x).ok();
+    assert_eq!(
+        fs::read(x.join("extra")).unwrap(),
+        b"only in the extra image\n"
+    );
+    assert_eq!(
+        fs::read(x.join("data/b")).unwrap(),
+        b"two names, one file\n"
+    );
+    assert!(!x.join("etc/remove-me").exists());
+
     // By digest, the record's manifest.
     let m = rep["manifest"].as_str().unwrap().to_string();
     let flat = t.path().join("bydigest.sheaf");

@@ -319,6 +319,15 @@ fn open_layer(path: &Path) -> Result<Arc<Image>> {
     )?))
 }
 
+/// A layer already in a local repository, read in place.
+fn open_repo_layer(index: &Path) -> Result<Arc<Image>> {
+    let (idx, store) = sheaf_net::publish::open_local_index(index)
+        .map_err(|e| OciError::io(index.display().to_string(), e))?;
+    let src = sheaf_read::IndexSource::new(idx, index.display().to_string());
+    let img = Image::open_with(Arc::new(src), sheaf_build::stack_input::layer_options())?;
+    Ok(Arc::new(img.with_store(Arc::new(store))))
+}
+
 /// Import the image `src` names. `on_layer` hears of each layer as it is
 /// done (for progress).
 pub fn import(
@@ -444,7 +453,11 @@ pub fn import(
             image_bytes: 0,
             objects_written: 0,
         };
-        if !in_repo || opts.flatten.is_some() {
+        if in_repo && opts.flatten.is_some() {
+            // Flattening takes the layer from the repository, read in place.
+            let repo = opts.publish.as_ref().expect("in_repo implies publish");
+            built.push(open_repo_layer(&repo.join(&l.layer))?);
+        } else if !in_repo {
             let out = work.path().join(format!("{i}.sheaf"));
             let b = build_layer(src, l, &out, &opts.build, cancel)?;
             fetched += l.size;
@@ -455,7 +468,9 @@ pub fn import(
                 let p = sheaf_net::publish(&img, repo, &l.layer, &|_, _| {})?;
                 rep.objects_written = p.written;
             }
-            built.push(out);
+            if opts.flatten.is_some() {
+                built.push(open_layer(&out)?);
+            }
         }
         on_layer(i, total, &rep);
         reports.push(rep);
@@ -482,10 +497,7 @@ pub fn import(
     if let Some(out) = &opts.flatten {
         let docs = work.path().join("documents.sheaf");
         documents_layer(&config_bytes, &rec, &docs, &opts.build, cancel)?;
-        let mut stack = built
-            .iter()
-            .map(|p| open_layer(p))
-            .collect::<Result<Vec<_>>>()?;
+        let mut stack = built;
         stack.push(open_layer(&docs)?);
         let src = sheaf_build::stack_input::StackSource::new(Stack::new(stack));
         sheaf_build::build(
