@@ -457,6 +457,22 @@ impl<W: Write + Send + 'static> Packer<W> {
     }
 }
 
+impl<W: Write + Send + 'static> Drop for Packer<W> {
+    /// A build that fails before [`Packer::finish`] still stops and joins
+    /// its threads, so none outlives the build (writing into a file the
+    /// caller has removed, or holding memory a long-running caller such as
+    /// the snapshotter or an importer wants back).
+    fn drop(&mut self) {
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
 /// Length of the run of whole blocks at `at` (block-aligned) that lie in a
 /// hole of `f`, leaving the file position after them. Zero if none.
 fn hole_blocks(f: &std::fs::File, at: u64, bs: u64) -> std::io::Result<u64> {
