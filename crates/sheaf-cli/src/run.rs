@@ -63,6 +63,7 @@ Examples:
 )]
 pub struct RunArgs {
     /// IMAGE[,IMAGE...]:DEST[:upper=DIR][:record=FILE][:prefetch=FILE]
+    /// (with --image, DEST is inside the container)
     #[arg(short = 'm', long = "mount", value_name = "SPEC")]
     mounts: Vec<String>,
     /// Appear as root (uid and gid 0) inside, mapped to you outside
@@ -420,13 +421,21 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 u
             }
         };
-        specs.push(Spec {
-            images: vec![PathBuf::from(&c.image)],
-            dest: root.clone(),
-            upper: Some(upper),
-            record: None,
-            prefetch: None,
-        });
+        // --mount destinations are paths inside the container: under its
+        // root, which is mounted first.
+        for s in &mut specs {
+            s.dest = root.join(s.dest.strip_prefix("/").unwrap_or(&s.dest));
+        }
+        specs.insert(
+            0,
+            Spec {
+                images: vec![PathBuf::from(&c.image)],
+                dest: root.clone(),
+                upper: Some(upper),
+                record: None,
+                prefetch: None,
+            },
+        );
         container_root = Some((root, scratch));
     }
     // The command gets the umask sheaf was started with (a writable mount
@@ -877,7 +886,9 @@ fn wait_forwarding(pid: libc::pid_t, set: &libc::sigset_t) -> Result<std::proces
 
 /// Detach every mount and give the sessions a moment to end.
 fn finish(sessions: &[(PathBuf, JoinHandle<std::io::Result<()>>, bool)], in_ns: bool) {
-    for (at, _, _) in sessions {
+    // Last mounted first: with --image, the --mount mounts are inside the
+    // container's root.
+    for (at, _, _) in sessions.iter().rev() {
         let r = if in_ns {
             namespace::detach(at).map_err(|e| e.to_string())
         } else {

@@ -566,6 +566,20 @@ fn run_image_gives_the_configured_process_a_container_root() {
     fs::write(src.join("f"), "x").unwrap();
     let plain = t.path().join("plain.sheaf");
     build(&src, &plain, &[]).ok();
+    // --mount destinations are inside the container.
+    let spec = format!("{}:/mnt/plain", plain.display());
+    let o = sheaf([
+        "run",
+        "--image",
+        f,
+        "--mount",
+        &spec,
+        "--",
+        "/bin/cat",
+        "/mnt/plain/f",
+    ])
+    .ok();
+    assert_eq!(o.stdout, b"x");
     let o = sheaf(["run", "--image", plain.to_str().unwrap(), "--", "true"]).fails_with(125);
     assert!(
         o.one_err_line().contains("not a container image"),
