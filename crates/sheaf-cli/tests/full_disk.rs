@@ -191,3 +191,52 @@ fn bcast_onto_a_full_disk_says_so_in_one_line_and_leaves_no_copy() {
         .collect();
     assert!(left.is_empty(), "left on the disk: {left:?}");
 }
+
+#[test]
+fn import_onto_a_full_disk_says_so_in_one_line_and_leaves_nothing() {
+    if !prerequisite(is_root(), "root, to mount a small tmpfs") {
+        return;
+    }
+    let t = tmpdir();
+    // A layout whose first layer (host programs and libraries) unpacks to
+    // several MiB.
+    let lay = common::oci::layout(t.path());
+    let small = SmallFs::new(&t.path().join("small"), 2);
+    let out = small.0.join("app.sheaf");
+    let o = sheaf([
+        "import",
+        &lay.oci("gz"),
+        "--flatten",
+        "-o",
+        out.to_str().unwrap(),
+        "-q",
+    ])
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("No space left"),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(listing(&small.0), Vec::<String>::new(), "left on the disk");
+    let repo = small.0.join("repo");
+    let o = sheaf([
+        "import",
+        &lay.oci("gz"),
+        "--publish",
+        repo.to_str().unwrap(),
+        "-q",
+    ])
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("No space left"),
+        "{}",
+        o.describe()
+    );
+    // No record, no layer index, no temporary directory: at most whole
+    // objects (named by their digests) of a layer that never got its index.
+    let names = listing(&repo);
+    assert!(
+        names.iter().all(|n| n == "objects"),
+        "left in the repository: {names:?}"
+    );
+}
