@@ -79,6 +79,7 @@ cleanup() {
   return 0
 }
 trap cleanup EXIT
+trap 'log "interrupted"; exit 130' INT TERM
 free_port() { $PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return; sleep 0.1; done; die "port $1 not open"; }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
