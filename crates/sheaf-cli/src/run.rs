@@ -609,21 +609,7 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                     );
                 }
             }
-            container_env = c.process.env.clone();
-            for kv in &a.env {
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| anyhow!("--env {kv}: expected VAR=VALUE"))?;
-                container_env.retain(|(n, _)| n != k);
-                container_env.push((k.to_string(), v.to_string()));
-            }
-            for k in ["HOME", "TERM", "USER"] {
-                if let (Ok(v), false) =
-                    (std::env::var(k), container_env.iter().any(|(n, _)| n == k))
-                {
-                    container_env.push((k.to_string(), v));
-                }
-            }
+            container_env = c.process.environment(&a.env, |k| std::env::var(k).ok())?;
             let wd = std::ffi::CString::new(c.process.working_dir.as_bytes())
                 .map_err(|_| anyhow!("WorkingDir has a NUL byte"))?;
             use std::os::unix::ffi::OsStrExt;

@@ -94,23 +94,26 @@ pub fn open_image(
     wrap: impl FnOnce(Arc<dyn Source>) -> Arc<dyn Source>,
 ) -> Result<Opened, OpenError> {
     let s = arg.to_string_lossy();
-    if !crate::is_url(&s) && crate::publish::is_index_file(arg) {
+    if !crate::is_url(&s) {
         let local = |e| OpenError::Local {
             path: arg.display().to_string(),
             source: e,
         };
-        let (index, store) = crate::publish::open_local_index(arg).map_err(local)?;
-        let src = wrap(Arc::new(sheaf_read::IndexSource::new(index, s.to_string())));
-        return Ok(Opened {
-            image: Image::open_with(src, opts)?.with_store(Arc::new(store)),
-            offline_since: None,
-        });
-    }
-    if !crate::is_url(&s) {
-        let f = FileSource::open(arg).map_err(|e| OpenError::Local {
-            path: arg.display().to_string(),
-            source: e,
-        })?;
+        let f = FileSource::open(arg).map_err(local)?;
+        // A repository's index opened by path: its objects are read in
+        // place (no server, no cache).
+        let mut head = [0u8; 8];
+        if f.len() >= 8
+            && f.read_exact_at(&mut head, 0).is_ok()
+            && head == sheaf_format::remote::INDEX_MAGIC
+        {
+            let (index, store) = crate::publish::open_local_index(arg).map_err(local)?;
+            let src = wrap(Arc::new(sheaf_read::IndexSource::new(index, s.to_string())));
+            return Ok(Opened {
+                image: Image::open_with(src, opts)?.with_store(Arc::new(store)),
+                offline_since: None,
+            });
+        }
         return Ok(Opened {
             image: Image::open_with(wrap(Arc::new(f)), opts)?,
             offline_since: None,

@@ -52,16 +52,6 @@ pub enum PublishError {
     },
 }
 
-/// Whether `path` is a published image index (it starts with the index
-/// magic) rather than an image file.
-pub fn is_index_file(path: &Path) -> bool {
-    let mut head = [0u8; 8];
-    fs::File::open(path)
-        .and_then(|mut f| io::Read::read_exact(&mut f, &mut head))
-        .is_ok()
-        && head == sheaf_format::remote::INDEX_MAGIC
-}
-
 /// The objects of a repository on a local filesystem, read in place: a
 /// published index opened by path needs no server and no cache. Objects
 /// are checked by the reader like any others; nothing is ever written or
@@ -94,11 +84,12 @@ pub fn open_local_index(path: &Path) -> io::Result<(sheaf_format::remote::ImageI
     Ok((index, RepoStore { dir }))
 }
 
-fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PublishError> {
-    let werr = |p: &Path, cause| PublishError::Write {
-        path: p.display().to_string(),
-        cause,
-    };
+/// Write `dest` whole or not at all: into a temporary file in `dir` (on
+/// the same filesystem), synced, then renamed over `dest`; a failure
+/// removes the temporary. Repository files (objects, indexes, image
+/// records) and other state files that readers may see at any moment are
+/// written this way.
+pub fn write_file_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!(
         ".tmp.{}.{:?}",
         std::process::id(),
@@ -113,11 +104,17 @@ fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PublishErro
         f.sync_all()?;
         fs::rename(&tmp, dest)
     })();
-    if let Err(e) = r {
+    if r.is_err() {
         let _ = fs::remove_file(&tmp);
-        return Err(werr(dest, e));
     }
-    Ok(())
+    r
+}
+
+fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PublishError> {
+    write_file_atomic(dir, dest, bytes).map_err(|cause| PublishError::Write {
+        path: dest.display().to_string(),
+        cause,
+    })
 }
 
 /// Publish `img` into `dir` under `name`; `progress` gets (done, total).

@@ -10,7 +10,7 @@ use crate::source::{Fetched, Source};
 use base64::Engine as _;
 use oci_spec::image::{ImageConfiguration, ImageIndex, ImageManifest};
 use sheaf_build::{BuildOptions, Input, Progress, TarStream};
-use sheaf_read::{FileSource, Image, Stack};
+use sheaf_read::{Image, Stack};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -209,21 +209,7 @@ fn build_layer(
         ),
     };
     let mut inner = Hashing::new(decoded);
-    let stream = TarStream {
-        name: what.clone(),
-        reader: Arc::new(Mutex::new(Box::new(inner.clone()))),
-    };
-    let opts = BuildOptions {
-        force: true,
-        ..opts.clone()
-    };
-    let built = sheaf_build::build(
-        &Input::Layer(stream),
-        out,
-        &opts,
-        Arc::new(Progress::default()),
-        cancel,
-    );
+    let built = pack_layer(&what, Box::new(inner.clone()), out, opts, cancel);
     // Drain the decoded stream first (its hash needs every byte after the
     // tar's end too), then whatever the decoder left of the blob. The blob
     // must be whole and right, whatever the packer thought of it: a
@@ -283,9 +269,23 @@ fn documents_layer(
             .expect("in memory");
     }
     let tar = b.into_inner().expect("in memory");
+    let cursor = Box::new(std::io::Cursor::new(tar));
+    pack_layer("image documents", cursor, out, opts, cancel)?;
+    Ok(())
+}
+
+/// Pack a decompressed layer tar into a sheaf layer image at `out` (a
+/// temporary of the import, so replaced if present).
+fn pack_layer(
+    name: &str,
+    tar: Box<dyn Read + Send>,
+    out: &Path,
+    opts: &BuildOptions,
+    cancel: &AtomicBool,
+) -> Result<sheaf_build::BuildReport, sheaf_build::BuildError> {
     let stream = TarStream {
-        name: "image documents".into(),
-        reader: Arc::new(Mutex::new(Box::new(std::io::Cursor::new(tar)))),
+        name: name.to_string(),
+        reader: Arc::new(Mutex::new(tar)),
     };
     let opts = BuildOptions {
         force: true,
@@ -297,35 +297,30 @@ fn documents_layer(
         &opts,
         Arc::new(Progress::default()),
         cancel,
-    )?;
-    Ok(())
+    )
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let werr = |e| OciError::io(format!("writing {}", path.display()), e);
-    let mut t = tempfile::NamedTempFile::new_in(dir).map_err(werr)?;
-    std::io::Write::write_all(&mut t, bytes).map_err(werr)?;
-    t.as_file().sync_all().map_err(werr)?;
-    t.persist(path).map_err(|e| werr(e.error))?;
-    Ok(())
+fn write_atomic(repo: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    sheaf_net::publish::write_file_atomic(repo, path, bytes)
+        .map_err(|e| OciError::io(format!("writing {}", path.display()), e))
 }
 
+/// A layer image by path: a file built here, or a layer index in a local
+/// repository (read in place), opened as `sheaf_net` opens any path.
 fn open_layer(path: &Path) -> Result<Arc<Image>> {
-    let f = FileSource::open(path).map_err(|e| OciError::io(path.display().to_string(), e))?;
-    Ok(Arc::new(Image::open_with(
-        Arc::new(f),
+    let opened = sheaf_net::open_image(
+        path,
+        &sheaf_net::RemoteConfig::default(),
         sheaf_build::stack_input::layer_options(),
-    )?))
-}
-
-/// A layer already in a local repository, read in place.
-fn open_repo_layer(index: &Path) -> Result<Arc<Image>> {
-    let (idx, store) = sheaf_net::publish::open_local_index(index)
-        .map_err(|e| OciError::io(index.display().to_string(), e))?;
-    let src = sheaf_read::IndexSource::new(idx, index.display().to_string());
-    let img = Image::open_with(Arc::new(src), sheaf_build::stack_input::layer_options())?;
-    Ok(Arc::new(img.with_store(Arc::new(store))))
+        |s| s,
+    )
+    .map_err(|e| match e {
+        sheaf_net::OpenError::Read(e) => OciError::Read(e),
+        sheaf_net::OpenError::Local { path, source } => OciError::io(path, source),
+        sheaf_net::OpenError::Remote { url, source } => OciError::io(url, source),
+        sheaf_net::OpenError::Cache(e) => OciError::io("node cache", e),
+    })?;
+    Ok(Arc::new(opened.image))
 }
 
 /// Import the image `src` names. `on_layer` hears of each layer as it is
@@ -456,7 +451,7 @@ pub fn import(
         if in_repo && opts.flatten.is_some() {
             // Flattening takes the layer from the repository, read in place.
             let repo = opts.publish.as_ref().expect("in_repo implies publish");
-            built.push(open_repo_layer(&repo.join(&l.layer))?);
+            built.push(open_layer(&repo.join(&l.layer))?);
         } else if !in_repo {
             let out = work.path().join(format!("{i}.sheaf"));
             let b = build_layer(src, l, &out, &opts.build, cancel)?;
@@ -485,12 +480,13 @@ pub fn import(
                 layer: l.layer.clone(),
             };
             write_atomic(
+                repo,
                 &repo.join(record::blob_link_name(&l.blob)),
                 &serde_json::to_vec_pretty(&link).expect("json"),
             )?;
         }
         let p = repo.join(record::record_name(&manifest_digest));
-        write_atomic(&p, &serde_json::to_vec_pretty(&rec).expect("json"))?;
+        write_atomic(repo, &p, &serde_json::to_vec_pretty(&rec).expect("json"))?;
         record_path = Some(p);
     }
 

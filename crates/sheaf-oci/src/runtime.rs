@@ -53,6 +53,30 @@ impl Process {
         })
     }
 
+    /// The environment the command gets: the config's Env, then each
+    /// `VAR=VALUE` of `set` (replacing), then `HOME`, `TERM` and `USER`
+    /// from `host` where neither set them.
+    pub fn environment(
+        &self,
+        set: &[String],
+        host: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<(String, String)>> {
+        let mut env = self.env.clone();
+        for kv in set {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| OciError::bad(format!("--env {kv}"), "expected VAR=VALUE"))?;
+            env.retain(|(n, _)| n != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        for k in ["HOME", "TERM", "USER"] {
+            if let (Some(v), false) = (host(k), env.iter().any(|(n, _)| n == k)) {
+                env.push((k.to_string(), v));
+            }
+        }
+        Ok(env)
+    }
+
     /// The value of `key` in the environment.
     pub fn var(&self, key: &str) -> Option<&str> {
         self.env
@@ -137,6 +161,33 @@ mod tests {
         assert_eq!(p.var("PATH"), Some(DEFAULT_PATH));
         assert_eq!(p.working_dir, "/srv");
         assert_eq!(p.user, "app");
+    }
+
+    #[test]
+    fn set_variables_replace_and_host_ones_only_fill_in() {
+        let p = Process {
+            env: vec![
+                ("PATH".into(), "/bin".into()),
+                ("HOME".into(), "/root".into()),
+            ],
+            ..Default::default()
+        };
+        let host = |k: &str| Some(format!("host-{k}"));
+        let env = p
+            .environment(&["PATH=/x".into(), "A=b=c".into()], host)
+            .unwrap();
+        assert_eq!(
+            env,
+            [
+                ("HOME", "/root"),
+                ("PATH", "/x"),
+                ("A", "b=c"),
+                ("TERM", "host-TERM"),
+                ("USER", "host-USER"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
+        assert!(p.environment(&["NOEQUALS".into()], host).is_err());
     }
 
     #[test]

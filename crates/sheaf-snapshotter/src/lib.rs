@@ -101,14 +101,16 @@ fn internal(what: &str, e: impl std::fmt::Display) -> SnapError {
     SnapError::Internal(format!("{what}: {e}"))
 }
 
-/// Whether `p` is a mount point (listed in /proc/self/mountinfo).
-pub fn is_mounted(p: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = p.to_string_lossy();
-    info.lines()
-        .any(|l| l.split(' ').nth(4).is_some_and(|m| m == want))
+/// Whether something is mounted at `p`.
+fn is_mounted(p: &Path) -> bool {
+    sheaf_mount::kernel::mount_at(p).is_ok_and(|m| m.is_some())
+}
+
+/// The snapshot `key`, or NOT_FOUND.
+fn snap<'a>(st: &'a State, key: &str) -> Result<&'a Snap, SnapError> {
+    st.snaps
+        .get(key)
+        .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))
 }
 
 impl SheafSnapshotter {
@@ -379,10 +381,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
 
     async fn stat(&self, key: String) -> Result<Info, SnapError> {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let s = st
-            .snaps
-            .get(&key)
-            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?;
+        let s = snap(&st, &key)?;
         Ok(Self::info(&key, s))
     }
 
@@ -418,10 +417,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
 
     async fn usage(&self, key: String) -> Result<Usage, SnapError> {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let s = st
-            .snaps
-            .get(&key)
-            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?;
+        let s = snap(&st, &key)?;
         let (inodes, size) = match &s.layer {
             Some(Layer::Packed(p)) => (1, std::fs::metadata(p).map_or(0, |m| m.len() as i64)),
             Some(Layer::Lazy(_)) => (0, 0),
@@ -432,10 +428,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
 
     async fn mounts(&self, key: String) -> Result<Vec<Mount>, SnapError> {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let s = st
-            .snaps
-            .get(&key)
-            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?;
+        let s = snap(&st, &key)?;
         if s.kind == Kind::Committed {
             return Err(SnapError::FailedPrecondition(format!("{key} is committed")));
         }
@@ -470,11 +463,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
         if st.snaps.contains_key(&name) {
             return Err(SnapError::AlreadyExists(format!("snapshot {name}")));
         }
-        let s = st
-            .snaps
-            .get(&key)
-            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?
-            .clone();
+        let s = snap(&st, &key)?.clone();
         if s.kind != Kind::Active {
             return Err(SnapError::FailedPrecondition(format!(
                 "{key} is not active"
@@ -517,11 +506,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
 
     async fn remove(&self, key: String) -> Result<(), SnapError> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let s = st
-            .snaps
-            .get(&key)
-            .ok_or_else(|| SnapError::NotFound(format!("snapshot {key}")))?
-            .clone();
+        let s = snap(&st, &key)?.clone();
         if st.snaps.values().any(|o| o.parent == key) {
             return Err(SnapError::FailedPrecondition(format!("{key} has children")));
         }

@@ -71,11 +71,8 @@ impl State {
     }
     /// Write it (atomically).
     pub fn save(&self, root: &Path) -> std::io::Result<()> {
-        let tmp = root.join(".state.json.tmp");
-        let f = std::fs::File::create(&tmp)?;
-        serde_json::to_writer_pretty(&f, self).map_err(std::io::Error::other)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, root.join("state.json"))
+        let bytes = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        sheaf_net::publish::write_file_atomic(root, &root.join("state.json"), &bytes)
     }
     /// The chain of committed layers under `key`'s parent, bottom first.
     pub fn layers_under(&self, parent: &str) -> Vec<Layer> {
