@@ -1,7 +1,7 @@
 //! `sheaf sign`, `sheaf verify`, `sheaf root`, `sheaf keygen`, and the
 //! signature policy applied before mounting.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use sheaf_format::signatures::{encode_block, SIG_FOOTER_LEN};
 use sheaf_read::Image;
@@ -12,8 +12,15 @@ use std::path::{Path, PathBuf};
 
 /// Arguments of `sheaf sign`.
 #[derive(Args, Debug)]
+#[command(after_long_help = "\
+What can be signed: an image file (the signature is appended); a published
+index in a local repository, such as a layer `sheaf import --publish` wrote
+(the index gains the signature, so a mount of its URL sees it); and an image
+record `REPO/image-sha256-MANIFEST.json` (always a detached .sig beside it,
+over the record's BLAKE3 digest; the record names every layer's root, so its
+signature covers the layers' bytes: `sheaf verify RECORD` checks both).")]
 pub struct SignArgs {
-    /// The image to sign.
+    /// The image, published index or image record to sign.
     image: PathBuf,
     /// An OpenSSH private key (ed25519, ecdsa or rsa). A passphrase-protected
     /// key or a public key (`.pub`) signs through ssh-agent instead.
@@ -39,11 +46,14 @@ page and block matches its hash); 1 when no signature is trusted (none at all,
 or each one rejected, with the reason printed) or --full found damage; 2 for
 bad arguments or unreadable files.
 
+An image record (REPO/image-sha256-MANIFEST.json): its detached .sig is checked,
+then every layer beside it must have the root the record names.
+
 Signatures checked: those appended to the image by `sheaf sign`, plus IMAGE.sig
 if it exists (a detached signature, e.g. from `sheaf root IMAGE | ssh-keygen -Y
 sign -n sheaf -f KEY - > IMAGE.sig`).")]
 pub struct VerifyArgs {
-    /// The image.
+    /// The image (or image record).
     image: PathBuf,
     /// OpenSSH allowed_signers file of trusted keys.
     #[arg(long, value_name = "FILE")]
@@ -59,32 +69,86 @@ pub struct VerifyArgs {
     json: bool,
 }
 
+/// What `sheaf sign` and `sheaf verify` were given.
+enum Signable {
+    /// An image record of `sheaf import --publish` (its bytes).
+    Record(Vec<u8>),
+    /// A published index in a local repository.
+    LocalIndex,
+    /// An image file or URL.
+    Image,
+}
+
+fn signable(p: &Path) -> Result<Signable> {
+    if sheaf_net::is_url(&p.to_string_lossy()) || !p.is_file() {
+        return Ok(Signable::Image);
+    }
+    let mut head = [0u8; 8];
+    let n = std::io::Read::read(
+        &mut std::fs::File::open(p).with_context(|| p.display().to_string())?,
+        &mut head,
+    )
+    .with_context(|| p.display().to_string())?;
+    if head[..n] == sheaf_format::remote::INDEX_MAGIC {
+        return Ok(Signable::LocalIndex);
+    }
+    if head[..n].first() == Some(&b'{') {
+        let bytes = std::fs::read(p).with_context(|| p.display().to_string())?;
+        serde_json::from_slice::<sheaf_oci::ImageRecord>(&bytes)
+            .with_context(|| format!("{}: not an image or an image record", p.display()))?;
+        return Ok(Signable::Record(bytes));
+    }
+    Ok(Signable::Image)
+}
+
+/// Write `pem` to `IMAGE.sig` (create-new unless `force`).
+fn write_detached(image: &Path, pem: &str, force: bool) -> Result<PathBuf> {
+    let d = detached_path(image);
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true);
+    if force {
+        o.create(true).truncate(true);
+    } else {
+        o.create_new(true);
+    }
+    let mut f = o
+        .open(&d)
+        .with_context(|| format!("{} (use --force to replace it)", d.display()))?;
+    f.write_all(pem.as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| d.display().to_string())?;
+    Ok(d)
+}
+
 /// `sheaf sign`.
 pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    let who = a.identity.as_deref().unwrap_or("key");
+    let kind = signable(&a.image)?;
+    if let Signable::Record(bytes) = &kind {
+        // A record is JSON: its signature can only be detached.
+        let msg = sheaf_oci::record::signed_message(bytes);
+        let pem = sheaf_trust::sign(&a.key, msg.as_bytes())?;
+        let d = write_detached(&a.image, &pem, a.force)?;
+        println!(
+            "{}: {who} signed image record {}",
+            d.display(),
+            msg.trim_end()
+        );
+        return Ok(0);
+    }
+    if sheaf_net::is_url(&a.image.to_string_lossy()) {
+        bail!(
+            "{}: a URL cannot be changed from here; sign the image or index where it is published",
+            a.image.display()
+        );
+    }
     let img = crate::util::open_image(&a.image, remote)?;
     let msg = img.signed_message();
     let pem = sheaf_trust::sign(&a.key, msg.as_bytes())?;
-    let who = a.identity.as_deref().unwrap_or("key");
+    let root = sheaf_format::hex(&img.root_digest());
     if a.detached {
-        let d = detached_path(&a.image);
-        let mut o = std::fs::OpenOptions::new();
-        o.write(true);
-        if a.force {
-            o.create(true).truncate(true);
-        } else {
-            o.create_new(true);
-        }
-        let mut f = o
-            .open(&d)
-            .with_context(|| format!("{} (use --force to replace it)", d.display()))?;
-        f.write_all(pem.as_bytes())
-            .and_then(|()| f.sync_all())
-            .with_context(|| d.display().to_string())?;
-        println!(
-            "{}: {who} signed root blake3:{}",
-            d.display(),
-            sheaf_format::hex(&img.root_digest())
-        );
+        let d = write_detached(&a.image, &pem, a.force)?;
+        println!("{}: {who} signed root blake3:{root}", d.display());
         return Ok(0);
     }
     let mut sigs = img.signatures().to_vec();
@@ -93,22 +157,31 @@ pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         return Ok(0);
     }
     sigs.push(pem.into_bytes());
-    // Append a complete new block: the image bytes and any old block stay
-    // untouched, so an interrupted signing leaves the last good state.
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(&a.image)
-        .with_context(|| a.image.display().to_string())?;
-    let offset = f.metadata()?.len();
-    let block = encode_block(&sigs, img.image_len(), offset);
-    debug_assert!(block.len() >= SIG_FOOTER_LEN);
-    f.write_all(&block)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("{}: appending the signature", a.image.display()))?;
+    if let Signable::LocalIndex = kind {
+        // A published index stands for the image: the new block becomes a
+        // range of it, and the index is replaced whole.
+        sheaf_net::publish::append_to_local_index(&a.image, |offset| {
+            encode_block(&sigs, img.image_len(), offset)
+        })
+        .with_context(|| format!("{}: adding the signature", a.image.display()))?;
+    } else {
+        // Append a complete new block: the image bytes and any old block
+        // stay untouched, so an interrupted signing leaves the last good
+        // state.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&a.image)
+            .with_context(|| a.image.display().to_string())?;
+        let offset = f.metadata()?.len();
+        let block = encode_block(&sigs, img.image_len(), offset);
+        debug_assert!(block.len() >= SIG_FOOTER_LEN);
+        f.write_all(&block)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("{}: appending the signature", a.image.display()))?;
+    }
     println!(
-        "{}: {who} signed root blake3:{} ({} signature{})",
+        "{}: {who} signed root blake3:{root} ({} signature{})",
         a.image.display(),
-        sheaf_format::hex(&img.root_digest()),
         sigs.len(),
         if sigs.len() == 1 { "" } else { "s" }
     );
@@ -136,8 +209,112 @@ pub fn enforce(policy: &Policy, img: &Image, path: &Path) -> Result<Option<Verif
     Ok(policy.enforce(&img.signed_message(), img.signatures(), path)?)
 }
 
+/// Print one signature check, as text or JSON.
+fn print_checked(c: &Checked) {
+    if c.results.is_empty() {
+        println!("  no signature");
+    }
+    for (w, r) in &c.results {
+        match r {
+            Ok(v) => println!(
+                "  {w}: good, signed by {} ({} {})",
+                v.principals.join(", "),
+                v.algorithm,
+                v.fingerprint
+            ),
+            Err(e) => println!("  {w}: rejected: {e}"),
+        }
+    }
+}
+
+fn signatures_json(c: &Checked) -> Vec<serde_json::Value> {
+    c.results
+        .iter()
+        .map(|(w, r)| match r {
+            Ok(v) => serde_json::json!({"signature": w, "trusted": true,
+                "principals": v.principals, "key": v.fingerprint, "algorithm": v.algorithm}),
+            Err(e) => {
+                serde_json::json!({"signature": w, "trusted": false, "reason": e.to_string()})
+            }
+        })
+        .collect()
+}
+
+/// `sheaf verify` of an image record: its detached signature, then each
+/// layer found beside it must have the root the record names (a layer
+/// replaced in the repository fails here, as it would fail to mount).
+fn verify_record(a: &VerifyArgs, bytes: &[u8], remote: &crate::util::RemoteArgs) -> Result<i32> {
+    let rec: sheaf_oci::ImageRecord = serde_json::from_slice(bytes)?;
+    let msg = sheaf_oci::record::signed_message(bytes);
+    let c = sheaf_trust::policy::check_signatures(
+        &msg,
+        &[],
+        &a.image,
+        &a.signers,
+        a.identity.as_deref(),
+    )?;
+    let repo = a.image.parent().unwrap_or(Path::new("."));
+    let mut layers = Vec::new();
+    let mut bad = 0;
+    for l in &rec.layers {
+        let path = repo.join(&l.layer);
+        let found = if path.exists() {
+            let img = crate::util::open_image(&path, remote)?;
+            Some(format!("blake3:{}", sheaf_format::hex(&img.root_digest())))
+        } else {
+            None
+        };
+        let ok = match (&l.root, &found) {
+            (Some(want), Some(got)) => want == got,
+            // A record from before roots were recorded vouches for no bytes.
+            (None, _) => false,
+            (Some(_), None) => true,
+        };
+        if !ok {
+            bad += 1;
+        }
+        layers.push((l, found, ok));
+    }
+    let trusted = c.trusted().is_some();
+    if a.json {
+        let lj: Vec<_> = layers
+            .iter()
+            .map(|(l, found, ok)| serde_json::json!({"layer": l.layer, "root": l.root, "found": found, "matches": ok}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"record": a.image.display().to_string(), "manifest": rec.manifest.to_string(),
+                "trusted": trusted, "signatures": signatures_json(&c), "layers": lj})
+        );
+    } else {
+        println!(
+            "{}: image record of manifest {}",
+            a.image.display(),
+            rec.manifest
+        );
+        print_checked(&c);
+        for (l, found, ok) in &layers {
+            match (found, ok, &l.root) {
+                (_, false, None) => println!(
+                    "  {}: the record names no root (re-import to add it)",
+                    l.layer
+                ),
+                (Some(f), false, Some(r)) => {
+                    println!("  {}: root {f}, but the record says {r}", l.layer)
+                }
+                (None, _, _) => println!("  {}: not in this repository", l.layer),
+                (Some(_), true, _) => println!("  {}: root matches", l.layer),
+            }
+        }
+    }
+    Ok(if trusted && bad == 0 { 0 } else { 1 })
+}
+
 /// `sheaf verify`.
 pub fn verify(a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    if let Signable::Record(bytes) = signable(&a.image)? {
+        return verify_record(&a, &bytes, remote);
+    }
     let img = crate::util::open_image(&a.image, remote)?;
     let c = check_image(&img, &a.image, &a.signers, a.identity.as_deref())?;
     let root = sheaf_format::hex(&img.root_digest());
@@ -150,17 +327,7 @@ pub fn verify(a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         }
     }
     if a.json {
-        let sigs: Vec<serde_json::Value> = c
-            .results
-            .iter()
-            .map(|(w, r)| match r {
-                Ok(v) => serde_json::json!({"signature": w, "trusted": true,
-                    "principals": v.principals, "key": v.fingerprint, "algorithm": v.algorithm}),
-                Err(e) => {
-                    serde_json::json!({"signature": w, "trusted": false, "reason": e.to_string()})
-                }
-            })
-            .collect();
+        let sigs = signatures_json(&c);
         println!(
             "{}",
             serde_json::json!({"image": a.image.display().to_string(), "root": format!("blake3:{root}"),
@@ -169,20 +336,7 @@ pub fn verify(a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         );
     } else {
         println!("{}: root blake3:{root}", a.image.display());
-        if c.results.is_empty() {
-            println!("  no signature");
-        }
-        for (w, r) in &c.results {
-            match r {
-                Ok(v) => println!(
-                    "  {w}: good, signed by {} ({} {})",
-                    v.principals.join(", "),
-                    v.algorithm,
-                    v.fingerprint
-                ),
-                Err(e) => println!("  {w}: rejected: {e}"),
-            }
-        }
+        print_checked(&c);
         if let Some(p) = &damaged {
             for l in p.iter().take(20) {
                 println!("  damage: {l}");

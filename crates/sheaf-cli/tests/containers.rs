@@ -587,3 +587,120 @@ fn run_image_gives_the_configured_process_a_container_root() {
         o.one_err_line()
     );
 }
+
+#[test]
+fn imported_layers_and_image_records_are_signed_and_the_policy_applies() {
+    let t = tmpdir();
+    let lay = layout(t.path());
+    let repo = t.path().join("repo");
+    sheaf([
+        "import",
+        &lay.oci("gz"),
+        "--publish",
+        repo.to_str().unwrap(),
+        "-q",
+    ])
+    .ok();
+    let key = t.path().join("key");
+    run_cmd(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key),
+    )
+    .ok();
+    let signers = t.path().join("signers");
+    fs::write(
+        &signers,
+        format!(
+            "ci {}",
+            fs::read_to_string(key.with_extension("pub")).unwrap()
+        ),
+    )
+    .unwrap();
+    let diffs = lay.strs("diff_ids");
+    let layer = |i: usize| repo.join(format!("layer-sha256-{}", &diffs[i][7..]));
+    let s = signers.to_str().unwrap();
+
+    // A layer is an image: unsigned, the policy refuses it; signed in the
+    // repository (the index gains the signature), it mounts.
+    let mp = t.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let l0 = layer(0);
+    let l0s = l0.to_str().unwrap();
+    let o = sheaf([
+        "mount",
+        l0s,
+        mp.to_str().unwrap(),
+        "--require-signature",
+        "--signers",
+        s,
+    ])
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("no trusted signature"),
+        "{}",
+        o.stderr
+    );
+    sheaf(["sign", l0s, "-k", key.to_str().unwrap()]).ok();
+    let m = Mounted::run(
+        Command::new(bin()).args([
+            "mount",
+            l0s,
+            mp.to_str().unwrap(),
+            "--require-signature",
+            "--signers",
+            s,
+        ]),
+        &mp,
+    );
+    assert!(mp.join("bin/sh").exists());
+    drop(m);
+    let v = json_of(&sheaf(["verify", l0s, "--signers", s, "--json"]).ok());
+    assert_eq!(v["trusted"], true);
+
+    // The record names each layer's root, as `sheaf root` reads it.
+    let rec_path = repo.join(format!("image-sha256-{}.json", &lay.manifest("gz")[7..]));
+    let rec: serde_json::Value = serde_json::from_slice(&fs::read(&rec_path).unwrap()).unwrap();
+    let layers = rec["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), diffs.len());
+    for (i, l) in layers.iter().enumerate() {
+        let root = sheaf(["root", layer(i).to_str().unwrap()]).ok().text();
+        let want = root
+            .trim_end()
+            .strip_prefix("sheaf-root-v1 ")
+            .unwrap()
+            .to_string();
+        assert_eq!(l["root"].as_str().unwrap(), want, "layer {i}");
+    }
+    let r = rec_path.to_str().unwrap();
+    sheaf(["verify", r, "--signers", s]).fails_with(1);
+    sheaf(["sign", r, "-k", key.to_str().unwrap()]).ok();
+    assert!(repo
+        .join(format!(
+            "{}.sig",
+            rec_path.file_name().unwrap().to_str().unwrap()
+        ))
+        .exists());
+    let v = json_of(&sheaf(["verify", r, "--signers", s, "--json"]).ok());
+    assert_eq!(v["trusted"], true);
+    assert!(v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["matches"] == true));
+
+    // A layer swapped in the repository breaks the record's promise.
+    let l1 = layer(1);
+    let saved = fs::read(&l1).unwrap();
+    fs::copy(&l0, &l1).unwrap();
+    let o = sheaf(["verify", r, "--signers", s]).fails_with(1);
+    assert!(o.text().contains("but the record says"), "{}", o.text());
+    fs::write(&l1, saved).unwrap();
+    sheaf(["verify", r, "--signers", s]).ok();
+    // A record changed by one byte is no longer the signed one.
+    let mut bytes = fs::read(&rec_path).unwrap();
+    bytes.push(b'\n');
+    fs::write(&rec_path, &bytes).unwrap();
+    let o = sheaf(["verify", r, "--signers", s]).fails_with(1);
+    assert!(o.text().contains("rejected"), "{}", o.text());
+}

@@ -84,6 +84,24 @@ pub fn open_local_index(path: &Path) -> io::Result<(sheaf_format::remote::ImageI
     Ok((index, RepoStore { dir }))
 }
 
+/// Append bytes to the image that the local index at `path` stands for,
+/// as `sheaf sign` appends a signature block to an image file: `make` gets
+/// the offset where the bytes go (the image's current length) and returns
+/// them; the index gains that range, grows its file length, and is
+/// replaced whole by rename (readers see the old index or the new one).
+pub fn append_to_local_index(path: &Path, make: impl FnOnce(u64) -> Vec<u8>) -> io::Result<()> {
+    let (mut index, _) = open_local_index(path)?;
+    let offset = index.file_len;
+    let bytes = make(offset);
+    index.add(offset, &bytes);
+    index.file_len = offset + bytes.len() as u64;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    write_file_atomic(dir, path, &index.encode())
+}
+
 /// Write `dest` whole or not at all: into a temporary file in `dir` (on
 /// the same filesystem), synced, then renamed over `dest`; a failure
 /// removes the temporary. Repository files (objects, indexes, image

@@ -381,6 +381,7 @@ pub fn import(
             media_type: desc.media_type().to_string(),
             size: desc.size(),
             diff_id,
+            root: None,
         });
     }
     let actual_platform = format!(
@@ -393,7 +394,7 @@ pub fn import(
             .map(|v| format!("/{v}"))
             .unwrap_or_default()
     );
-    let rec = ImageRecord {
+    let mut rec = ImageRecord {
         schema: RECORD_SCHEMA,
         source: name.clone(),
         manifest: manifest_digest.clone(),
@@ -484,6 +485,12 @@ pub fn import(
                 &repo.join(record::blob_link_name(&l.blob)),
                 &serde_json::to_vec_pretty(&link).expect("json"),
             )?;
+        }
+        // The record names each layer's root, read from the index just
+        // written or found, so signing the record covers the layers' bytes.
+        for l in &mut rec.layers {
+            let root = open_layer(&repo.join(&l.layer))?.root_digest();
+            l.root = Some(format!("blake3:{}", sheaf_format::hex(&root)));
         }
         let p = repo.join(record::record_name(&manifest_digest));
         write_atomic(repo, &p, &serde_json::to_vec_pretty(&rec).expect("json"))?;

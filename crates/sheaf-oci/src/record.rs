@@ -67,6 +67,20 @@ pub struct RecordLayer {
     pub diff_id: Digest,
     /// The sheaf layer's repository name ([`layer_name`]).
     pub layer: String,
+    /// The sheaf layer's root digest (`blake3:HEX`), so a signed record
+    /// vouches for every byte of its layers (absent in records written
+    /// before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+}
+
+/// The message a signature of an image record signs: the BLAKE3 digest of
+/// the record file's bytes, in a form no image root message can take.
+pub fn signed_message(record_bytes: &[u8]) -> String {
+    format!(
+        "sheaf-oci-record-v1 blake3:{}\n",
+        sheaf_format::hex(&sheaf_format::digest(record_bytes))
+    )
 }
 
 /// Everything needed to run an image from its sheaf layers.
