@@ -211,7 +211,7 @@ fn main() {
         Cmd::Build(a) => build::run(a),
         Cmd::Bcast(a) => bcast::run(a, r),
         Cmd::Import(a) => import::run(a),
-        Cmd::Snapshotter(a) => snapshotter::run(a),
+        Cmd::Snapshotter(a) => snapshotter::run(a, r),
         Cmd::Pool(c) => pool::run(c, r),
         Cmd::ShellInit { shell } => pool::shell_init(&shell),
         Cmd::Commit(a) => layers::commit(a),

@@ -21,6 +21,17 @@ fetched and applied by containerd as usual and packed here. State is kept in
 ROOT/state.json; a restart keeps running containers' mounts (each is a
 `sheaf mount` process of its own) and remakes missing ones.
 
+Prefetch: when a repository holds REPO/prefetch-sha256-MANIFEST.txt (the files
+the image's containers read first, one path per line, as `sheaf mount -o
+record=FILE` writes), each lazy layer's listed files are fetched into the node
+cache in the background while containerd is still pulling.
+
+Signatures: with `[signatures] require = true` in the site configuration (or
+--require-signature --signers FILE), a repository layer is used lazily only if
+its index carries a trusted signature (`sheaf sign REPO/layer-sha256-…`);
+other layers take containerd's own path (fetched, checked by digest, applied),
+and state.json counts them as refused_layers.
+
 `sheaf snapshotter --systemd-unit` prints a unit for systemd (make install
 writes it to /etc/systemd/system/sheaf-snapshotter.service).";
 
@@ -44,13 +55,24 @@ pub struct SnapshotterArgs {
     /// Print a systemd unit that runs this command, and exit.
     #[arg(long)]
     systemd_unit: bool,
+    #[command(flatten)]
+    policy: crate::util::PolicyArgs,
 }
 
 /// Run `sheaf snapshotter`.
-pub fn run(a: SnapshotterArgs) -> Result<i32> {
+pub fn run(a: SnapshotterArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let exe = std::env::current_exe().context("finding the sheaf executable")?;
     if a.systemd_unit {
-        let repos: String = a.repos.iter().map(|r| format!(" --repo {r}")).collect();
+        let mut repos: String = a.repos.iter().map(|r| format!(" --repo {r}")).collect();
+        if a.policy.require_signature {
+            repos.push_str(" --require-signature");
+        }
+        if let Some(s) = &a.policy.signers {
+            repos.push_str(&format!(" --signers {}", s.display()));
+        }
+        if let Some(i) = &a.policy.identity {
+            repos.push_str(&format!(" --identity {i}"));
+        }
         println!(
             "[Unit]\nDescription=sheaf containerd snapshotter (lazy sheaf layers)\nBefore=containerd.service\n\n[Service]\nExecStart={} snapshotter --socket {} --root {}{repos}\nRestart=always\nKillMode=process\n\n[Install]\nWantedBy=multi-user.target",
             exe.display(),
@@ -59,10 +81,20 @@ pub fn run(a: SnapshotterArgs) -> Result<i32> {
         );
         return Ok(0);
     }
+    // Warnings (a refused or unreadable layer, a failed prefetch) go to
+    // stderr: the terminal, or the journal under systemd.
+    sheaf_mount::logging::init(
+        sheaf_mount::logging::Target::Stderr,
+        "snapshotter: ".into(),
+        false,
+    );
     let cfg = sheaf_snapshotter::Config {
         root: a.root.clone(),
         repos: a.repos.clone(),
         sheaf: exe,
+        policy: a.policy.load()?,
+        remote: remote.config()?,
+        remote_args: remote.to_args(),
     };
     sheaf_snapshotter::serve(cfg, &a.socket)
         .with_context(|| format!("snapshotter on {}", a.socket.display()))?;

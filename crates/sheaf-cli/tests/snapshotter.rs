@@ -4,7 +4,9 @@
 //! blob and stores only the manifest and config; containers run with the
 //! right output; an image with a layer sheaf does not have falls back per
 //! layer; a restart of the snapshotter leaves a running container reading;
-//! removing the images leaves nothing behind.
+//! removing the images leaves nothing behind; a second containerd namespace
+//! shares the lazy layers; under a signature policy unsigned layers take
+//! containerd's path; a recorded prefetch list fills the node cache at pull.
 
 mod common;
 use common::oci::*;
@@ -24,6 +26,7 @@ struct Snapshotter {
     root: PathBuf,
     repo: String,
     log: PathBuf,
+    args: Vec<String>,
 }
 
 impl Snapshotter {
@@ -34,6 +37,7 @@ impl Snapshotter {
             root: dir.join("sn"),
             repo: repo.to_string(),
             log: dir.join("snapshotter.log"),
+            args: Vec::new(),
         };
         s.spawn();
         s
@@ -53,6 +57,7 @@ impl Snapshotter {
             .arg(&self.root)
             .arg("--repo")
             .arg(&self.repo)
+            .args(&self.args)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -166,22 +171,37 @@ state = "{state}"
         c
     }
     fn ctr(&self, args: &[&str]) -> Out {
+        self.ctr_in("k8s.io", args)
+    }
+    fn ctr_in(&self, ns: &str, args: &[&str]) -> Out {
         run_cmd(
             Command::new("ctr")
                 .arg("--address")
                 .arg(&self.sock)
-                .args(["--namespace", "k8s.io"])
+                .args(["--namespace", ns])
                 .args(args),
         )
     }
     /// PullImage through CRI: the labels a remote snapshotter needs.
     fn pull(&self, image: &str) -> String {
-        let o = run_cmd(
-            Command::new(PY)
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/cri_pull.py"))
-                .arg(&self.sock)
-                .arg(image),
-        );
+        // Just after a snapshotter restart, containerd's connection to it
+        // may still be backing off (UNAVAILABLE): ask again for a while.
+        let t0 = Instant::now();
+        let o = loop {
+            let o = run_cmd(
+                Command::new(PY)
+                    .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/cri_pull.py"))
+                    .arg(&self.sock)
+                    .arg(image),
+            );
+            if o.code == 0
+                || !o.stderr.contains("StatusCode.UNAVAILABLE")
+                || t0.elapsed() > Duration::from_secs(20)
+            {
+                break o;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
         assert_eq!(
             o.code,
             0,
@@ -252,6 +272,12 @@ fn containerd_starts_imported_images_lazily_and_falls_back_per_layer() {
     }
     let t = tmpdir();
     let r = std::panic::catch_unwind(|| scenario(t.path()));
+    if r.is_err() {
+        eprintln!(
+            "snapshotter log:\n{}",
+            common::servers::tail(&t.path().join("snapshotter.log"), 30)
+        );
+    }
     unmount_all(t.path());
     if let Err(e) = r {
         std::panic::resume_unwind(e);
@@ -437,6 +463,90 @@ fn scenario(t: &Path) {
     }
     ctd.ctr(&["containers", "rm", "long"]).ok();
 
+    // A second containerd namespace prepares the base layer as CRI would:
+    // committed at once over the same repository layer, readable there,
+    // removable there without touching k8s.io's.
+    let diffs = lay.strs("diff_ids");
+    let chain0 = diffs[0].clone();
+    let o = run_cmd(
+        Command::new(PY)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/snap_prepare.py"))
+            .arg(&ctd.sock)
+            .args(["other", "sheaf", &format!("extract-1 {chain0}"), ""])
+            .arg(format!("containerd.io/snapshot.ref={chain0}"))
+            .arg(format!("containerd.io/snapshot/cri.layer-digest={}", gz[0])),
+    )
+    .ok();
+    assert_eq!(o.text().trim(), "exists");
+    let ls = ctd
+        .ctr_in("other", &["snapshots", "--snapshotter", "sheaf", "ls"])
+        .ok()
+        .text();
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with(&chain0) && l.contains("Committed")),
+        "{ls}"
+    );
+    // containerd names a remotely committed snapshot by its chain ID,
+    // which is the same in every namespace: one snapshot, shared.
+    let st = sn.state();
+    let base_snaps: Vec<&String> = st["snaps"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| v["parent"] == "")
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(base_snaps, vec![&chain0], "{st:#}");
+    assert_eq!(st["lazy_layers"], 3, "nothing new was mounted: {st:#}");
+    let mj = ctd
+        .ctr_in(
+            "other",
+            &[
+                "snapshots",
+                "--snapshotter",
+                "sheaf",
+                "view",
+                "--mounts",
+                "v-other",
+                &chain0,
+            ],
+        )
+        .ok()
+        .text();
+    let mounts: serde_json::Value =
+        serde_json::from_str(&mj).unwrap_or_else(|e| panic!("{e}: {mj}"));
+    let src = mounts[0]["Source"]
+        .as_str()
+        .or(mounts[0]["source"].as_str())
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        fs::read_to_string(Path::new(&src).join("etc/greeting")).unwrap(),
+        "hello from layer 1\n"
+    );
+    ctd.ctr_in(
+        "other",
+        &["snapshots", "--snapshotter", "sheaf", "rm", "v-other"],
+    )
+    .ok();
+    ctd.ctr_in(
+        "other",
+        &["snapshots", "--snapshotter", "sheaf", "rm", &chain0],
+    )
+    .ok();
+    assert!(!ctd
+        .ctr_in("other", &["snapshots", "--snapshotter", "sheaf", "ls"])
+        .ok()
+        .text()
+        .contains(&chain0));
+    let o = ctd.run(&image, "c4", &["/bin/cat", "/etc/greeting"]).ok();
+    assert_eq!(
+        o.text(),
+        "hello from layer 1\n",
+        "k8s.io's layers are untouched"
+    );
+
     // Removing the images leaves nothing: no snapshot, mount or directory.
     for name in ctd.ctr(&["images", "ls", "-q"]).ok().text().lines() {
         ctd.ctr(&["images", "rm", "--sync", name]).ok();
@@ -455,6 +565,89 @@ fn scenario(t: &Path) {
             "left behind: {left} snapshots, mounts {mounts:?}, {dirs} directories"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Under a signature policy, only signed layers are lazy; the unsigned
+    // one is fetched and applied by containerd. A recorded prefetch list
+    // fills the (new, empty) node cache during the pull: with the web
+    // server gone, the container still runs.
+    let key = t.join("key");
+    run_cmd(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key),
+    )
+    .ok();
+    let signers = t.join("signers");
+    fs::write(
+        &signers,
+        format!(
+            "ci {}",
+            fs::read_to_string(key.with_extension("pub")).unwrap()
+        ),
+    )
+    .unwrap();
+    for i in [0, 2] {
+        let l = repo.join(format!("layer-sha256-{}", &diffs[i][7..]));
+        sheaf(["sign", l.to_str().unwrap(), "-k", key.to_str().unwrap()]).ok();
+    }
+    let mut list: Vec<String> = Vec::new();
+    let base = t.join("base");
+    let mut stack = vec![base.clone()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                list.push(format!("/{}", p.strip_prefix(&base).unwrap().display()));
+            }
+        }
+    }
+    list.push("/etc/greeting".into());
+    fs::write(
+        repo.join(format!("prefetch-sha256-{}.txt", &lay.manifest("gz")[7..])),
+        list.join("\n") + "\n",
+    )
+    .unwrap();
+    sn.args = vec![
+        "--require-signature".into(),
+        "--signers".into(),
+        signers.display().to_string(),
+    ];
+    sn.restart();
+    keys(&ctd, &sn);
+    let before = reg.gets().len();
+    ctd.pull(&image);
+    let gets = reg.gets()[before..].to_vec();
+    // The signed base layer is not fetched, the unsigned one is. (Once a
+    // layer must be applied, containerd's unpacker fetches every layer
+    // above it too, whether or not their snapshots then come lazily.)
+    let count = |b: &str| gets.iter().filter(|g| g.ends_with(b)).count();
+    assert_eq!((count(&gz[0]), count(&gz[1])), (0, 1), "{gets:#?}");
+    let st = sn.state();
+    assert_eq!(st["refused_layers"], 1, "{st:#}");
+    assert_eq!(st["lazy_layers"], 5, "3 before, and layers 0 and 2: {st:#}");
+    assert_eq!(st["prefetched_layers"], 2, "{st:#}");
+    // The prefetches are `sheaf cache fetch` children: wait for them.
+    let t0 = Instant::now();
+    while fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+            let c = String::from_utf8_lossy(&c);
+            c.contains("cache\0fetch") && c.contains(&nginx.url("repo"))
+        })
+    }) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "prefetch did not end"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(nginx);
+    let o = ctd.run(&image, "c5", &[]).ok();
+    assert_eq!(o.text(), "FOO=bar\n/work\nhello from layer 1\n");
+    for name in ctd.ctr(&["images", "ls", "-q"]).ok().text().lines() {
+        ctd.ctr(&["images", "rm", "--sync", name]).ok();
     }
     drop(ctd);
     sn.stop();

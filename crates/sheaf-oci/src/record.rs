@@ -35,6 +35,13 @@ pub fn record_name(manifest: &Digest) -> String {
     format!("image-{}.json", manifest.file_form())
 }
 
+/// The recorded prefetch list of a manifest: the files its containers read
+/// first, one path per line (as `sheaf mount -o record=` writes), which
+/// the snapshotter fetches into the node cache while the image is pulled.
+pub fn prefetch_name(manifest: &Digest) -> String {
+    format!("prefetch-{}.txt", manifest.file_form())
+}
+
 /// Where in a flattened image the image's own documents are kept, after
 /// Apptainer's `/.singularity.d`: `config.json` (the config, byte for byte)
 /// and `image.json` (the [`ImageRecord`]).

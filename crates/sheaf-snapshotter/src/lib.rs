@@ -40,6 +40,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const LABEL_TARGET: &str = "containerd.io/snapshot.ref";
 /// Label CRI gives a layer snapshot: the compressed layer's digest.
 pub const LABEL_LAYER_DIGEST: &str = "containerd.io/snapshot/cri.layer-digest";
+/// Label CRI gives a layer snapshot: the digest of the image's manifest.
+pub const LABEL_MANIFEST_DIGEST: &str = "containerd.io/snapshot/cri.manifest-digest";
 
 /// Why a snapshot operation failed, as containerd's gRPC codes.
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +85,16 @@ pub struct Config {
     pub repos: Vec<String>,
     /// The `sheaf` executable that mounts, unmounts and packs.
     pub sheaf: PathBuf,
+    /// The site signature policy, applied to every repository layer before
+    /// it is offered lazily and again before each mount of it; refused
+    /// layers take containerd's own path. (The `sheaf mount` children are
+    /// started with the policy off, as layers packed here are not signed.)
+    pub policy: sheaf_trust::Policy,
+    /// How repositories are reached and cached (the policy check opens
+    /// layers with it, offline from the node cache when the server is down).
+    pub remote: sheaf_net::RemoteConfig,
+    /// The same, as flags for the `sheaf` children.
+    pub remote_args: Vec<String>,
 }
 
 /// The snapshotter.
@@ -119,6 +131,14 @@ impl SheafSnapshotter {
     /// process died).
     pub fn open(cfg: Config) -> std::io::Result<SheafSnapshotter> {
         std::fs::create_dir_all(cfg.root.join("snapshots"))?;
+        if cfg.policy.require {
+            // The children's configuration: no policy (see Config::policy).
+            sheaf_net::publish::write_file_atomic(
+                &cfg.root,
+                &cfg.root.join("children.toml"),
+                b"# sheaf snapshotter: the policy is applied by the snapshotter itself\n",
+            )?;
+        }
         let st = State::load(&cfg.root)?;
         let s = SheafSnapshotter {
             cfg,
@@ -147,8 +167,21 @@ impl SheafSnapshotter {
         }
     }
 
+    /// The `sheaf` executable, as a child: the signature policy was applied
+    /// here to every repository layer it is given, and the layers packed
+    /// here carry no signature, so the child's own site policy is off.
+    fn child(&self) -> Command {
+        let mut c = Command::new(&self.cfg.sheaf);
+        c.args(&self.cfg.remote_args);
+        if self.cfg.policy.require {
+            c.env("SHEAF_CONFIG", self.cfg.root.join("children.toml"));
+        }
+        c
+    }
+
     fn sheaf(&self, args: &[&std::ffi::OsStr], what: &str) -> Result<(), SnapError> {
-        let o = Command::new(&self.cfg.sheaf)
+        let o = self
+            .child()
             .args(args)
             .output()
             .map_err(|e| internal(&format!("running {}", self.cfg.sheaf.display()), e))?;
@@ -174,6 +207,12 @@ impl SheafSnapshotter {
             return Ok(());
         }
         std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
+        for l in &layers {
+            if let Layer::Lazy(url) = l {
+                self.layer_allowed(url)
+                    .map_err(|e| internal("signature policy", e))?;
+            }
+        }
         // One argument per layer, bottom first (a comma list is not split
         // for URLs, which may contain commas).
         let stack: Vec<String> = layers.iter().map(Self::layer_arg).collect();
@@ -209,10 +248,8 @@ impl SheafSnapshotter {
         }])
     }
 
-    /// The repository layer for a layer digest, if some repository has it.
-    fn lazy_layer(&self, labels: &HashMap<String, String>) -> Option<String> {
-        let digest = sheaf_oci::Digest::parse(labels.get(LABEL_LAYER_DIGEST)?)?;
-        let link_name = sheaf_oci::record::blob_link_name(&digest);
+    /// The first repository holding the file `name`, and its bytes.
+    fn repo_file(&self, name: &str) -> Option<(String, Vec<u8>)> {
         for repo in &self.cfg.repos {
             let base = repo.trim_end_matches('/');
             let bytes = if sheaf_net::is_url(base) {
@@ -220,19 +257,90 @@ impl SheafSnapshotter {
                     deadline: Duration::from_secs(10),
                     ..Default::default()
                 };
-                sheaf_net::fetch_file(&format!("{base}/{link_name}"), opts)
+                sheaf_net::fetch_file(&format!("{base}/{name}"), opts)
                     .ok()
                     .flatten()
             } else {
-                std::fs::read(Path::new(base).join(&link_name)).ok()
+                std::fs::read(Path::new(base).join(name)).ok()
             };
-            let Some(bytes) = bytes else { continue };
-            match serde_json::from_slice::<sheaf_oci::BlobLink>(&bytes) {
-                Ok(link) => return Some(format!("{base}/{}", link.layer)),
-                Err(e) => log::warn!("{base}/{link_name}: {e}"),
+            if let Some(b) = bytes {
+                return Some((base.to_string(), b));
             }
         }
         None
+    }
+
+    /// The repository layer for a layer digest, if some repository has it.
+    fn lazy_layer(&self, labels: &HashMap<String, String>) -> Option<String> {
+        let digest = sheaf_oci::Digest::parse(labels.get(LABEL_LAYER_DIGEST)?)?;
+        let link_name = sheaf_oci::record::blob_link_name(&digest);
+        let (base, bytes) = self.repo_file(&link_name)?;
+        match serde_json::from_slice::<sheaf_oci::BlobLink>(&bytes) {
+            Ok(link) => Some(format!("{base}/{}", link.layer)),
+            Err(e) => {
+                log::warn!("{base}/{link_name}: {e}");
+                None
+            }
+        }
+    }
+
+    /// Whether the signature policy lets the repository layer `url` be used
+    /// (always, unless signatures are required): the reason if not.
+    fn layer_allowed(&self, url: &str) -> Result<(), String> {
+        if !self.cfg.policy.require {
+            return Ok(());
+        }
+        let img = sheaf_net::open_image(Path::new(url), &self.cfg.remote, Default::default(), |s| s)
+            .map_err(|e| error_chain(&e))?
+            .image;
+        self.cfg
+            .policy
+            .enforce(&img.signed_message(), img.signatures(), Path::new(url))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Start fetching, in the background, the files of the image's recorded
+    /// prefetch list that the lazy layer `url` holds into the node cache
+    /// (`sheaf cache fetch`); whether it was started.
+    fn start_prefetch(&self, labels: &HashMap<String, String>, url: &str) -> bool {
+        let Some(m) = labels
+            .get(LABEL_MANIFEST_DIGEST)
+            .and_then(|d| sheaf_oci::Digest::parse(d))
+        else {
+            return false;
+        };
+        let name = sheaf_oci::record::prefetch_name(&m);
+        let Some((_, list)) = self.repo_file(&name) else {
+            return false;
+        };
+        let dir = self.cfg.root.join("prefetch");
+        let path = dir.join(&name);
+        if let Err(e) = std::fs::create_dir_all(&dir)
+            .and_then(|()| sheaf_net::publish::write_file_atomic(&dir, &path, &list))
+        {
+            log::warn!("{}: {e}", path.display());
+            return false;
+        }
+        let mut c = self.child();
+        c.args(["cache", "fetch", url, "--list"])
+            .arg(&path)
+            .stdout(std::process::Stdio::null());
+        match c.spawn() {
+            Ok(mut child) => {
+                // Reaped when done; a failed prefetch costs only speed.
+                let url = url.to_string();
+                std::thread::spawn(move || match child.wait() {
+                    Ok(s) if !s.success() => log::warn!("prefetch of {url}: {s}"),
+                    _ => {}
+                });
+                true
+            }
+            Err(e) => {
+                log::warn!("prefetch of {url}: {e}");
+                false
+            }
+        }
     }
 
     fn create(
@@ -258,7 +366,20 @@ impl SheafSnapshotter {
                         "target snapshot {target}"
                     )));
                 }
-                if let Some(url) = self.lazy_layer(&labels) {
+                let url = self
+                    .lazy_layer(&labels)
+                    .filter(|url| match self.layer_allowed(url) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            log::warn!("{url}: not used lazily: {why}");
+                            st.refused_layers += 1;
+                            false
+                        }
+                    });
+                if let Some(url) = url {
+                    if self.start_prefetch(&labels, &url) {
+                        st.prefetched_layers += 1;
+                    }
                     let id = st.next_id;
                     st.next_id += 1;
                     st.lazy_layers += 1;
@@ -353,6 +474,18 @@ impl SheafSnapshotter {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         (st.lazy_layers, st.applied_layers)
     }
+}
+
+/// An error and its sources, on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
 }
 
 fn du(p: &Path) -> (i64, i64) {

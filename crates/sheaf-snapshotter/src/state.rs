@@ -56,6 +56,14 @@ pub struct State {
     pub lazy_layers: u64,
     /// Layers containerd fetched and applied (counted when committed).
     pub applied_layers: u64,
+    /// Repository layers the signature policy refused (containerd then
+    /// fetched them instead).
+    #[serde(default)]
+    pub refused_layers: u64,
+    /// Lazy layers whose files an image's recorded prefetch list named,
+    /// fetched into the node cache in the background at pull.
+    #[serde(default)]
+    pub prefetched_layers: u64,
 }
 
 impl State {
