@@ -8,6 +8,9 @@
 #   overlayfs    containerd's default snapshotter: every layer blob downloaded and unpacked
 #   sheaf-cold   sheaf snapshotter, layers imported into a repository served by nginx,
 #                empty node cache: only the blocks read are fetched
+#   sheaf-prefetch  sheaf-cold plus a recorded prefetch list in the repository
+#                (REPO/prefetch-sha256-MANIFEST.txt, recorded here by running the command in
+#                a record= mount of the flattened image): fetched into the node cache at pull
 #   sheaf-warm   the same with the node cache of a previous run: no layer bytes
 # Bytes: layer blobs from the registry (its access log), and repository bytes from nginx
 # (its access log, $body_bytes_sent). Writes bench/results/DATE-containers.md.
@@ -102,6 +105,18 @@ for t in py sci; do
   # shellcheck disable=SC2086
   "$SHEAF" import "docker://$REG/bench:$t" --insecure-registry "$REG" --publish "$WORK/www/repo" -q ${IMPORT_FLAGS:-}
 done
+# The prefetch lists: each image's command run once in a record= mount of its flattened
+# image (made from the repository's layers); kept aside until the sheaf-prefetch runs.
+declare -A CMD=([py]="print(1)" [sci]="import numpy, scipy.linalg; print(1)") MANIFEST
+for t in py sci; do
+  MANIFEST[$t]=$(skopeo inspect --tls-verify=false --raw "docker://$REG/bench:$t" | sha256sum | cut -d' ' -f1)
+  "$SHEAF" import "docker://$REG/bench:$t" --insecure-registry "$REG" --publish "$WORK/www/repo" --flatten -o "$WORK/$t.flat.sheaf" -q
+  mkdir -p "$WORK/rec-$t"
+  "$SHEAF" mount "$WORK/$t.flat.sheaf" "$WORK/rec-$t" -o "record=$WORK/$t.list"
+  chroot "$WORK/rec-$t" python3 -c "${CMD[$t]}" >/dev/null
+  "$SHEAF" umount "$WORK/rec-$t"
+  log "$t: prefetch list of $(wc -l < "$WORK/$t.list") files"
+done
 NPORT=$(free_port); mkdir -p "$WORK/nginx-tmp"
 cat > "$WORK/nginx.conf" <<EOF
 daemon off; master_process off; pid $WORK/nginx-tmp/nginx.pid; error_log $WORK/nginx-tmp/error.log;
@@ -164,8 +179,10 @@ EOF
 
 declare -A R
 for tag in py sci; do
-  for mode in overlayfs sheaf-cold sheaf-warm; do
+  for mode in overlayfs sheaf-cold sheaf-prefetch sheaf-warm; do
     ms=(); lb=(); rb=()
+    list=$WORK/www/repo/prefetch-sha256-${MANIFEST[$tag]}.txt
+    if [ "$mode" = sheaf-prefetch ]; then cp "$WORK/$tag.list" "$list"; else rm -f "$list"; fi
     warm=$WORK/cache-warm-$tag
     if [ "$mode" = sheaf-warm ]; then one sheaf-cold "$tag" prime "$warm" >/dev/null; fi
     for r in $(seq "$RUNS"); do
@@ -189,7 +206,7 @@ size_of() { skopeo inspect --tls-verify=false --raw "docker://$REG/bench:$1" | $
   echo "|---|---|---|---|---|---|---|"
   for tag in py sci; do
     total=$(size_of "$tag")
-    for mode in overlayfs sheaf-cold sheaf-warm; do
+    for mode in overlayfs sheaf-cold sheaf-prefetch sheaf-warm; do
       printf '| %s | %s B | %s | %s ms | %s B | %s B (%.1f%% of compressed) | %.2f |\n' "$tag" "$total" "$mode" "${R[$tag,$mode,t]}" "${R[$tag,$mode,l]}" "${R[$tag,$mode,b]}" \
         "$(echo "100 * ${R[$tag,$mode,b]} / $total" | bc -l)" "$(echo "${R[$tag,$mode,t]} / ${R[$tag,overlayfs,t]}" | bc -l)"
     done

@@ -10,7 +10,7 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       libacl1-dev:   # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
       openmpi-bin:mpirun libopenmpi-dev:mpicc libclang-dev: lmod:  # sheaf bcast (rsmpi), pools
       python3-h5py:  # the HDF5-over-ssh test (Debian's /usr/bin/python3)
-      docker-registry:docker-registry skopeo:skopeo umoci:umoci   # container images (tests/containers.rs)
+      docker-registry:docker-registry skopeo:skopeo umoci:umoci apache2-utils:htpasswd   # container images (tests/containers.rs; htpasswd: a registry with basic auth)
       protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
       containerd:containerd runc:runc python3-grpcio:)  # tests/snapshotter.rs (a CRI pull from Debian's python3)
 case "${1:-}" in

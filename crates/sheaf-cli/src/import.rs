@@ -14,7 +14,9 @@ Sources:
   docker-archive:FILE                    what `docker save` writes
 
 Credentials are read as podman, skopeo and docker read them: --authfile, else
-$REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json.
+$REGISTRY_AUTH_FILE, $XDG_RUNTIME_DIR/containers/auth.json, ~/.docker/config.json;
+in each, a credential helper (credHelpers, credsStore: docker-credential-NAME)
+comes before the inline auths entry.
 A multi-platform image gives this machine's platform unless --platform says.
 
 Every blob is checked against its digest and every layer's uncompressed tar

@@ -560,6 +560,14 @@ fn run_image_gives_the_configured_process_a_container_root() {
     ])
     .ok();
     assert_eq!(o.text(), "FOO=bar\n/work\nhello from layer 1\n");
+    // The tag's manifest was asked for once, though it is resolved to name
+    // the cache file before the import reads it.
+    let manifest_gets = reg
+        .gets()
+        .iter()
+        .filter(|g| g.ends_with("/manifests/1"))
+        .count();
+    assert_eq!(manifest_gets, 1, "{:#?}", reg.gets());
     // A plain (non-container) image is one line.
     let src = t.path().join("plain");
     fs::create_dir(&src).unwrap();
@@ -703,4 +711,125 @@ fn imported_layers_and_image_records_are_signed_and_the_policy_applies() {
     fs::write(&rec_path, &bytes).unwrap();
     let o = sheaf(["verify", r, "--signers", s]).fails_with(1);
     assert!(o.text().contains("rejected"), "{}", o.text());
+}
+
+#[test]
+fn a_registry_asking_for_basic_auth_gets_credentials_from_files_and_helpers() {
+    use std::os::unix::fs::PermissionsExt;
+    if !have("docker-registry") || !have("skopeo") {
+        return;
+    }
+    let t = tmpdir();
+    let lay = layout(t.path());
+    let reg = Registry::start_with_auth(t.path(), "alice", "s3cret pass");
+    reg.push(&lay.oci("gz"), "app:1");
+    let host = reg.host();
+    let image = format!("docker://{host}/app:1");
+    let home = t.path().join("home");
+    fs::create_dir_all(home.join(".docker")).unwrap();
+    let import = |out: &str, extra: &[&str], path: Option<&Path>| {
+        let mut c = cmd();
+        c.env("HOME", &home)
+            .env_remove("REGISTRY_AUTH_FILE")
+            .env_remove("XDG_RUNTIME_DIR")
+            .args([
+                "import",
+                &image,
+                "--insecure-registry",
+                &host,
+                "--flatten",
+                "-o",
+            ])
+            .arg(t.path().join(out))
+            .args(extra)
+            .arg("-q");
+        if let Some(p) = path {
+            c.env(
+                "PATH",
+                format!("{}:{}", p.display(), std::env::var("PATH").unwrap()),
+            );
+        }
+        run_cmd(&mut c)
+    };
+    // No credentials: one line, the registry's refusal.
+    let o = import("none.sheaf", &[], None).fails_with(1);
+    let line = o.one_err_line().to_string();
+    assert!(
+        line.contains(&host) && line.contains("wants a user name and password"),
+        "{line}"
+    );
+    assert!(!t.path().join("none.sheaf").exists());
+
+    // An auth file (`--authfile`, the containers-auth.json format).
+    let b64 = |s: &str| {
+        let o = run_with_stdin(Command::new("base64").arg("-w0"), s.as_bytes().to_vec()).ok();
+        o.text()
+    };
+    let authfile = t.path().join("auth.json");
+    fs::write(
+        &authfile,
+        format!(
+            r#"{{"auths":{{"{host}":{{"auth":"{}"}}}}}}"#,
+            b64("alice:s3cret pass")
+        ),
+    )
+    .unwrap();
+    import(
+        "file.sheaf",
+        &["--authfile", authfile.to_str().unwrap()],
+        None,
+    )
+    .ok();
+
+    // ~/.docker/config.json naming a credential helper for this registry:
+    // docker-credential-NAME get, the server on stdin, JSON on stdout.
+    let bin_dir = t.path().join("helpers");
+    fs::create_dir_all(&bin_dir).unwrap();
+    let helper = bin_dir.join("docker-credential-sheaftest");
+    fs::write(
+        &helper,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\necho \"$server\" >> {log}\nif [ \"$server\" = {host} ]; then\n  printf '{{\"ServerURL\":\"%s\",\"Username\":\"alice\",\"Secret\":\"s3cret pass\"}}' \"$server\"\nelse\n  echo 'credentials not found in native keychain'; exit 1\nfi\n",
+            log = t.path().join("helper.log").display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&helper, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(
+        home.join(".docker/config.json"),
+        format!(r#"{{"auths":{{"{host}":{{}}}},"credHelpers":{{"{host}":"sheaftest"}}}}"#),
+    )
+    .unwrap();
+    import("helper.sheaf", &[], Some(&bin_dir)).ok();
+    assert_eq!(
+        fs::read_to_string(t.path().join("helper.log")).unwrap(),
+        format!("{host}\n")
+    );
+    // credsStore: the same helper for every registry.
+    fs::write(
+        home.join(".docker/config.json"),
+        r#"{"credsStore":"sheaftest"}"#,
+    )
+    .unwrap();
+    import("store.sheaf", &[], Some(&bin_dir)).ok();
+    // The three imports are the same image.
+    let root = |f: &str| {
+        sheaf(["root", t.path().join(f).to_str().unwrap()])
+            .ok()
+            .text()
+    };
+    assert_eq!(root("file.sheaf"), root("helper.sheaf"));
+    assert_eq!(root("file.sheaf"), root("store.sheaf"));
+    // A helper that has nothing for the registry: refused as with none.
+    fs::write(
+        home.join(".docker/config.json"),
+        format!(r#"{{"credHelpers":{{"{host}":"missing-helper"}}}}"#),
+    )
+    .unwrap();
+    let o = import("gone.sheaf", &[], Some(&bin_dir)).fails_with(1);
+    assert!(
+        o.one_err_line().contains("wants a user name and password"),
+        "{}",
+        o.stderr
+    );
 }

@@ -40,6 +40,9 @@ pub struct Registry {
     client: reqwest::blocking::Client,
     basic: Option<String>,
     token: Mutex<Option<String>>,
+    /// Documents already fetched (the top one under ""), so a caller that
+    /// resolves the reference and then imports it asks the registry once.
+    docs: Mutex<std::collections::HashMap<String, Fetched>>,
 }
 
 /// The credentials (`user:password`, base64) the shared files hold for `host`.
@@ -74,6 +77,20 @@ fn credentials(host: &str, opts: &RegistryOptions) -> Option<String> {
             log::warn!("{}: not JSON; ignored", f.display());
             continue;
         };
+        // Docker's order: a helper for this registry, else the file's
+        // store for all registries, else the inline `auths` entry.
+        let helper = v
+            .get("credHelpers")
+            .and_then(|h| h.as_object())
+            .and_then(|h| h.iter().find(|(k, _)| wanted(k)).map(|(_, n)| n))
+            .or_else(|| v.get("credsStore"))
+            .and_then(|n| n.as_str())
+            .filter(|n| !n.is_empty());
+        if let Some(name) = helper {
+            if let Some(a) = from_helper(name, host) {
+                return Some(a);
+            }
+        }
         if let Some(auths) = v.get("auths").and_then(|a| a.as_object()) {
             for (k, e) in auths {
                 if wanted(k) {
@@ -85,6 +102,62 @@ fn credentials(host: &str, opts: &RegistryOptions) -> Option<String> {
         }
     }
     None
+}
+
+/// Ask the credential helper `docker-credential-NAME` (Docker's protocol:
+/// `get`, the server on stdin, `{"Username","Secret"}` JSON on stdout) for
+/// `host`'s credentials, as `user:password` base64. None when it has none
+/// (it exits non-zero) or cannot run; the reason is logged.
+fn from_helper(name: &str, host: &str) -> Option<String> {
+    use base64::Engine;
+    use std::io::Write;
+    let prog = format!("docker-credential-{name}");
+    let server = if host == "docker.io" {
+        "https://index.docker.io/v1/".to_string()
+    } else {
+        host.to_string()
+    };
+    let run = || -> std::io::Result<std::process::Output> {
+        let mut c = std::process::Command::new(&prog)
+            .arg("get")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        c.stdin
+            .take()
+            .expect("piped")
+            .write_all(server.as_bytes())?;
+        c.wait_with_output()
+    };
+    let out = match run() {
+        Ok(o) => o,
+        Err(e) => {
+            log::warn!("{prog}: {e}");
+            return None;
+        }
+    };
+    if !out.status.success() {
+        log::info!(
+            "{prog}: no credentials for {server}: {}",
+            String::from_utf8_lossy(&out.stdout).trim()
+        );
+        return None;
+    }
+    let v: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+        Ok(v) => v,
+        Err(e) => {
+            log::warn!("{prog}: answer is not JSON: {e}");
+            return None;
+        }
+    };
+    let user = v.get("Username").and_then(|u| u.as_str())?;
+    let secret = v.get("Secret").and_then(|u| u.as_str())?;
+    if user == "<token>" {
+        log::warn!("{prog}: an identity token for {server} (not supported; use a password)");
+        return None;
+    }
+    Some(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}")))
 }
 
 /// The `key="value"` parameters of a `WWW-Authenticate` challenge.
@@ -140,6 +213,7 @@ impl Registry {
             client,
             basic: credentials(host, opts),
             token: Mutex::new(None),
+            docs: Mutex::new(Default::default()),
         })
     }
 
@@ -253,6 +327,40 @@ impl Source for Registry {
         }
     }
     fn top(&self) -> Result<Fetched> {
+        self.remembered("", || self.fetch_top())
+    }
+    fn manifest(&self, d: &Digest) -> Result<Vec<u8>> {
+        let f = self.remembered(&d.to_string(), || {
+            let resp = self.get(&format!("manifests/{d}"), Some(ACCEPT))?;
+            let bytes = read_bounded(resp, &format!("{}: manifest {d}", self.name()))?;
+            check_digest(&bytes, d, &format!("{}: manifest", self.name()))?;
+            Ok(Fetched {
+                bytes,
+                media_type: None,
+            })
+        })?;
+        Ok(f.bytes)
+    }
+    fn blob(&self, d: &Digest) -> Result<Box<dyn Read + Send>> {
+        let resp = self.get(&format!("blobs/{d}"), None)?;
+        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, resp)))
+    }
+}
+
+impl Registry {
+    fn remembered(&self, key: &str, fetch: impl FnOnce() -> Result<Fetched>) -> Result<Fetched> {
+        if let Some(f) = self.docs.lock().unwrap_or_else(|e| e.into_inner()).get(key) {
+            return Ok(f.clone());
+        }
+        let f = fetch()?;
+        self.docs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.to_string(), f.clone());
+        Ok(f)
+    }
+
+    fn fetch_top(&self) -> Result<Fetched> {
         let r = match &self.tagged {
             Tagged::Tag(t) => t.clone(),
             Tagged::Digest(d) => d.to_string(),
@@ -268,16 +376,6 @@ impl Source for Registry {
             check_digest(&bytes, d, &format!("{}: manifest", self.name()))?;
         }
         Ok(Fetched { bytes, media_type })
-    }
-    fn manifest(&self, d: &Digest) -> Result<Vec<u8>> {
-        let resp = self.get(&format!("manifests/{d}"), Some(ACCEPT))?;
-        let bytes = read_bounded(resp, &format!("{}: manifest {d}", self.name()))?;
-        check_digest(&bytes, d, &format!("{}: manifest", self.name()))?;
-        Ok(bytes)
-    }
-    fn blob(&self, d: &Digest) -> Result<Box<dyn Read + Send>> {
-        let resp = self.get(&format!("blobs/{d}"), None)?;
-        Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, resp)))
     }
 }
 

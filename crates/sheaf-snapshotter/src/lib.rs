@@ -290,9 +290,10 @@ impl SheafSnapshotter {
         if !self.cfg.policy.require {
             return Ok(());
         }
-        let img = sheaf_net::open_image(Path::new(url), &self.cfg.remote, Default::default(), |s| s)
-            .map_err(|e| error_chain(&e))?
-            .image;
+        let img =
+            sheaf_net::open_image(Path::new(url), &self.cfg.remote, Default::default(), |s| s)
+                .map_err(|e| error_chain(&e))?
+                .image;
         self.cfg
             .policy
             .enforce(&img.signed_message(), img.signatures(), Path::new(url))

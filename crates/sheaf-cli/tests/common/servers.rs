@@ -1039,18 +1039,46 @@ pub struct Registry {
     child: Option<Child>,
     pub port: u16,
     log: PathBuf,
+    /// `user:password` when it asks for basic auth (htpasswd).
+    creds: Option<String>,
 }
 
 impl Registry {
     pub fn start(dir: &Path) -> Registry {
+        Registry::start_inner(dir, None)
+    }
+
+    /// The same, asking for HTTP basic auth (an htpasswd file made with
+    /// Apache's htpasswd, bcrypt) of `user` with `password`.
+    pub fn start_with_auth(dir: &Path, user: &str, password: &str) -> Registry {
+        Registry::start_inner(dir, Some((user, password)))
+    }
+
+    fn start_inner(dir: &Path, auth: Option<(&str, &str)>) -> Registry {
         let port = free_port();
         let store = dir.join(format!("registry-{port}"));
         fs::create_dir_all(&store).unwrap();
         let cfg = dir.join(format!("registry-{port}.yml"));
+        let auth_cfg = match auth {
+            Some((user, password)) => {
+                let o = Command::new("htpasswd")
+                    .args(["-Bbn", user, password])
+                    .output()
+                    .unwrap_or_else(|e| panic!("htpasswd (apache2-utils): {e}"));
+                assert!(o.status.success(), "htpasswd failed");
+                let file = dir.join(format!("registry-{port}.htpasswd"));
+                fs::write(&file, &o.stdout).unwrap();
+                format!(
+                    "auth:\n  htpasswd:\n    realm: sheaf-test\n    path: {}\n",
+                    file.display()
+                )
+            }
+            None => String::new(),
+        };
         fs::write(
             &cfg,
             format!(
-                "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth_cfg}",
                 store.display()
             ),
         )
@@ -1075,6 +1103,7 @@ impl Registry {
             child: Some(child),
             port,
             log,
+            creds: auth.map(|(u, p)| format!("{u}:{p}")),
         }
     }
 
@@ -1097,8 +1126,12 @@ impl Registry {
 
     /// Push an OCI layout image (`oci:DIR:TAG`) as `REPO:TAG` with skopeo.
     pub fn push(&self, src: &str, dest: &str) {
-        let o = Command::new("skopeo")
-            .args(["copy", "-q", "--dest-tls-verify=false", src])
+        let mut c = Command::new("skopeo");
+        c.args(["copy", "-q", "--dest-tls-verify=false", src]);
+        if let Some(creds) = &self.creds {
+            c.arg(format!("--dest-creds={creds}"));
+        }
+        let o = c
             .arg(format!("docker://{}/{dest}", self.host()))
             .output()
             .unwrap_or_else(|e| panic!("skopeo: {e}"));
