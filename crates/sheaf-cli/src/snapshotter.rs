@@ -55,6 +55,11 @@ pub struct SnapshotterArgs {
     /// Print a systemd unit that runs this command, and exit.
     #[arg(long)]
     systemd_unit: bool,
+    /// Serve containers' roots as a writable sheaf union process instead of
+    /// kernel overlayfs over a read-only one (the default where the kernel
+    /// has overlayfs; bench/overlay.sh compares them).
+    #[arg(long)]
+    no_overlay: bool,
     #[command(flatten)]
     policy: crate::util::PolicyArgs,
 }
@@ -95,6 +100,7 @@ pub fn run(a: SnapshotterArgs, remote: &crate::util::RemoteArgs) -> Result<i32> 
         policy: a.policy.load()?,
         remote: remote.config()?,
         remote_args: remote.to_args(),
+        overlay: !a.no_overlay && sheaf_snapshotter::overlay_available(),
     };
     sheaf_snapshotter::serve(cfg, &a.socket)
         .with_context(|| format!("snapshotter on {}", a.socket.display()))?;

@@ -9,13 +9,16 @@
 //! **packed**, a layer containerd fetched and applied (no sheaf counterpart),
 //! packed from the directory it was applied into.
 //!
-//! Active snapshots (a layer being applied, a container's root) and views
-//! are `sheaf mount` union mounts of the parent chain's layers (with a
-//! writable upper for active ones), each a process of its own, so a restart
-//! of the snapshotter leaves running containers' mounts alive; containerd
-//! gets a bind mount of them. Whiteouts are sheaf's, which are OCI's, so the
-//! union needs no conversion; a layer applied through it records deletions
-//! as whiteouts in its upper directory, which is then a layer as is.
+//! Active snapshots and views are served from `sheaf mount` union mounts of
+//! the parent chain's layers, each a process of its own, so a restart of
+//! the snapshotter leaves running containers' mounts alive. A layer being
+//! applied (an active snapshot with a target) is a writable union whose
+//! upper records deletions as OCI whiteouts, so the upper is a layer as is;
+//! containerd gets a bind mount of it. A container's root (an active
+//! snapshot without a target) is kernel overlayfs, upper directory here,
+//! over a read-only union: measured 3.4x faster at creating files and 1.7x
+//! at cold reads than the writable union (bench/overlay.sh), at 1.2x the
+//! cost of copy-up; committing one converts overlayfs's whiteouts to OCI's.
 //!
 //! State (`ROOT/state.json`, [`state`]) is written after each change and
 //! read at start, when missing mounts are made again. Owns: the snapshot
@@ -95,6 +98,76 @@ pub struct Config {
     pub remote: sheaf_net::RemoteConfig,
     /// The same, as flags for the `sheaf` children.
     pub remote_args: Vec<String>,
+    /// Serve containers' roots as kernel overlayfs over a read-only union
+    /// (else as a writable union); see [`overlay_available`].
+    pub overlay: bool,
+}
+
+/// Whether this kernel has overlayfs (`/proc/filesystems`, after trying to
+/// load the module).
+pub fn overlay_available() -> bool {
+    let has = || {
+        std::fs::read_to_string("/proc/filesystems").is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.split_whitespace().last() == Some("overlay"))
+        })
+    };
+    has()
+        || (Command::new("modprobe")
+            .arg("overlay")
+            .output()
+            .is_ok_and(|o| o.status.success())
+            && has())
+}
+
+/// Turn overlayfs's whiteouts in `upper` into OCI's, so it packs as a
+/// layer: a 0/0 character device becomes an empty `.wh.NAME`, a directory
+/// marked opaque (`trusted.overlay.opaque` = `y`) gets `.wh..wh..opq`.
+/// Redirects and metacopy entries cannot be expressed in a layer: refused.
+pub fn overlay_to_oci(upper: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let xattr = |p: &Path, name: &str| -> Option<Vec<u8>> {
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+        let n = std::ffi::CString::new(name).ok()?;
+        let mut buf = [0u8; 256];
+        // SAFETY: valid C strings and buffer.
+        let r =
+            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        (r >= 0).then(|| buf[..r as usize].to_vec())
+    };
+    let mut stack = vec![upper.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p)?;
+            for bad in ["trusted.overlay.redirect", "trusted.overlay.metacopy"] {
+                if xattr(&p, bad).is_some() {
+                    return Err(std::io::Error::other(format!(
+                        "{}: {bad} (a renamed directory or a metadata-only copy) has no layer form",
+                        p.display()
+                    )));
+                }
+            }
+            if m.file_type().is_char_device() && m.rdev() == 0 {
+                std::fs::remove_file(&p)?;
+                let mut name = std::ffi::OsString::from(".wh.");
+                name.push(e.file_name());
+                std::fs::File::create(dir.join(name))?;
+            } else if m.is_dir() {
+                if xattr(&p, "trusted.overlay.opaque").as_deref() == Some(b"y") {
+                    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+                        .map_err(std::io::Error::other)?;
+                    // SAFETY: valid C strings.
+                    unsafe { libc::lremovexattr(c.as_ptr(), c"trusted.overlay.opaque".as_ptr()) };
+                    std::fs::File::create(p.join(".wh..wh..opq"))?;
+                }
+                stack.push(p);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The snapshotter.
@@ -217,6 +290,7 @@ impl SheafSnapshotter {
         // for URLs, which may contain commas).
         let stack: Vec<String> = layers.iter().map(Self::layer_arg).collect();
         let upper = d.join("upper");
+        let writable = snap.kind == Kind::Active && !snap.overlay;
         let mut args: Vec<&std::ffi::OsStr> = vec![
             "mount".as_ref(),
             "-o".as_ref(),
@@ -224,7 +298,7 @@ impl SheafSnapshotter {
         ];
         args.extend(stack.iter().map(std::ffi::OsStr::new));
         args.push(fs.as_os_str());
-        if snap.kind == Kind::Active {
+        if writable {
             args.push("--upper".as_ref());
             args.push(upper.as_os_str());
         }
@@ -240,6 +314,18 @@ impl SheafSnapshotter {
         } else {
             d.join("fs")
         };
+        if snap.overlay {
+            return Ok(vec![Mount {
+                r#type: "overlay".into(),
+                source: "overlay".into(),
+                target: String::new(),
+                options: vec![
+                    format!("workdir={}", d.join("work").display()),
+                    format!("upperdir={}", d.join("upper").display()),
+                    format!("lowerdir={}", source.display()),
+                ],
+            }]);
+        }
         Ok(vec![Mount {
             r#type: "bind".into(),
             source: source.to_string_lossy().into_owned(),
@@ -394,6 +480,7 @@ impl SheafSnapshotter {
                             created: now(),
                             updated: now(),
                             layer: Some(Layer::Lazy(url)),
+                            overlay: false,
                         },
                     );
                     st.save(&self.cfg.root)
@@ -407,7 +494,17 @@ impl SheafSnapshotter {
         let id = st.next_id;
         st.next_id += 1;
         let d = self.dir(id);
+        // A container's root (no layer to be committed under a target):
+        // overlayfs over the layers, when the kernel has it.
+        let overlay = kind == Kind::Active
+            && !labels.contains_key(LABEL_TARGET)
+            && !st.layers_under(&parent).is_empty()
+            && self.cfg.overlay;
         std::fs::create_dir_all(d.join("upper")).map_err(|e| internal("snapshot directory", e))?;
+        if overlay {
+            std::fs::create_dir_all(d.join("work"))
+                .map_err(|e| internal("snapshot directory", e))?;
+        }
         let snap = Snap {
             id,
             kind,
@@ -416,6 +513,7 @@ impl SheafSnapshotter {
             created: now(),
             updated: now(),
             layer: None,
+            overlay,
         };
         let mounts = match self.mounts_of(&snap, &st) {
             Ok(m) => m,
@@ -606,6 +704,10 @@ impl snapshots::Snapshotter for SheafSnapshotter {
         let d = self.dir(s.id);
         self.unmount(s.id)?;
         Self::wait_unlocked(&d.join("upper"))?;
+        if s.overlay {
+            overlay_to_oci(&d.join("upper"))
+                .map_err(|e| internal("converting overlayfs whiteouts", e))?;
+        }
         let layer = d.join("layer.sheaf");
         let _ = std::fs::remove_file(&layer);
         self.sheaf(
@@ -619,6 +721,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
             "packing the applied layer",
         )?;
         let _ = std::fs::remove_dir_all(d.join("upper"));
+        let _ = std::fs::remove_dir_all(d.join("work"));
         let _ = std::fs::remove_dir(d.join("fs"));
         st.snaps.remove(&key);
         let mut all_labels = s.labels.clone();
@@ -631,6 +734,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
                 labels: all_labels,
                 updated: now(),
                 layer: Some(Layer::Packed(layer)),
+                overlay: false,
                 ..s
             },
         );

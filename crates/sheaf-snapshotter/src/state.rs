@@ -43,6 +43,11 @@ pub struct Snap {
     pub updated: u64,
     /// For a committed snapshot: its layer.
     pub layer: Option<Layer>,
+    /// An active snapshot served as kernel overlayfs (upper directory here)
+    /// over a read-only sheaf union of its layers, rather than by a
+    /// writable sheaf union: a container's root (see `crate` docs).
+    #[serde(default)]
+    pub overlay: bool,
 }
 
 /// Everything, as stored.
