@@ -73,6 +73,8 @@ bench: build
 	bench/pools.sh
 	bench/ssh.sh
 	bench/containers.sh
+	bench/overlay.sh
+	bench/run-image.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

@@ -12,7 +12,7 @@
 #   copyup   one byte appended to each of 200 library files (copy-up of the whole file)
 #   read     every byte under /usr/lib/python3 read (tar through a pipe), cold
 # Writes bench/results/DATE-overlay.md.
-# Usage: bench/overlay.sh  (root; run bench/containers.sh once first for the image)
+# Usage: bench/overlay.sh  (root; after bench/containers.sh, whose OCI layout it flattens)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
@@ -23,7 +23,10 @@ OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-overlay.md
 log() { printf '[overlay-bench %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (overlayfs, chroot, drop_caches)"
-[ -f "$IMAGE" ] || die "$IMAGE missing: run bench/containers.sh first (it makes the flattened sci image)"
+if [ ! -f "$IMAGE" ]; then
+  [ -f "$DATA/containers/oci/index.json" ] || die "no image: run bench/containers.sh first"
+  "$SHEAF" import "oci:$DATA/containers/oci:sci" --flatten -o "$IMAGE" -q
+fi
 W=$(mktemp -d "$DATA/overlay.XXXXXX")
 cleanup() {
   for m in $(grep " $W" /proc/self/mountinfo | awk '{print $5}' | sort -r); do umount -l "$m" 2>/dev/null || true; done
