@@ -28,7 +28,7 @@ trap 'umount -l "$W/mp" 2>/dev/null || true; rm -rf "$W"' EXIT INT TERM
 SQFS=$DATA/containers/sci.sqfs
 if [ ! -f "$SQFS" ] || [ "$SQFS" -ot "$IMAGE" ]; then
   log "extracting and mksquashfs (zstd) of the same root"
-  "$SHEAF" extract "$IMAGE" "$W/rootfs" >/dev/null
+  mkdir -p "$W/rootfs"; "$SHEAF" extract "$IMAGE" -C "$W/rootfs" >/dev/null
   mksquashfs "$W/rootfs" "$SQFS.part" -comp zstd -quiet -noappend >/dev/null
   mv "$SQFS.part" "$SQFS"; rm -rf "$W/rootfs"
 fi
