@@ -846,3 +846,59 @@ fn fstab_style_mount_options_set_the_cache_mirrors_and_timeout() {
         o.describe()
     );
 }
+
+#[test]
+fn cache_fetch_fills_the_node_cache_with_the_listed_files_only() {
+    let t = tmpdir();
+    let (mut ng, src) = setup(t.path());
+    let cache = t.path().join("cache");
+    let ca = cache_arg(&cache);
+    let url = ng.url("repo/img");
+    let list = t.path().join("list");
+    fs::write(&list, "/text.txt\n/no/such/file\n").unwrap();
+    let v = json(
+        &sheaf([
+            "cache",
+            "fetch",
+            &url,
+            "--list",
+            list.to_str().unwrap(),
+            "--json",
+            &ca,
+        ])
+        .ok(),
+    );
+    // 2 MiB of text in 256 KiB blocks.
+    assert_eq!(v["blocks"], 8, "{v}");
+    assert!(v["data_bytes_fetched"].as_u64().unwrap() > 0, "{v}");
+    // A second fetch finds everything in the cache.
+    let v = json(
+        &sheaf([
+            "cache",
+            "fetch",
+            &url,
+            "--list",
+            list.to_str().unwrap(),
+            "--json",
+            &ca,
+        ])
+        .ok(),
+    );
+    assert_eq!(v["data_bytes_fetched"], 0, "{v}");
+    assert_eq!(v["metadata_bytes_fetched"], 0, "{v}");
+    // With the server gone, the listed file reads from the cache alone and
+    // equals the source; an unlisted one cannot be read.
+    ng.stop();
+    let o = sheaf(["cat", &url, "/text.txt", &ca, "--timeout", "2"]).ok();
+    assert_eq!(o.stdout, fs::read(src.join("text.txt")).unwrap());
+    sheaf(["cat", &url, "/big.bin", &ca, "--timeout", "2"]).fails_with(1);
+    // A local image needs no fetching: one line.
+    let o = sheaf([
+        "cache",
+        "fetch",
+        t.path().join("www/img.sheaf").to_str().unwrap(),
+        &ca,
+    ])
+    .fails_with(1);
+    assert!(o.one_err_line().contains("only URLs"), "{}", o.stderr);
+}
