@@ -609,22 +609,7 @@ fn imported_layers_and_image_records_are_signed_and_the_policy_applies() {
         "-q",
     ])
     .ok();
-    let key = t.path().join("key");
-    run_cmd(
-        Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&key),
-    )
-    .ok();
-    let signers = t.path().join("signers");
-    fs::write(
-        &signers,
-        format!(
-            "ci {}",
-            fs::read_to_string(key.with_extension("pub")).unwrap()
-        ),
-    )
-    .unwrap();
+    let (key, signers) = ssh_signer(t.path());
     let diffs = lay.strs("diff_ids");
     let layer = |i: usize| repo.join(format!("layer-sha256-{}", &diffs[i][7..]));
     let s = signers.to_str().unwrap();

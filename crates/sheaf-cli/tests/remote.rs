@@ -856,34 +856,26 @@ fn cache_fetch_fills_the_node_cache_with_the_listed_files_only() {
     let url = ng.url("repo/img");
     let list = t.path().join("list");
     fs::write(&list, "/text.txt\n/no/such/file\n").unwrap();
-    let v = json(
-        &sheaf([
-            "cache",
-            "fetch",
-            &url,
-            "--list",
-            list.to_str().unwrap(),
-            "--json",
-            &ca,
-        ])
-        .ok(),
-    );
+    let fetch = || {
+        json(
+            &sheaf([
+                "cache",
+                "fetch",
+                &url,
+                "--list",
+                list.to_str().unwrap(),
+                "--json",
+                &ca,
+            ])
+            .ok(),
+        )
+    };
+    let v = fetch();
     // 2 MiB of text in 256 KiB blocks.
     assert_eq!(v["blocks"], 8, "{v}");
     assert!(v["data_bytes_fetched"].as_u64().unwrap() > 0, "{v}");
     // A second fetch finds everything in the cache.
-    let v = json(
-        &sheaf([
-            "cache",
-            "fetch",
-            &url,
-            "--list",
-            list.to_str().unwrap(),
-            "--json",
-            &ca,
-        ])
-        .ok(),
-    );
+    let v = fetch();
     assert_eq!(v["data_bytes_fetched"], 0, "{v}");
     assert_eq!(v["metadata_bytes_fetched"], 0, "{v}");
     // With the server gone, the listed file reads from the cache alone and

@@ -691,22 +691,7 @@ fn scenario(t: &Path) {
     // one is fetched and applied by containerd. A recorded prefetch list
     // fills the (new, empty) node cache during the pull: with the web
     // server gone, the container still runs.
-    let key = t.join("key");
-    run_cmd(
-        Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-            .arg(&key),
-    )
-    .ok();
-    let signers = t.join("signers");
-    fs::write(
-        &signers,
-        format!(
-            "ci {}",
-            fs::read_to_string(key.with_extension("pub")).unwrap()
-        ),
-    )
-    .unwrap();
+    let (key, signers) = ssh_signer(t);
     for i in [0, 2] {
         let l = repo.join(format!("layer-sha256-{}", &diffs[i][7..]));
         sheaf(["sign", l.to_str().unwrap(), "-k", key.to_str().unwrap()]).ok();

@@ -824,3 +824,26 @@ pub fn new_object_bytes(old: &Path, new: &Path) -> (u64, u64) {
         .sum();
     (fresh, total)
 }
+
+/// A new ed25519 key pair made by OpenSSH's ssh-keygen at `dir/key`, and
+/// `dir/signers`, an allowed_signers file trusting it as principal `ci`:
+/// (private key, signers file).
+pub fn ssh_signer(dir: &Path) -> (PathBuf, PathBuf) {
+    let key = dir.join("key");
+    run_cmd(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key),
+    )
+    .ok();
+    let signers = dir.join("signers");
+    fs::write(
+        &signers,
+        format!(
+            "ci {}",
+            fs::read_to_string(key.with_extension("pub")).unwrap()
+        ),
+    )
+    .unwrap();
+    (key, signers)
+}
