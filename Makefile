@@ -68,6 +68,7 @@ bench: build
 	bench/setup.sh
 	bench/run.sh
 	bench/mount.sh
+	bench/metadata.sh
 	bench/http.sh
 	bench/layers.sh
 	bench/pools.sh

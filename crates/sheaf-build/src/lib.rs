@@ -421,7 +421,11 @@ pub fn build(
     }
     let sb = Superblock {
         required_features: 0,
-        optional_features: 0,
+        optional_features: if xattr_sets == 0 {
+            sheaf_format::superblock::OPT_NO_XATTRS
+        } else {
+            0
+        },
         block_size: opts.block_size,
         page_size: opts.page_size,
         inode_count,

@@ -673,3 +673,75 @@ fn a_corrupt_block_is_eio_with_a_log_line() {
     );
     assert!(stats(&mp)["image_errors"].as_u64().unwrap() >= 1);
 }
+
+/// An image without xattrs answers the first getxattr with ENOSYS, so the
+/// kernel stops asking (ls -l asks two or three times per entry); statistics
+/// and umount then talk through the root's ioctl. An image with an xattr
+/// keeps answering, exactly.
+#[test]
+fn an_image_without_xattrs_lets_the_kernel_stop_asking_for_them() {
+    let t = tmpdir();
+    let plain = t.path().join("plain");
+    fs::create_dir_all(plain.join("d")).unwrap();
+    for i in 0..200 {
+        write(&plain.join(format!("d/f{i}")), format!("{i}\n").as_bytes());
+    }
+    let img = t.path().join("plain.sheaf");
+    build(&plain, &img, &[]).ok();
+    let mp = t.path().join("mp");
+    let m = mount(&img, &mp, &[]);
+    for _ in 0..3 {
+        run_cmd(Command::new("ls").arg("-lR").arg(&mp)).ok();
+    }
+    let s = stats(&mp);
+    let asked = s["ops"]["getxattr"]["count"].as_u64().unwrap_or(0);
+    assert!(asked <= 1, "getxattr reached the mount {asked} times: {s}");
+    assert_eq!(s["pid"].as_i64().unwrap() as u32, servers(&mp)[0]);
+    let e = xattr::get(mp.join("d/f1"), "user.k").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+    m.umount();
+    assert!(servers(&mp).is_empty(), "umount waited for the server");
+    // A read-only stack of such images does the same; a writable one keeps
+    // answering (its upper may get xattrs).
+    let mut c = cmd();
+    c.arg("mount").arg(&img).arg(&img).arg(&mp);
+    let m = Mounted::run(&mut c, &mp);
+    for _ in 0..3 {
+        run_cmd(Command::new("ls").arg("-lR").arg(&mp)).ok();
+    }
+    let s = stats(&mp);
+    assert!(
+        s["ops"]["getxattr"]["count"].as_u64().unwrap_or(0) <= 1,
+        "{s}"
+    );
+    m.umount();
+    let upper = t.path().join("upper");
+    fs::create_dir(&upper).unwrap();
+    let mut c = cmd();
+    c.arg("mount").arg(&img).arg(&mp).arg("--upper").arg(&upper);
+    let m = Mounted::run(&mut c, &mp);
+    xattr::set(mp.join("d/f1"), "user.k", b"w").unwrap();
+    assert_eq!(
+        xattr::get(mp.join("d/f1"), "user.k").unwrap(),
+        Some(b"w".to_vec())
+    );
+    m.umount();
+
+    let attrs = t.path().join("attrs");
+    fs::create_dir_all(&attrs).unwrap();
+    write(&attrs.join("f"), b"x");
+    xattr::set(attrs.join("f"), "user.k", b"v").unwrap();
+    let img = t.path().join("attrs.sheaf");
+    build(&attrs, &img, &[]).ok();
+    let m = mount(&img, &mp, &[]);
+    for _ in 0..3 {
+        assert_eq!(
+            xattr::get(mp.join("f"), "user.k").unwrap(),
+            Some(b"v".to_vec())
+        );
+    }
+    assert_eq!(xattr::get(mp.join("f"), "user.other").unwrap(), None);
+    let s = stats(&mp);
+    assert!(s["ops"]["getxattr"]["count"].as_u64().unwrap() >= 4, "{s}");
+    drop(m);
+}

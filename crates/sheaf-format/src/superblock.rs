@@ -92,6 +92,11 @@ pub struct StreamDesc {
 /// later versions can make old readers refuse what they cannot read).
 pub const KNOWN_REQUIRED_FEATURES: u64 = 0;
 
+/// Optional feature: no inode of the image carries an xattr set. A reader
+/// may answer "no xattrs" without looking (a mount then lets the kernel
+/// stop asking); an image that sets it falsely only hides its xattrs.
+pub const OPT_NO_XATTRS: u64 = 1 << 0;
+
 /// Names of possible future required features, for messages. Index = bit.
 fn feature_name(bit: u32) -> String {
     format!("feature bit {bit}")

@@ -15,8 +15,9 @@ use crate::readahead::Readahead;
 use crate::stats::{Op, Stats};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyXattr, Request,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyStatfs, ReplyXattr,
+    Request,
 };
 use sheaf_format::records::FileType as Ft;
 use sheaf_read::{CountingSource, Image, Inode, ReadError};
@@ -441,21 +442,6 @@ impl Filesystem for SheafFs {
         reply.error(Errno::ENOSYS);
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn ioctl(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: fuser::IoctlFlags,
-        _cmd: u32,
-        _in_data: &[u8],
-        _out_size: u32,
-        reply: fuser::ReplyIoctl,
-    ) {
-        reply.error(Errno::ENOTTY);
-    }
-
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _t = self.stats.time(Op::Lookup);
         let r = self
@@ -591,6 +577,35 @@ impl Filesystem for SheafFs {
         }
     }
 
+    /// The control ioctls on the root ([`crate::STATS_IOCTL`]); ENOTTY for
+    /// anything else.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        let name = match cmd {
+            crate::STATS_IOCTL => crate::STATS_XATTR,
+            crate::PID_IOCTL => crate::PID_XATTR,
+            _ => return reply.error(Errno::ENOTTY),
+        };
+        match self.hidden_xattr(ino, name.as_bytes()) {
+            Some(mut v) if v.len() < out_size as usize => {
+                v.push(0);
+                reply.ioctl(0, &v)
+            }
+            Some(_) => reply.error(Errno::E2BIG),
+            None => reply.error(Errno::ENOTTY),
+        }
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let _t = self.stats.time(Op::Statfs);
         let sb = self.img.superblock();
@@ -609,6 +624,12 @@ impl Filesystem for SheafFs {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _t = self.stats.time(Op::Getxattr);
+        if !self.img.has_xattrs() {
+            // ENOSYS: the kernel stops sending getxattr for this mount and
+            // answers EOPNOTSUPP itself (ls -l asks two or three per file).
+            // Statistics are then read through STATS_IOCTL.
+            return reply.error(Errno::ENOSYS);
+        }
         let name = name.as_bytes();
         let value = match self.hidden_xattr(ino, name) {
             Some(v) => Ok(Some(v)),
@@ -631,6 +652,9 @@ impl Filesystem for SheafFs {
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _t = self.stats.time(Op::Listxattr);
+        if !self.img.has_xattrs() {
+            return reply.error(Errno::ENOSYS);
+        }
         match self.inode(ino).and_then(|i| self.img.xattrs(&i)) {
             Ok(set) => {
                 let mut names = Vec::new();

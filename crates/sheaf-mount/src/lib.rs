@@ -39,3 +39,18 @@ pub use union::{UnionConfig, UnionError, UnionFs};
 pub const STATS_XATTR: &str = "user.sheaf.stats";
 /// Hidden xattr on the root that returns the serving process id.
 pub const PID_XATTR: &str = "user.sheaf.pid";
+
+/// Largest answer of the control ioctls (the 14-bit size field of an ioctl
+/// number bounds it).
+pub const CONTROL_LEN: usize = (16 << 10) - 1;
+/// Linux `_IOR(type, nr, [u8; CONTROL_LEN])`.
+const fn ior(nr: u32) -> u32 {
+    (2 << 30) | ((CONTROL_LEN as u32) << 16) | ((b'S' as u32) << 8) | nr
+}
+/// ioctl on the mount's root directory answering what [`STATS_XATTR`]
+/// does, NUL-terminated: a mount whose image has no xattrs answers getxattr
+/// with ENOSYS (the kernel then stops asking, which makes `ls -l` as fast as
+/// on a kernel filesystem), so the hidden xattrs are not reachable there.
+pub const STATS_IOCTL: u32 = ior(1);
+/// ioctl on the root answering what [`PID_XATTR`] does.
+pub const PID_IOCTL: u32 = ior(2);

@@ -295,6 +295,12 @@ impl Image {
     pub fn name(&self) -> &str {
         self.src.name()
     }
+    /// Whether any inode may carry xattrs (false when the builder recorded
+    /// that none does: [`sheaf_format::superblock::OPT_NO_XATTRS`]).
+    pub fn has_xattrs(&self) -> bool {
+        self.sb.optional_features & sheaf_format::superblock::OPT_NO_XATTRS == 0
+    }
+
     /// The superblock.
     pub fn superblock(&self) -> &Superblock {
         &self.sb

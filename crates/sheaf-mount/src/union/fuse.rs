@@ -276,10 +276,18 @@ impl Filesystem for UnionFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.xattrs_off() {
+            // As a single image's mount does (crate::fs): the kernel stops
+            // asking, statistics go through the ioctl.
+            return reply.error(Errno::ENOSYS);
+        }
         reply_xattr(reply, size, UnionFs::getxattr(self, ino, name.as_bytes()))
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.xattrs_off() {
+            return reply.error(Errno::ENOSYS);
+        }
         reply_xattr(reply, size, UnionFs::listxattr(self, ino))
     }
 
@@ -469,18 +477,32 @@ impl Filesystem for UnionFs {
         }
     }
 
+    /// The control ioctls on the root ([`crate::STATS_IOCTL`]); ENOTTY for
+    /// anything else.
     #[allow(clippy::too_many_arguments)]
     fn ioctl(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: fuser::IoctlFlags,
-        _cmd: u32,
+        cmd: u32,
         _in_data: &[u8],
-        _out_size: u32,
+        out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        reply.error(Errno::ENOTTY);
+        let name = match cmd {
+            crate::STATS_IOCTL => crate::STATS_XATTR,
+            crate::PID_IOCTL => crate::PID_XATTR,
+            _ => return reply.error(Errno::ENOTTY),
+        };
+        match UnionFs::hidden_xattr(self, ino, name.as_bytes()) {
+            Some(mut v) if v.len() < out_size as usize => {
+                v.push(0);
+                reply.ioctl(0, &v)
+            }
+            Some(_) => reply.error(Errno::E2BIG),
+            None => reply.error(Errno::ENOTTY),
+        }
     }
 }

@@ -406,15 +406,31 @@ impl UnionFs {
         }
     }
 
+    /// The root's hidden stats and pid attributes.
+    pub(crate) fn hidden_xattr(&self, ino: INodeNo, name: &[u8]) -> Option<Vec<u8>> {
+        if ino.0 != ROOT {
+            None
+        } else if name == crate::STATS_XATTR.as_bytes() {
+            Some(self.stats_json().to_string().into_bytes())
+        } else if name == crate::PID_XATTR.as_bytes() {
+            Some(std::process::id().to_string().into_bytes())
+        } else {
+            None
+        }
+    }
+
+    /// Whether the mount answers no xattrs at all: read-only, and no layer
+    /// has any ([`sheaf_read::Image::has_xattrs`]).
+    pub(crate) fn xattrs_off(&self) -> bool {
+        !self.writable() && self.stack.layers().iter().all(|l| !l.has_xattrs())
+    }
+
     /// The value of extended attribute `name` of `ino` (the root also has
     /// the hidden stats and pid attributes).
     pub(crate) fn getxattr(&self, ino: INodeNo, name: &[u8]) -> Result<Vec<u8>, Errno> {
         let _t = self.stats.time(Op::Getxattr);
-        if ino.0 == ROOT && name == crate::STATS_XATTR.as_bytes() {
-            return Ok(self.stats_json().to_string().into_bytes());
-        }
-        if ino.0 == ROOT && name == crate::PID_XATTR.as_bytes() {
-            return Ok(std::process::id().to_string().into_bytes());
+        if let Some(v) = self.hidden_xattr(ino, name) {
+            return Ok(v);
         }
         let n = self.node(ino)?;
         if let Some(fd) = &n.upper {
