@@ -45,9 +45,15 @@ fn run(data: &[u8]) {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
+    // One packer thread: the same code paths without a thread start per
+    // input (this target is the slowest; every execution counts).
     let opts = ImportOptions {
         flatten: Some(dir.path().join("flat.sheaf")),
         publish: Some(dir.path().join("repo")),
+        build: sheaf_build::BuildOptions {
+            threads: 1,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let cancel = std::sync::atomic::AtomicBool::new(false);

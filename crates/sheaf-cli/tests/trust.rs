@@ -722,3 +722,57 @@ fn a_damaged_inner_metadata_page_fails_only_what_needs_it() {
     assert_eq!(fs::read(mp.join("f0500")).unwrap(), b"500\n");
     guard.umount();
 }
+
+/// About one ECDSA key in 300 that ssh-keygen makes has a private scalar
+/// with a leading zero byte, which the ssh-key crate refuses; such a key
+/// (kept in tests/support, made by ssh-keygen) still signs, through
+/// ssh-keygen, and ssh-keygen verifies the signature.
+#[test]
+fn an_ecdsa_key_the_crate_cannot_read_still_signs() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tmpdir();
+    let img = image(t.path());
+    let key = t.path().join("ec");
+    fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/ecdsa-scalar-leading-zero.key"),
+        &key,
+    )
+    .unwrap();
+    // ssh-keygen refuses private keys others can read.
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+    let public = run_cmd(Command::new("ssh-keygen").arg("-y").arg("-f").arg(&key))
+        .ok()
+        .text();
+    let signers = t.path().join("signers");
+    fs::write(&signers, format!("bob@example.org {public}")).unwrap();
+    sheaf([
+        "sign".as_ref(),
+        img.as_os_str(),
+        "-k".as_ref(),
+        key.as_os_str(),
+        "--detached".as_ref(),
+    ])
+    .ok();
+    let sig = t.path().join("img.sheaf.sig");
+    let o = run_with_stdin(
+        Command::new("ssh-keygen")
+            .args(["-Y", "verify", "-n", "sheaf", "-I", "bob@example.org", "-f"])
+            .arg(&signers)
+            .arg("-s")
+            .arg(&sig),
+        root_message(&img),
+    )
+    .ok();
+    assert!(
+        o.text().contains("Good \"sheaf\" signature"),
+        "{}",
+        o.text()
+    );
+    sheaf([
+        "verify".as_ref(),
+        img.as_os_str(),
+        "--signers".as_ref(),
+        signers.as_os_str(),
+    ])
+    .ok();
+}

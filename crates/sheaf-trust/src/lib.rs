@@ -87,12 +87,63 @@ pub fn sign(path: &Path, message: &[u8]) -> Result<String, TrustError> {
         private.public_key().clone()
     } else if let Ok(p) = PublicKey::from_openssh(text.trim()) {
         p
+    } else if text
+        .trim_start()
+        .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----")
+    {
+        // A private key the ssh-key crate cannot read (0.6 refuses about one
+        // ECDSA key in 300 that ssh-keygen makes: a private scalar with a
+        // leading zero byte): OpenSSH's own ssh-keygen signs with it.
+        return sign_with_ssh_keygen(path, message).map_err(kerr);
     } else {
         return Err(kerr(
             "not an OpenSSH private or public key (ssh-keygen -t ed25519 makes one)".into(),
         ));
     };
     sign_with_agent(&public, message)
+}
+
+/// `ssh-keygen -Y sign -n sheaf -O hashalg=sha512 -f KEY`, the message on
+/// stdin, the armored SSHSIG on stdout (checked before it is returned).
+fn sign_with_ssh_keygen(path: &Path, message: &[u8]) -> Result<String, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-Y",
+            "sign",
+            "-n",
+            NAMESPACE,
+            "-O",
+            "hashalg=sha512",
+            "-f",
+        ])
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running ssh-keygen to sign: {e}"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(message)
+        .map_err(|e| format!("ssh-keygen: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("ssh-keygen: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "ssh-keygen could not sign: {}",
+            err.lines().last().unwrap_or("").trim()
+        ));
+    }
+    let text = String::from_utf8(out.stdout).map_err(|e| format!("ssh-keygen: {e}"))?;
+    SshSig::from_pem(text.trim()).map_err(|e| format!("ssh-keygen's signature: {e}"))?;
+    Ok(text)
 }
 
 /// RSA through the `rsa` crate directly: ssh-key 0.6's own conversion of
