@@ -591,19 +591,7 @@ impl Filesystem for SheafFs {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let name = match cmd {
-            crate::STATS_IOCTL => crate::STATS_XATTR,
-            crate::PID_IOCTL => crate::PID_XATTR,
-            _ => return reply.error(Errno::ENOTTY),
-        };
-        match self.hidden_xattr(ino, name.as_bytes()) {
-            Some(mut v) if v.len() < out_size as usize => {
-                v.push(0);
-                reply.ioctl(0, &v)
-            }
-            Some(_) => reply.error(Errno::E2BIG),
-            None => reply.error(Errno::ENOTTY),
-        }
+        crate::reply_control(cmd, out_size, |n| self.hidden_xattr(ino, n), reply)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

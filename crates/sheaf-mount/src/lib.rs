@@ -54,3 +54,27 @@ const fn ior(nr: u32) -> u32 {
 pub const STATS_IOCTL: u32 = ior(1);
 /// ioctl on the root answering what [`PID_XATTR`] does.
 pub const PID_IOCTL: u32 = ior(2);
+
+/// Answer a control ioctl from the hidden xattr it stands for (`hidden`
+/// gives the value of a hidden name, None off the root): NUL-terminated,
+/// E2BIG if it does not fit `out_size`, ENOTTY for any other ioctl.
+pub(crate) fn reply_control(
+    cmd: u32,
+    out_size: u32,
+    hidden: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
+    reply: fuser::ReplyIoctl,
+) {
+    let name = match cmd {
+        STATS_IOCTL => STATS_XATTR,
+        PID_IOCTL => PID_XATTR,
+        _ => return reply.error(fuser::Errno::ENOTTY),
+    };
+    match hidden(name.as_bytes()) {
+        Some(mut v) if v.len() < out_size as usize => {
+            v.push(0);
+            reply.ioctl(0, &v)
+        }
+        Some(_) => reply.error(fuser::Errno::E2BIG),
+        None => reply.error(fuser::Errno::ENOTTY),
+    }
+}

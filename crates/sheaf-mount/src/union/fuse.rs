@@ -491,18 +491,11 @@ impl Filesystem for UnionFs {
         out_size: u32,
         reply: fuser::ReplyIoctl,
     ) {
-        let name = match cmd {
-            crate::STATS_IOCTL => crate::STATS_XATTR,
-            crate::PID_IOCTL => crate::PID_XATTR,
-            _ => return reply.error(Errno::ENOTTY),
-        };
-        match UnionFs::hidden_xattr(self, ino, name.as_bytes()) {
-            Some(mut v) if v.len() < out_size as usize => {
-                v.push(0);
-                reply.ioctl(0, &v)
-            }
-            Some(_) => reply.error(Errno::E2BIG),
-            None => reply.error(Errno::ENOTTY),
-        }
+        crate::reply_control(
+            cmd,
+            out_size,
+            |n| UnionFs::hidden_xattr(self, ino, n),
+            reply,
+        )
     }
 }
