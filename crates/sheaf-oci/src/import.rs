@@ -435,6 +435,7 @@ pub fn import(
 
     let mut reports = Vec::new();
     let mut built = Vec::new();
+    let mut roots = Vec::with_capacity(layers.len());
     let mut fetched = 0u64;
     let total = layers.len();
     for (i, l) in layers.iter().enumerate() {
@@ -449,24 +450,28 @@ pub fn import(
             image_bytes: 0,
             objects_written: 0,
         };
-        if in_repo && opts.flatten.is_some() {
-            // Flattening takes the layer from the repository, read in place.
+        // Each layer is opened once, for publishing, for its root in the
+        // record and for flattening. One already in the repository is read
+        // there, in place.
+        let img = if in_repo {
             let repo = opts.publish.as_ref().expect("in_repo implies publish");
-            built.push(open_layer(&repo.join(&l.layer))?);
-        } else if !in_repo {
+            open_layer(&repo.join(&l.layer))?
+        } else {
             let out = work.path().join(format!("{i}.sheaf"));
             let b = build_layer(src, l, &out, &opts.build, cancel)?;
             fetched += l.size;
             rep.entries = b.inodes;
             rep.image_bytes = b.image_bytes;
-            if let (Some(repo), false) = (&opts.publish, in_repo) {
-                let img = open_layer(&out)?;
+            let img = open_layer(&out)?;
+            if let Some(repo) = &opts.publish {
                 let p = sheaf_net::publish(&img, repo, &l.layer, &|_, _| {})?;
                 rep.objects_written = p.written;
             }
-            if opts.flatten.is_some() {
-                built.push(open_layer(&out)?);
-            }
+            img
+        };
+        roots.push(img.root_digest());
+        if opts.flatten.is_some() {
+            built.push(img);
         }
         on_layer(i, total, &rep);
         reports.push(rep);
@@ -486,11 +491,11 @@ pub fn import(
                 &serde_json::to_vec_pretty(&link).expect("json"),
             )?;
         }
-        // The record names each layer's root, read from the index just
-        // written or found, so signing the record covers the layers' bytes.
-        for l in &mut rec.layers {
-            let root = open_layer(&repo.join(&l.layer))?.root_digest();
-            l.root = Some(format!("blake3:{}", sheaf_format::hex(&root)));
+        // The record names each layer's root (a published index has the
+        // root of the image it stands for), so signing the record covers
+        // the layers' bytes.
+        for (l, root) in rec.layers.iter_mut().zip(&roots) {
+            l.root = Some(format!("blake3:{}", sheaf_format::hex(root)));
         }
         let p = repo.join(record::record_name(&manifest_digest));
         write_atomic(repo, &p, &serde_json::to_vec_pretty(&rec).expect("json"))?;

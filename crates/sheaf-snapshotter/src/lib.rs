@@ -125,17 +125,9 @@ pub fn overlay_available() -> bool {
 /// marked opaque (`trusted.overlay.opaque` = `y`) gets `.wh..wh..opq`.
 /// Redirects and metacopy entries cannot be expressed in a layer: refused.
 pub fn overlay_to_oci(upper: &Path) -> std::io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let xattr = |p: &Path, name: &str| -> Option<Vec<u8>> {
-        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-        let n = std::ffi::CString::new(name).ok()?;
-        let mut buf = [0u8; 256];
-        // SAFETY: valid C strings and buffer.
-        let r =
-            unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        (r >= 0).then(|| buf[..r as usize].to_vec())
-    };
+    // Not following symlinks (lgetxattr).
+    let xattr = |p: &Path, name: &str| xattr::get(p, name).ok().flatten();
     let mut stack = vec![upper.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir)? {
@@ -157,10 +149,7 @@ pub fn overlay_to_oci(upper: &Path) -> std::io::Result<()> {
                 std::fs::File::create(dir.join(name))?;
             } else if m.is_dir() {
                 if xattr(&p, "trusted.overlay.opaque").as_deref() == Some(b"y") {
-                    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-                        .map_err(std::io::Error::other)?;
-                    // SAFETY: valid C strings.
-                    unsafe { libc::lremovexattr(c.as_ptr(), c"trusted.overlay.opaque".as_ptr()) };
+                    xattr::remove(&p, "trusted.overlay.opaque")?;
                     std::fs::File::create(p.join(".wh..wh..opq"))?;
                 }
                 stack.push(p);
