@@ -403,10 +403,18 @@ pub fn build(
     let prefetch_bytes = prefetch_section(&tree, &prefetch);
     drop(tree);
     let block_bytes: Vec<u8> = block_refs.iter().flat_map(|r| r.encode()).collect();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| BuildError::Option(e.to_string()))?;
+    // A one-thread build compresses on the caller's thread: no pool, so no
+    // thread is started or left ending after the build returns.
+    let pool = if threads > 1 {
+        Some(
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|e| BuildError::Option(e.to_string()))?,
+        )
+    } else {
+        None
+    };
     let (inode_count, dirent_count) = (streams.inode_count, streams.dirent_count);
     let mut descs: [StreamDesc; 5] = Default::default();
     for (id, bytes) in [
@@ -416,8 +424,19 @@ pub fn build(
         (StreamId::Heap, streams.heap),
         (StreamId::Blocks, block_bytes),
     ] {
-        descs[id as usize] = pool
-            .install(|| meta::write_stream(&mut out, &bytes, opts.page_size, &opts.compression))?;
+        let write = |out: &mut _| {
+            meta::write_stream(
+                out,
+                &bytes,
+                opts.page_size,
+                &opts.compression,
+                pool.is_some(),
+            )
+        };
+        descs[id as usize] = match &pool {
+            Some(pool) => pool.install(|| write(&mut out))?,
+            None => write(&mut out)?,
+        };
     }
     let sb = Superblock {
         required_features: 0,

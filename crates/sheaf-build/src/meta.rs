@@ -120,7 +120,8 @@ pub fn encode_tree(tree: &Tree) -> Result<Streams, BuildError> {
     Ok(s)
 }
 
-/// Write `bytes` as a paged stream: pages compressed in parallel, written in
+/// Write `bytes` as a paged stream: pages compressed (in parallel on the
+/// current rayon pool when `parallel`), written in
 /// order, then the refs of each level paged in turn until the top level fits
 /// in the superblock.
 pub fn write_stream<W: Write>(
@@ -128,6 +129,7 @@ pub fn write_stream<W: Write>(
     bytes: &[u8],
     page_size: u32,
     comp: &Compression,
+    parallel: bool,
 ) -> Result<StreamDesc, BuildError> {
     if bytes.is_empty() {
         return Ok(StreamDesc::default());
@@ -138,13 +140,15 @@ pub fn write_stream<W: Write>(
     let mut levels = 0;
     loop {
         levels += 1;
-        let pages: Vec<(sheaf_format::Digest, sheaf_format::Codec, Vec<u8>, u32)> = level
-            .par_chunks(page_size as usize)
-            .map(|p| {
-                let (codec, z) = compress_best(comp, p);
-                (sheaf_format::digest(p), codec, z, p.len() as u32)
-            })
-            .collect();
+        let page = |p: &[u8]| {
+            let (codec, z) = compress_best(comp, p);
+            (sheaf_format::digest(p), codec, z, p.len() as u32)
+        };
+        let pages: Vec<(sheaf_format::Digest, sheaf_format::Codec, Vec<u8>, u32)> = if parallel {
+            level.par_chunks(page_size as usize).map(page).collect()
+        } else {
+            level.chunks(page_size as usize).map(page).collect()
+        };
         let mut refs = Vec::with_capacity(pages.len());
         for (hash, codec, z, ulen) in pages {
             let offset = out.put(&z)?;

@@ -88,7 +88,7 @@ pub fn rewrite(
         } else {
             &parts.streams[id as usize]
         };
-        descs[id as usize] = meta::write_stream(&mut out, bytes, page_size, compression)?;
+        descs[id as usize] = meta::write_stream(&mut out, bytes, page_size, compression, true)?;
     }
     let sb = Superblock {
         streams: descs,
