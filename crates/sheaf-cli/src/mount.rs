@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 const MOUNT_OPTIONS_HELP: &str = "\
 Mount options (-o, comma-separated, repeatable):
   cache_size=SIZE   decompressed-block cache (default 256M; e.g. 64M, 2G)
-  threads=N         request threads (default: 2 per core, 4..16)
+  threads=N         request threads (default: 4 per core, 8..32)
   readahead=N       blocks decompressed ahead of a sequential reader (default 1; 0 = off)
   readdirplus=WHEN  list directories with attributes: auto (default), always, never
   uid=N, gid=N      present every entry as owned by this user / group
@@ -127,9 +127,12 @@ struct Parsed {
     remote: RemoteArgs,
 }
 
+/// Request threads block on disk or network reads, so there are more than
+/// cores: with 2 per core, 4 readers of cold small files on 2 cores left
+/// every lookup queued behind their reads (p99 8 ms; bench/default-image.sh).
 pub(crate) fn default_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (cores * 2).clamp(4, 16)
+    (cores * 4).clamp(8, 32)
 }
 
 /// Parse `-o` lists. `from_fstab` also tolerates `rw`, which mount(8) may pass.

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# HCP scale (issue 15 §4): a 16M-entry image built from a tar stream that
+# bench/gen-tar.py generates on the fly (this disk has too few inodes for such
+# a directory), against squashfs-tools-ng's tar2sqfs on the same stream; then
+# reading it: mount time (warm and after drop_caches, median of 5) against
+# squashfuse_ll on the tar2sqfs image, server RSS after a full walk, warm
+# `find` rate (kernel squashfs beside it), and `sheaf find` with no mount.
+# Builder memory per entry is the slope between a SMALL and the full build:
+# (peak RSS_N − peak RSS_SMALL) / (N − SMALL).
+# From a directory (tree M, 1M small files, if bench/setup.sh M made it):
+# sheaf build against mksquashfs.
+# Writes bench/results/DATE-scale.md.
+#
+# Usage: bench/scale.sh     (run as root)
+# Env:   SCALE_ENTRIES (default 16000000), SCALE_SMALL (default 1000000),
+#        SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), PYTHON
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
+DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
+N=${SCALE_ENTRIES:-16000000}
+SMALL=${SCALE_SMALL:-1000000}
+PYTHON=${PYTHON:-python3}
+GEN="$ROOT/bench/gen-tar.py"
+OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-scale.md
+
+log() { printf '[scale %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || die "must run as root (loop mounts, drop_caches)"
+[ -x "$SHEAF" ] || die "$SHEAF missing: run make build"
+for c in tar2sqfs squashfuse_ll mksquashfs /usr/bin/time; do
+    command -v "$c" >/dev/null || die "$c missing (make bench installs squashfs-tools-ng, squashfuse, squashfs-tools, time)"
+done
+
+WORK=$(mktemp -d "$DATA/scale.XXXXXX")
+MP=$(mktemp -d /tmp/sheaf-bench-scale.XXXXXX)
+CUR=""
+umnt() {
+    case $CUR in "") ;; sheaf) "$SHEAF" umount "$MP" ;; *) umount "$MP" ;; esac
+    CUR=""
+}
+cleanup() { umnt 2>/dev/null || true; rm -rf "$WORK"; rmdir "$MP" 2>/dev/null || true; }
+trap cleanup EXIT
+
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+now_ns() { date +%s%N; }
+secs() { awk -v n="$1" 'BEGIN { printf "%.2f", n / 1e9 }'; }
+ms() { awk -v n="$1" 'BEGIN { printf "%.1f", n / 1e6 }'; }
+mb() { awk -v n="$1" 'BEGIN { printf "%.1f", n / 1e6 }'; }
+rate() { awk -v n="$1" -v t="$2" 'BEGIN { printf "%.0f", n / (t / 1e9) / 1e3 }'; } # K/s
+median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+verdict() { awk -v x="$1" -v t="$2" -v d="${3:-le}" 'BEGIN { ok = (d == "le") ? x <= t : x >= t; print ok ? "met" : "MISSED" }'; }
+
+declare -A R
+# build KIND COUNT: wall ns and peak RSS KiB of one build from the generated stream.
+build() {
+    local kind=$1 n=$2 img s e
+    drop_caches
+    case $kind in
+        sheaf) img=$WORK/hcp-$n.sheaf
+               s=$(now_ns)
+               "$PYTHON" "$GEN" "$n" | /usr/bin/time -o "$WORK/time" -f '%M' "$SHEAF" build -q - -o "$img"
+               e=$(now_ns) ;;
+        sqfs)  img=$WORK/hcp-$n.sqfs
+               s=$(now_ns)
+               "$PYTHON" "$GEN" "$n" | /usr/bin/time -o "$WORK/time" -f '%M' tar2sqfs -q -f -c zstd "$img" >/dev/null
+               e=$(now_ns) ;;
+    esac
+    R[$kind,$n,wall]=$((e - s)); R[$kind,$n,rss]=$(tail -1 "$WORK/time"); R[$kind,$n,size]=$(stat -c %s "$img")
+    log "$kind $n entries: $(secs $((e - s))) s, peak RSS $((R[$kind,$n,rss] / 1024)) MiB, $(mb "${R[$kind,$n,size]}") MB"
+}
+log "generator alone, $N entries"
+s=$(now_ns); "$PYTHON" "$GEN" "$N" | wc -c > "$WORK/genbytes"; e=$(now_ns)
+R[gen,wall]=$((e - s)); R[gen,bytes]=$(cat "$WORK/genbytes")
+for n in "$SMALL" "$N"; do build sheaf "$n"; build sqfs "$n"; done
+rm -f "$WORK/hcp-$SMALL.sheaf" "$WORK/hcp-$SMALL.sqfs"
+
+IMG=$WORK/hcp-$N.sheaf SQ=$WORK/hcp-$N.sqfs
+mnt() {
+    case $1 in
+        sheaf) "$SHEAF" mount "$IMG" "$MP" ;;
+        squashfuse_ll) squashfuse_ll "$SQ" "$MP" ;;
+        kernel) mount -t squashfs -o loop,ro "$SQ" "$MP" ;;
+    esac
+    CUR=$1
+}
+mount_time() { # KIND [cold]: median of 5 mount cycles, ns (mount returns once the fs answers)
+    local v=() s e
+    for _ in 1 2 3 4 5; do
+        [ "${2:-}" = cold ] && drop_caches
+        s=$(now_ns); mnt "$1"; ls "$MP" >/dev/null; e=$(now_ns)
+        v+=($((e - s))); umnt
+    done
+    median "${v[@]}"
+}
+for k in sheaf squashfuse_ll; do
+    log "$k: mount time"
+    R[$k,mount]=$(mount_time $k); R[$k,mount_cold]=$(mount_time $k cold)
+done
+
+log "sheaf: walk (first find fills the kernel's caches, second is timed)"
+mnt sheaf
+s=$(now_ns); R[sheaf,entries]=$(cd "$MP" && find . | wc -l); e=$(now_ns); R[sheaf,find_first]=$((e - s))
+s=$(now_ns); (cd "$MP" && find . >/dev/null); e=$(now_ns); R[sheaf,find_warm]=$((e - s))
+pid=$(pgrep -f "sheaf mount .* $MP\$" | head -1)
+R[sheaf,rss]=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
+umnt
+log "kernel squashfs: walk"
+mnt kernel
+s=$(now_ns); (cd "$MP" && find . >/dev/null); e=$(now_ns); R[kernel,find_first]=$((e - s))
+s=$(now_ns); (cd "$MP" && find . >/dev/null); e=$(now_ns); R[kernel,find_warm]=$((e - s))
+umnt
+log "sheaf find (no mount)"
+"$SHEAF" find "$IMG" >/dev/null   # page cache warm
+v=()
+for _ in 1 2 3; do s=$(now_ns); "$SHEAF" find "$IMG" | wc -l > "$WORK/n"; e=$(now_ns); v+=($((e - s))); done
+R[sfind]=$(median "${v[@]}"); R[sfind,n]=$(cat "$WORK/n")
+
+# From a directory: tree M.
+if [ -d "$DATA/M" ]; then
+    M_ENTRIES=$(find "$DATA/M" | wc -l)
+    for kind in sheaf mksquashfs; do
+        log "$kind: tree M from its directory"
+        drop_caches
+        s=$(now_ns)
+        case $kind in
+            sheaf) /usr/bin/time -o "$WORK/time" -f '%M' "$SHEAF" build -q "$DATA/M" -o "$WORK/M.sheaf" ;;
+            mksquashfs) /usr/bin/time -o "$WORK/time" -f '%M' mksquashfs "$DATA/M" "$WORK/M.sqfs" -noappend -comp zstd -quiet -no-progress >/dev/null ;;
+        esac
+        e=$(now_ns)
+        R[M,$kind,wall]=$((e - s)); R[M,$kind,rss]=$(tail -1 "$WORK/time")
+    done
+fi
+
+PER_ENTRY=$(awk -v a="${R[sheaf,$N,rss]}" -v b="${R[sheaf,$SMALL,rss]}" -v n="$N" -v m="$SMALL" 'BEGIN { printf "%.0f", (a - b) * 1024 / (n - m) }')
+SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$N,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="$N" -v m="$SMALL" 'BEGIN { printf "%.0f", (a - b) * 1024 / (n - m) }')
+{
+    echo "# HCP scale: $N entries, $(date -u +%Y-%m-%dT%H:%MZ)"
+    echo
+    echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r); load at end $(cut -d' ' -f1-3 /proc/loadavg)."
+    echo "sheaf $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates 2>/dev/null || echo ' (+ uncommitted changes)'); $(tar2sqfs --version 2>&1 | head -1); squashfuse $(dpkg-query -W -f '${Version}' squashfuse 2>/dev/null)."
+    echo "Input: \`bench/gen-tar.py $N\` (HCP-like: subjects of ~14.5K entries, 48 files per directory, files 12 B–1 KiB, all different), $(mb "${R[gen,bytes]}") MB of tar, generated in $(secs "${R[gen,wall]}") s alone."
+    echo "Builds read the stream from a pipe (generation time included), page cache dropped before each, one run each: sheaf default options; tar2sqfs \`-c zstd\`."
+    echo
+    echo "## Building from a tar stream"
+    echo
+    echo "| builder | entries | wall s | peak RSS MiB | image MB |"
+    echo "|---|---:|---:|---:|---:|"
+    for n in "$SMALL" "$N"; do for k in sheaf sqfs; do
+        echo "| $( [ $k = sheaf ] && echo sheaf || echo tar2sqfs ) | $n | $(secs "${R[$k,$n,wall]}") | $((R[$k,$n,rss] / 1024)) | $(mb "${R[$k,$n,size]}") |"
+    done; done
+    echo
+    echo "Builder memory per entry (slope between the two builds): sheaf **$PER_ENTRY B**, tar2sqfs $SQ_PER_ENTRY B."
+    echo
+    echo "## Reading the $N-entry image"
+    echo
+    echo "| | sheaf | squashfuse_ll (tar2sqfs image) | kernel squashfs |"
+    echo "|---|---:|---:|---:|"
+    echo "| mount ms, warm (median of 5) | $(ms "${R[sheaf,mount]}") | $(ms "${R[squashfuse_ll,mount]}") | |"
+    echo "| mount ms, after drop_caches | $(ms "${R[sheaf,mount_cold]}") | $(ms "${R[squashfuse_ll,mount_cold]}") | |"
+    echo "| first find (fills caches), K entries/s | $(rate "${R[sheaf,entries]}" "${R[sheaf,find_first]}") | | $(rate "${R[sheaf,entries]}" "${R[kernel,find_first]}") |"
+    echo "| warm find, K entries/s | $(rate "${R[sheaf,entries]}" "${R[sheaf,find_warm]}") | | $(rate "${R[sheaf,entries]}" "${R[kernel,find_warm]}") |"
+    echo "| server peak RSS after the walks, MiB | $((R[sheaf,rss] / 1024)) | | |"
+    echo "| \`sheaf find IMAGE\` (no mount, page cache warm), K entries/s | $(rate "${R[sfind,n]}" "${R[sfind]}") | | |"
+    if [ -n "${R[M,sheaf,wall]:-}" ]; then
+        echo
+        echo "## From a directory: tree M ($M_ENTRIES entries)"
+        echo
+        echo "| builder | wall s | peak RSS MiB |"
+        echo "|---|---:|---:|"
+        echo "| sheaf | $(secs "${R[M,sheaf,wall]}") | $((R[M,sheaf,rss] / 1024)) |"
+        echo "| mksquashfs -comp zstd | $(secs "${R[M,mksquashfs,wall]}") | $((R[M,mksquashfs,rss] / 1024)) |"
+    fi
+    echo
+    echo "## Targets"
+    echo
+    echo "| target | measured | |"
+    echo "|---|---|---|"
+    echo "| builder ≤ 150 B per entry | $PER_ENTRY B | $(verdict "$PER_ENTRY" 150) |"
+    x=$(awk -v a="${R[sheaf,$N,wall]}" -v b="${R[sqfs,$N,wall]}" 'BEGIN { printf "%.2f", a / b }')
+    echo "| build time vs tar2sqfs (no target given; reported) | ${x}× | — |"
+    x=$(ms "${R[sheaf,mount_cold]}"); echo "| mount ≤ 20 ms after drop_caches | $x ms | $(verdict "$x" 20) |"
+    x=$(ms "${R[sheaf,mount]}"); echo "| mount ≤ 20 ms warm | $x ms | $(verdict "$x" 20) |"
+    x=$((R[sheaf,rss] / 1024)); echo "| server RSS ≤ 64 MiB + caches (64 MiB page + 256 MiB block cache by default) | $x MiB | $(verdict "$x" $((64 + 64 + 256))) |"
+    x=$(rate "${R[sheaf,entries]}" "${R[sheaf,find_warm]}"); echo "| warm find ≥ 1M entries/s | ${x}K/s | $(verdict "$x" 1000 ge) |"
+    x=$(rate "${R[sfind,n]}" "${R[sfind]}"); echo "| sheaf find ≥ 2M entries/s | ${x}K/s | $(verdict "$x" 2000 ge) |"
+    if [ -n "${R[M,sheaf,wall]:-}" ]; then
+        x=$(awk -v a="${R[M,mksquashfs,wall]}" -v b="${R[M,sheaf,wall]}" 'BEGIN { printf "%.2f", a / b }')
+        echo "| tree M from a directory ≥ 2× mksquashfs speed | ${x}× | $(verdict "$x" 2 ge) |"
+    fi
+} > "$OUT"
+cat "$OUT"
+log "wrote $OUT"
