@@ -69,6 +69,8 @@ bench: build
 	bench/run.sh
 	bench/mount.sh
 	bench/metadata.sh
+	bench/default-image.sh
+	bench/scale.sh
 	bench/http.sh
 	bench/layers.sh
 	bench/pools.sh
