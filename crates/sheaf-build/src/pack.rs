@@ -102,15 +102,65 @@ pub type Packed<W> = (Out<W>, Vec<BlockRef>, Vec<Chunk>);
 struct Job {
     id: u32,
     hash: Digest,
-    data: Vec<u8>,
+    work: Work,
+}
+
+/// What a worker does with a block.
+enum Work {
+    /// Compress these bytes.
+    Compress(Vec<u8>),
+    /// Copy this block of an earlier image as stored, after checking it
+    /// against its digest (`--base`).
+    Copy(Arc<sheaf_read::Image>, u32, BlockRef),
+}
+
+/// A failed copy's error, naming the block by its id in the base image
+/// rather than by digest.
+fn name_block(e: sheaf_read::ReadError, id: u32, r: &BlockRef) -> sheaf_read::ReadError {
+    use sheaf_format::FormatError;
+    match e {
+        sheaf_read::ReadError::Format { image, err, .. } => sheaf_read::ReadError::Format {
+            image,
+            what: format!("data block {id}"),
+            err: match err {
+                FormatError::HashMismatch(_) => {
+                    FormatError::HashMismatch(format!("data block {id} at offset {}", r.offset))
+                }
+                e => e,
+            },
+        },
+        e => e,
+    }
 }
 
 struct Done {
     id: u32,
     hash: Digest,
-    codec: Codec,
     ulen: u32,
-    bytes: Vec<u8>,
+    /// Codec and stored bytes, or why a copied block was refused.
+    stored: Result<(Codec, Vec<u8>), BuildError>,
+}
+
+impl Work {
+    fn run(self, c: &Compression, block_size: u32) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
+        match self {
+            Work::Compress(data) => (data.len() as u32, Ok(compress_best(c, &data))),
+            Work::Copy(img, prev_id, r) => {
+                let stored = img
+                    .object(&r, block_size)
+                    .map_err(|cause| BuildError::Base {
+                        cause: name_block(cause, prev_id, &r),
+                    })
+                    .map(|mut obj| {
+                        // `[codec][stored]`, the codec already checked by `object`.
+                        let codec = Codec::from_id(obj[0]).expect("checked by Image::object");
+                        obj.remove(0);
+                        (codec, obj)
+                    });
+                (r.ulen, stored)
+            }
+        }
+    }
 }
 
 /// Packs file data into blocks and streams them to the compressors and writer.
@@ -131,6 +181,10 @@ pub struct Packer<W: Write + Send + 'static> {
     writer: Option<JoinHandle<Result<Written<W>, BuildError>>>,
     progress: Arc<Progress>,
     buf: Vec<u8>,
+    /// Blocks of a `--base` image already copied: its block id → sequence.
+    copied: HashMap<u32, u32>,
+    /// Blocks copied from a `--base` image, and their stored bytes.
+    pub copied_blocks: (u64, u64),
 }
 
 impl<W: Write + Send + 'static> Packer<W> {
@@ -157,13 +211,12 @@ impl<W: Write + Send + 'static> Packer<W> {
                 let c = compression.clone();
                 std::thread::spawn(move || {
                     for j in rx {
-                        let (codec, bytes) = compress_best(&c, &j.data);
+                        let (ulen, stored) = j.work.run(&c, block_size);
                         let d = Done {
                             id: j.id,
                             hash: j.hash,
-                            codec,
-                            ulen: j.data.len() as u32,
-                            bytes,
+                            ulen,
+                            stored,
                         };
                         if tx.send(d).is_err() {
                             return;
@@ -191,6 +244,8 @@ impl<W: Write + Send + 'static> Packer<W> {
             writer: Some(writer),
             progress,
             buf: vec![0; block_size as usize],
+            copied: HashMap::new(),
+            copied_blocks: (0, 0),
         }
     }
 
@@ -223,6 +278,12 @@ impl<W: Write + Send + 'static> Packer<W> {
             self.seq_to_id[seq as usize] = id;
             return Ok(hash);
         }
+        self.send(seq, hash, Work::Compress(data))?;
+        Ok(hash)
+    }
+
+    /// Give `seq` a new block id and hand the block to the workers.
+    fn send(&mut self, seq: u32, hash: Digest, work: Work) -> Result<(), BuildError> {
         let id = self.next_id;
         self.next_id += 1;
         self.by_hash.insert(hash, id);
@@ -235,11 +296,51 @@ impl<W: Write + Send + 'static> Packer<W> {
             .jobs
             .as_ref()
             .expect("open until finish")
-            .send(Job { id, hash, data });
+            .send(Job { id, hash, work });
         if sent.is_err() {
             return Err(self.writer_failed());
         }
-        Ok(hash)
+        Ok(())
+    }
+
+    /// Store a file whose data is `chunks` of the `--base` image `img`
+    /// (checked by the caller against `refs`): each block they use is
+    /// copied as stored, once, unless a block with its digest is already in
+    /// the image. Nothing is read from the source. Returns (first chunk,
+    /// chunk count).
+    pub fn add_copied(
+        &mut self,
+        img: &Arc<sheaf_read::Image>,
+        refs: &[BlockRef],
+        chunks: &[Chunk],
+    ) -> Result<(u64, u32), BuildError> {
+        let first = self.chunks.len();
+        for c in chunks {
+            if c.is_hole() {
+                self.chunks.push(*c);
+                continue;
+            }
+            let seq = match self.copied.get(&c.block) {
+                Some(&s) => s,
+                None => {
+                    let s = self.new_seq();
+                    let r = refs[c.block as usize];
+                    match self.by_hash.get(&r.hash) {
+                        Some(&id) => self.seq_to_id[s as usize] = id,
+                        None => {
+                            self.copied_blocks.0 += 1;
+                            self.copied_blocks.1 += r.clen as u64;
+                            self.send(s, r.hash, Work::Copy(img.clone(), c.block, r))?;
+                        }
+                    }
+                    self.copied.insert(c.block, s);
+                    s
+                }
+            };
+            self.chunks.push(Chunk { block: seq, ..*c });
+        }
+        self.progress.files.fetch_add(1, Ordering::Relaxed);
+        Ok((first as u64, (self.chunks.len() - first) as u32))
     }
 
     /// The writer's error, once it has stopped.
@@ -523,15 +624,16 @@ fn write_in_order<W: Write>(
     for d in done {
         pending.insert(d.id, d);
         while let Some(d) = pending.remove(&(refs.len() as u32)) {
-            let offset = out.put(&d.bytes)?;
+            let (codec, bytes) = d.stored?;
+            let offset = out.put(&bytes)?;
             progress
                 .bytes_out
-                .fetch_add(d.bytes.len() as u64, Ordering::Relaxed);
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
             refs.push(BlockRef {
                 hash: d.hash,
                 offset,
-                codec: d.codec,
-                clen: d.bytes.len() as u32,
+                codec,
+                clen: bytes.len() as u32,
                 ulen: d.ulen,
             });
             let _ = tokens.send(());
