@@ -76,6 +76,7 @@ bench: build
 	bench/containers.sh
 	bench/overlay.sh
 	bench/run-image.sh
+	bench/incremental.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60
