@@ -192,6 +192,7 @@ impl Base {
         // Candidates by their PREV chunk range: files PREV stored once
         // (identical content) share one range and are covered once.
         let mut ranges: Vec<(u64, u32)> = Vec::new();
+        let mut range_size: Vec<u64> = Vec::new();
         let mut range_of: HashMap<(u64, u32), usize> = HashMap::new();
         let mut cands: Vec<(NodeId, usize)> = Vec::new();
         for (id, path) in files {
@@ -210,8 +211,15 @@ impl Base {
             let key = (p.first, p.count);
             let r = *range_of.entry(key).or_insert_with(|| {
                 ranges.push(key);
+                range_size.push(size);
                 ranges.len() - 1
             });
+            if range_size[r] != size {
+                return Err(bad(format!(
+                    "files of sizes {size} and {} share chunks",
+                    range_size[r]
+                )));
+            }
             cands.push((*id, r));
         }
         // Check the ranges against PREV's tables before trusting them.
@@ -223,7 +231,15 @@ impl Base {
             if end.is_none_or(|e| e > self.chunks.len() as u64) {
                 return Err(bad(format!("file chunks {first}+{count} out of range")));
             }
+            // In file order, not overlapping, inside the file: what a reader
+            // of NEW will check, so a PREV that breaks it fails here, naming PREV.
+            let mut end = 0u64;
             for c in self.chunks(first, count) {
+                let c_end = c.file_offset.checked_add(c.len as u64);
+                if c.file_offset < end || c_end.is_none_or(|e| e > range_size[j]) {
+                    return Err(bad(format!("chunk {} out of place", c.file_offset)));
+                }
+                end = c_end.unwrap_or(end);
                 if c.is_hole() {
                     continue;
                 }
