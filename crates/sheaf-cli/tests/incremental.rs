@@ -28,7 +28,8 @@ fn small_name(i: usize) -> String {
     format!("small/s{i:02}.txt")
 }
 
-/// PREV: five large files and thirty small ones (plus a duplicate), all the
+/// PREV: five large files (one with two names) and thirty small ones (plus
+/// a duplicate), all the
 /// small ones in one pack block: together they are under half a block, and
 /// a pack is only ever ended early once half full.
 fn case() -> Case {
@@ -48,6 +49,8 @@ fn case() -> Case {
         write(&src.join(small_name(i)), &r.text(n));
     }
     fs::copy(src.join(small_name(0)), src.join("small/dup.txt")).unwrap();
+    // A second name of b3.bin: one inode, counted once below.
+    fs::hard_link(src.join("big/b3.bin"), src.join("big/b3.link")).unwrap();
     small_total += fs::metadata(src.join("small/dup.txt")).unwrap().len() as usize;
     assert!(small_total < BS / 2, "small files must share one pack");
     set_all_mtimes(&src, |i, _| (1_700_000_000 + i as i64, 123_456_789));
@@ -290,4 +293,35 @@ fn incompatible_base_is_refused() {
     .fails_with(1);
     assert!(out.one_err_line().contains("directory"), "{}", out.stderr);
     assert!(!img.exists());
+}
+
+#[test]
+fn clamped_mtimes_tell_nothing() {
+    let c = case();
+    // Every mtime is after this, so every one is stored clamped to it, in
+    // PREV as in the new build: equal mtimes that say nothing of content.
+    let clamp = "1600000000";
+    let prev = c.dir.join("clamped.sheaf");
+    let mut b = cmd();
+    b.env("SOURCE_DATE_EPOCH", clamp)
+        .arg("build")
+        .arg(&c.src)
+        .arg("-o")
+        .arg(&prev)
+        .args(["--block-size", "64K"]);
+    run_cmd(&mut b).ok();
+    let img = c.dir.join("next.sheaf");
+    let mut b = cmd();
+    b.env("SOURCE_DATE_EPOCH", clamp)
+        .arg("build")
+        .arg(&c.src)
+        .arg("-o")
+        .arg(&img)
+        .args(["--block-size", "64K", "--json", "--base"])
+        .arg(&prev);
+    let rep: serde_json::Value = serde_json::from_slice(&run_cmd(&mut b).ok().stdout).unwrap();
+    // 5 large files (one inode for b3's two names), 30 small ones and dup.
+    assert_eq!(rep["base"]["reused_files"], 0, "{rep:#}");
+    assert_eq!(rep["base"]["packed_files"], 5 + SMALL as u64 + 1, "{rep:#}");
+    sheaf(["check".as_ref(), img.as_os_str()]).ok();
 }
