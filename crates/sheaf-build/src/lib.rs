@@ -7,9 +7,10 @@
 //! paged streams ([`meta`]). It knows the format through `sheaf-format`, and
 //! nothing about caches or mounts.
 //!
-//! [`stack_input`] is the one place it reads images: the merged view of
+//! It reads images in two places: [`stack_input`], the merged view of
 //! stacked layers (a `sheaf_read::Stack`) walked as entries, which is how
-//! `sheaf merge` flattens them.
+//! `sheaf merge` flattens them; and [`base`], the earlier image of an
+//! incremental build (`--base`), whose blocks unchanged files keep.
 //!
 //! [`upper`] has the checks `sheaf commit` applies when packing the upper
 //! directory of a writable overlay as a layer ([`Input::Upper`]); its names
@@ -506,7 +507,7 @@ pub fn build(
     for r in &block_refs {
         *codecs.entry(r.codec.name()).or_default() += 1;
     }
-    let info = serde_json::json!({
+    let mut info = serde_json::json!({
         "stats": {
             "entries_by_type": by_type,
             "hardlinked_inodes": hardlinks,
@@ -525,7 +526,6 @@ pub fn build(
         "clamp_mtime": opts.clamp_mtime,
         "exclude": opts.exclude,
     });
-    let mut info = info;
     if let Some(b) = &base {
         // Provenance only: which image the unchanged files' blocks came from.
         info["base"] = serde_json::json!({
