@@ -371,6 +371,9 @@ pub fn build(
     if opts.pack_size != 0 {
         packer.set_pack_size(opts.pack_size);
     }
+    if let Some(b) = &base {
+        packer.set_base(&b.image, &b.refs);
+    }
 
     let mut base_report = None;
     let mut tree = match input {

@@ -114,25 +114,6 @@ enum Work {
     Copy(Arc<sheaf_read::Image>, u32, BlockRef),
 }
 
-/// A failed copy's error, naming the block by its id in the base image
-/// rather than by digest.
-fn name_block(e: sheaf_read::ReadError, id: u32, r: &BlockRef) -> sheaf_read::ReadError {
-    use sheaf_format::FormatError;
-    match e {
-        sheaf_read::ReadError::Format { image, err, .. } => sheaf_read::ReadError::Format {
-            image,
-            what: format!("data block {id}"),
-            err: match err {
-                FormatError::HashMismatch(_) => {
-                    FormatError::HashMismatch(format!("data block {id} at offset {}", r.offset))
-                }
-                e => e,
-            },
-        },
-        e => e,
-    }
-}
-
 struct Done {
     id: u32,
     hash: Digest,
@@ -142,26 +123,29 @@ struct Done {
 }
 
 impl Work {
-    fn run(self, c: &Compression, block_size: u32) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
+    /// Run on a worker thread; `scratch` is the worker's buffer for checking
+    /// copied blocks.
+    fn run(
+        self,
+        c: &Compression,
+        block_size: u32,
+        scratch: &mut Vec<u8>,
+    ) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
         match self {
             Work::Compress(data) => (data.len() as u32, Ok(compress_best(c, &data))),
             Work::Copy(img, prev_id, r) => {
+                let what = || format!("data block {prev_id}");
                 let stored = img
-                    .object(&r, block_size)
-                    .map_err(|cause| BuildError::Base {
-                        cause: name_block(cause, prev_id, &r),
-                    })
-                    .map(|mut obj| {
-                        // `[codec][stored]`, the codec already checked by `object`.
-                        let codec = Codec::from_id(obj[0]).expect("checked by Image::object");
-                        obj.remove(0);
-                        (codec, obj)
-                    });
+                    .stored(&r, block_size, &what, scratch)
+                    .map_err(|cause| BuildError::Base { cause });
                 (r.ulen, stored)
             }
         }
     }
 }
+
+/// A `--base` image and its blocks by digest (with their ids in it).
+type BaseBlocks = (Arc<sheaf_read::Image>, HashMap<Digest, (u32, BlockRef)>);
 
 /// Packs file data into blocks and streams them to the compressors and writer.
 pub struct Packer<W: Write + Send + 'static> {
@@ -185,6 +169,9 @@ pub struct Packer<W: Write + Send + 'static> {
     copied: HashMap<u32, u32>,
     /// Blocks copied from a `--base` image, and their stored bytes.
     pub copied_blocks: (u64, u64),
+    /// The `--base` image and its blocks by digest: a block read from the
+    /// source that it already holds is copied from it, not compressed.
+    base: Option<BaseBlocks>,
 }
 
 impl<W: Write + Send + 'static> Packer<W> {
@@ -210,8 +197,9 @@ impl<W: Write + Send + 'static> Packer<W> {
                 let tx = done_tx.clone();
                 let c = compression.clone();
                 std::thread::spawn(move || {
+                    let mut scratch = Vec::new();
                     for j in rx {
-                        let (ulen, stored) = j.work.run(&c, block_size);
+                        let (ulen, stored) = j.work.run(&c, block_size, &mut scratch);
                         let d = Done {
                             id: j.id,
                             hash: j.hash,
@@ -246,6 +234,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             buf: vec![0; block_size as usize],
             copied: HashMap::new(),
             copied_blocks: (0, 0),
+            base: None,
         }
     }
 
@@ -253,6 +242,18 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// block size) instead of full-size blocks.
     pub fn set_pack_size(&mut self, n: u32) {
         self.pack_size = (n as usize).clamp(1, self.block_size);
+    }
+
+    /// Take blocks whose digest the `--base` image `img` (with block refs
+    /// `refs`) holds from it as stored instead of compressing them anew:
+    /// unchanged blocks of changed files (e.g. one appended to) cost a copy.
+    pub fn set_base(&mut self, img: &Arc<sheaf_read::Image>, refs: &[BlockRef]) {
+        let by_digest = refs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.hash, (i as u32, *r)))
+            .collect();
+        self.base = Some((img.clone(), by_digest));
     }
 
     /// Make room for `files` more files, when the count is known in
@@ -278,7 +279,18 @@ impl<W: Write + Send + 'static> Packer<W> {
             self.seq_to_id[seq as usize] = id;
             return Ok(hash);
         }
-        self.send(seq, hash, Work::Compress(data))?;
+        let work = match &self.base {
+            Some((img, by_digest)) => match by_digest.get(&hash) {
+                Some(&(prev_id, r)) if r.ulen as usize == data.len() => {
+                    self.copied_blocks.0 += 1;
+                    self.copied_blocks.1 += r.clen as u64;
+                    Work::Copy(img.clone(), prev_id, r)
+                }
+                _ => Work::Compress(data),
+            },
+            None => Work::Compress(data),
+        };
+        self.send(seq, hash, work)?;
         Ok(hash)
     }
 
