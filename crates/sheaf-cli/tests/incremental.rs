@@ -328,3 +328,21 @@ fn clamped_mtimes_tell_nothing() {
     assert_eq!(rep["base"]["packed_files"], 5 + SMALL as u64 + 1, "{rep:#}");
     sheaf(["check".as_ref(), img.as_os_str()]).ok();
 }
+
+#[test]
+fn prev_replaced_in_place() {
+    let c = case();
+    let (unchanged, anew) = change(&c);
+    // PREV is both the base and (with -f) the output: it is read until the
+    // new image is complete, then replaced.
+    let img = c.dir.join("inplace.sheaf");
+    fs::copy(&c.prev, &img).unwrap();
+    let rep = build_json(&c.src, &img, &["-f", "--base", img.to_str().unwrap()]);
+    assert_eq!(
+        rep["base"]["reused_files"],
+        unchanged.len() as u64,
+        "{rep:#}"
+    );
+    assert_eq!(rep["base"]["packed_files"], anew.len() as u64, "{rep:#}");
+    assert_result(&c, &img);
+}
