@@ -361,11 +361,16 @@ pub fn build(
         .rev() // the first mention of a path wins
         .map(|(i, p)| (p.as_slice(), i))
         .collect();
-    let mut packer = Packer::new(
+    let mut packer = Packer::with_extra_in_flight(
         out,
         opts.block_size,
         opts.compression.clone(),
         threads,
+        if base.is_some() {
+            Packer::<BufWriter<File>>::COPY_ROOM
+        } else {
+            0
+        },
         progress.clone(),
     );
     if opts.pack_size != 0 {

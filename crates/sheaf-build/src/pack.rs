@@ -183,8 +183,29 @@ impl<W: Write + Send + 'static> Packer<W> {
         threads: usize,
         progress: Arc<Progress>,
     ) -> Self {
+        Self::with_extra_in_flight(out, block_size, compression, threads, 0, progress)
+    }
+
+    /// Blocks in flight added for a build that copies blocks (`--base`).
+    /// Copies are quick and compressions slow, and blocks are written in id
+    /// order: with 3 per thread, one compression at the head of that order
+    /// holds every slot while the copies behind it are done, and the other
+    /// workers wait. Measured on P with 1% changed, 2 threads: 1.6 s instead
+    /// of 1.9 s. Costs at most this many blocks more memory.
+    pub const COPY_ROOM: usize = 18;
+
+    /// [`Packer::new`] with `extra` more blocks in flight than the usual 3
+    /// per thread (see [`Packer::COPY_ROOM`]).
+    pub fn with_extra_in_flight(
+        out: Out<W>,
+        block_size: u32,
+        compression: Compression,
+        threads: usize,
+        extra: usize,
+        progress: Arc<Progress>,
+    ) -> Self {
         let threads = threads.max(1);
-        let in_flight = threads * 3;
+        let in_flight = threads * 3 + extra;
         let (jobs_tx, jobs_rx) = bounded::<Job>(threads);
         let (done_tx, done_rx) = bounded::<Done>(in_flight);
         let (tok_tx, tok_rx) = bounded::<()>(in_flight);
