@@ -29,7 +29,8 @@ trees: deps
 # The fast tier: unit and property tests and the integration tests that need
 # no root, no mounts, no servers and no real trees (those say they are skipped).
 CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
-	--test tar_input --test hostile --test roundtrip --test reader --test stack
+	--test tar_input --test hostile --test roundtrip --test reader --test stack \
+	--test incremental
 check: build
 	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace $(MPI_FEATURE) --lib --bins $(CHECK_TESTS)
 
@@ -78,6 +79,7 @@ bench: build
 	bench/containers.sh
 	bench/overlay.sh
 	bench/run-image.sh
+	bench/incremental.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

@@ -7,9 +7,10 @@
 //! paged streams ([`meta`]). It knows the format through `sheaf-format`, and
 //! nothing about caches or mounts.
 //!
-//! [`stack_input`] is the one place it reads images: the merged view of
+//! It reads images in two places: [`stack_input`], the merged view of
 //! stacked layers (a `sheaf_read::Stack`) walked as entries, which is how
-//! `sheaf merge` flattens them.
+//! `sheaf merge` flattens them; and [`base`], the earlier image of an
+//! incremental build (`--base`), whose blocks unchanged files keep.
 //!
 //! [`upper`] has the checks `sheaf commit` applies when packing the upper
 //! directory of a writable overlay as a layer ([`Input::Upper`]); its names
@@ -21,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod base;
 pub mod entries;
 pub mod input;
 pub mod meta;
@@ -71,6 +73,31 @@ pub struct BuildReport {
     pub root_digest: String,
     /// Entries left out under `--skip-errors`.
     pub skipped: Vec<String>,
+    /// What an incremental build (`--base`) took from its base image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base: Option<BaseReport>,
+}
+
+/// What an incremental build took from its base image and what it read.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct BaseReport {
+    /// The base image.
+    pub image: PathBuf,
+    /// Regular files whose data was taken from the base, unread.
+    pub reused_files: u64,
+    /// Their logical bytes.
+    pub reused_bytes: u64,
+    /// Regular files read from the source and packed anew.
+    pub packed_files: u64,
+    /// Their logical bytes.
+    pub packed_bytes: u64,
+    /// Blocks copied from the base as stored (not recompressed).
+    pub copied_blocks: u64,
+    /// Their stored bytes.
+    pub copied_stored_bytes: u64,
+    /// Bytes of copied blocks no file of the new image uses (data of files
+    /// changed or removed since the base).
+    pub stale_bytes: u64,
 }
 
 /// Temporary output that is removed unless [`TempOut::commit`] is reached.
@@ -307,6 +334,17 @@ pub fn build(
     if !opts.force && output.symlink_metadata().is_ok() {
         return Err(BuildError::Exists(shown));
     }
+    let base = match (&opts.base, input) {
+        (None, _) => None,
+        (Some(p), Input::Dir(_)) => Some(base::Base::open(p, opts)?),
+        // A tar stream has to be read through anyway, and the other inputs
+        // have no stable (path, mtime) of their own to compare.
+        (Some(_), _) => {
+            return Err(BuildError::Option(
+                "--base needs a directory as SOURCE (a tar archive is read through anyway)".into(),
+            ))
+        }
+    };
     let (file, mut guard) = TempOut::create(output).map_err(out_err)?;
     let threads = if opts.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -323,17 +361,26 @@ pub fn build(
         .rev() // the first mention of a path wins
         .map(|(i, p)| (p.as_slice(), i))
         .collect();
-    let mut packer = Packer::new(
+    let mut packer = Packer::with_extra_in_flight(
         out,
         opts.block_size,
         opts.compression.clone(),
         threads,
+        if base.is_some() {
+            Packer::<BufWriter<File>>::COPY_ROOM
+        } else {
+            0
+        },
         progress.clone(),
     );
     if opts.pack_size != 0 {
         packer.set_pack_size(opts.pack_size);
     }
+    if let Some(b) = &base {
+        packer.set_base(&b.image, &b.refs);
+    }
 
+    let mut base_report = None;
     let mut tree = match input {
         Input::Dir(src) | Input::Upper(src) => {
             // Never pack the image into itself when it is written inside SOURCE.
@@ -349,8 +396,11 @@ pub fn build(
                 upper: matches!(input, Input::Upper(_)),
                 skip: &skip,
                 prefetch: &prefetch,
+                base: base.as_ref(),
             };
-            dir.read(opts, &mut packer, &mut problems, &progress, cancel)?
+            let (tree, rep) = dir.read(opts, &mut packer, &mut problems, &progress, cancel)?;
+            base_report = rep;
+            tree
         }
         Input::TarFile(p) => {
             let f = File::open(p).map_err(|e| BuildError::Input {
@@ -380,7 +430,11 @@ pub fn build(
             cancel,
         )?,
     };
+    let copied = packer.copied_blocks;
     let (mut out, block_refs, chunks) = packer.finish()?;
+    if let Some(r) = &mut base_report {
+        (r.copied_blocks, r.copied_stored_bytes) = copied;
+    }
     if cancel.load(Ordering::Relaxed) {
         return Err(BuildError::Interrupted);
     }
@@ -461,7 +515,7 @@ pub fn build(
     for r in &block_refs {
         *codecs.entry(r.codec.name()).or_default() += 1;
     }
-    let info = serde_json::json!({
+    let mut info = serde_json::json!({
         "stats": {
             "entries_by_type": by_type,
             "hardlinked_inodes": hardlinks,
@@ -480,6 +534,13 @@ pub fn build(
         "clamp_mtime": opts.clamp_mtime,
         "exclude": opts.exclude,
     });
+    if let Some(b) = &base {
+        // Provenance only: which image the unchanged files' blocks came from.
+        info["base"] = serde_json::json!({
+            "root": sheaf_format::hex(&b.image.root_digest()),
+            "max_stale_pct": opts.base_max_stale_pct,
+        });
+    }
     let trailer = write_tail(
         &mut out,
         vec![
@@ -498,6 +559,7 @@ pub fn build(
         blocks: block_refs.len() as u64,
         root_digest: sheaf_format::hex(&trailer.root_digest),
         skipped: problems.skipped,
+        base: base_report,
     })
 }
 
@@ -580,6 +642,8 @@ struct DirInput<'a> {
     /// Files never packed (the output itself, by device and inode).
     skip: &'a [(u64, u64)],
     prefetch: &'a HashMap<&'a [u8], usize>,
+    /// The image of an incremental build (`--base`).
+    base: Option<&'a base::Base>,
 }
 
 impl DirInput<'_> {
@@ -592,7 +656,7 @@ impl DirInput<'_> {
         problems: &mut scan::Problems,
         progress: &Progress,
         cancel: &AtomicBool,
-    ) -> Result<Tree, BuildError> {
+    ) -> Result<(Tree, Option<BaseReport>), BuildError> {
         let src = self.src;
         let mut tree = if self.upper {
             // The overlay's temporary files are left out (not recorded
@@ -606,18 +670,41 @@ impl DirInput<'_> {
             scan::scan_dir(src, opts, problems, self.skip)?
         };
         let (order, index) = packing_order(&tree, self.prefetch, &opts.pack_boundaries);
+        let size_of = |tree: &Tree, id: NodeId| match tree.nodes[id as usize].kind {
+            Kind::File { size, .. } => size,
+            _ => 0,
+        };
+        let plan = match self.base {
+            Some(b) => {
+                use std::os::unix::ffi::OsStrExt;
+                let files: Vec<(NodeId, Vec<u8>)> = order
+                    .iter()
+                    .map(|&id| (id, tree.path(&index, id).as_os_str().as_bytes().to_vec()))
+                    .collect();
+                Some(b.plan(&tree, &files, opts.clamp_mtime, opts.base_max_stale_pct)?)
+            }
+            None => None,
+        };
+        let reused = |id: NodeId| plan.as_ref().and_then(|p| p.reused.get(&id).copied());
         progress
             .total_files
             .store(order.len() as u64, Ordering::Relaxed);
         packer.reserve(order.len());
+        // What is read from the source (reused files are not).
         let total: u64 = order
             .iter()
-            .map(|id| match tree.nodes[*id as usize].kind {
-                Kind::File { size, .. } => size,
-                _ => 0,
-            })
+            .filter(|&&id| reused(id).is_none())
+            .map(|&id| size_of(&tree, id))
             .sum();
         progress.total_bytes.store(total, Ordering::Relaxed);
+        let mut rep = self.base.map(|b| BaseReport {
+            image: PathBuf::from(&b.name),
+            stale_bytes: plan.as_ref().map_or(0, |p| p.stale_bytes),
+            ..Default::default()
+        });
+        // Reused files PREV stored once (identical content) share one new
+        // chunk range too.
+        let mut shared: HashMap<(u64, u32), (u64, u32)> = HashMap::new();
         let mut unreadable = Vec::new();
         // Files come grouped by directory: keep the current one's handle.
         let mut dir: Option<(NodeId, PathBuf, Option<File>)> = None;
@@ -625,6 +712,21 @@ impl DirInput<'_> {
         for id in order {
             if cancel.load(Ordering::Relaxed) {
                 return Err(BuildError::Interrupted);
+            }
+            if let (Some((pf, pc)), Some(b), Some(r)) = (reused(id), self.base, rep.as_mut()) {
+                let size = size_of(&tree, id);
+                let (first, count) = match shared.get(&(pf, pc)) {
+                    Some(&range) => range,
+                    None => {
+                        let range = packer.add_copied(&b.image, &b.refs, b.chunks(pf, pc))?;
+                        shared.insert((pf, pc), range);
+                        range
+                    }
+                };
+                tree.nodes[id as usize].kind = Kind::File { size, first, count };
+                r.reused_files += 1;
+                r.reused_bytes += size;
+                continue;
             }
             let rel = tree.path(&index, id);
             let path = src.join(&rel);
@@ -667,7 +769,11 @@ impl DirInput<'_> {
             let probe = f.try_clone().ok();
             match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string()) {
                 Ok((size, first, count)) => {
-                    tree.nodes[id as usize].kind = Kind::File { size, first, count }
+                    tree.nodes[id as usize].kind = Kind::File { size, first, count };
+                    if let Some(r) = rep.as_mut() {
+                        r.packed_files += 1;
+                        r.packed_bytes += size;
+                    }
                 }
                 Err(BuildError::Input { path: p, cause }) if opts.skip_errors => {
                     problems.skipped.push(format!("{p}: {cause}"));
@@ -677,6 +783,6 @@ impl DirInput<'_> {
             }
         }
         drop_nodes(&mut tree, &unreadable);
-        Ok(tree)
+        Ok((tree, rep))
     }
 }

@@ -117,7 +117,20 @@ pub struct BuildOptions {
     /// an unchanged directory keeps identical blocks when another changes
     /// (software pools: one per package version). Directory input only.
     pub pack_boundaries: Vec<Vec<u8>>,
+    /// An earlier image of the same directory (`--base`): files unchanged
+    /// since (same path, size, mtime, mode and owner) keep its stored
+    /// blocks, copied without being read or recompressed (see
+    /// [`crate::base`]). Directory input only.
+    pub base: Option<std::path::PathBuf>,
+    /// With `base`: the largest share (percent) of a copied block that may
+    /// hold bytes no reused file uses (data of files changed or removed
+    /// since); a block with more is not copied and its files are packed
+    /// anew. 0 copies only blocks every file of which is unchanged.
+    pub base_max_stale_pct: u8,
 }
+
+/// Default [`BuildOptions::base_max_stale_pct`]: a fifth (docs/build.md).
+pub const DEFAULT_BASE_MAX_STALE_PCT: u8 = 20;
 
 impl Default for BuildOptions {
     fn default() -> Self {
@@ -135,6 +148,8 @@ impl Default for BuildOptions {
             force: false,
             prefetch: Vec::new(),
             pack_boundaries: Vec::new(),
+            base: None,
+            base_max_stale_pct: DEFAULT_BASE_MAX_STALE_PCT,
         }
     }
 }
@@ -167,6 +182,14 @@ pub enum BuildError {
         /// The cause.
         #[source]
         cause: std::io::Error,
+    },
+    /// The `--base` image could not be read, or a block of it failed its
+    /// digest (the message names the image).
+    #[error("base image {cause}")]
+    Base {
+        /// What went wrong, naming the image.
+        #[source]
+        cause: sheaf_read::ReadError,
     },
     /// The output exists and `force` was not given.
     #[error("{0}: already exists (use --force to replace it)")]

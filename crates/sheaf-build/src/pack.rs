@@ -102,16 +102,50 @@ pub type Packed<W> = (Out<W>, Vec<BlockRef>, Vec<Chunk>);
 struct Job {
     id: u32,
     hash: Digest,
-    data: Vec<u8>,
+    work: Work,
+}
+
+/// What a worker does with a block.
+enum Work {
+    /// Compress these bytes.
+    Compress(Vec<u8>),
+    /// Copy this block of an earlier image as stored, after checking it
+    /// against its digest (`--base`).
+    Copy(Arc<sheaf_read::Image>, u32, BlockRef),
 }
 
 struct Done {
     id: u32,
     hash: Digest,
-    codec: Codec,
     ulen: u32,
-    bytes: Vec<u8>,
+    /// Codec and stored bytes, or why a copied block was refused.
+    stored: Result<(Codec, Vec<u8>), BuildError>,
 }
+
+impl Work {
+    /// Run on a worker thread; `scratch` is the worker's buffer for checking
+    /// copied blocks.
+    fn run(
+        self,
+        c: &Compression,
+        block_size: u32,
+        scratch: &mut Vec<u8>,
+    ) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
+        match self {
+            Work::Compress(data) => (data.len() as u32, Ok(compress_best(c, &data))),
+            Work::Copy(img, prev_id, r) => {
+                let what = || format!("data block {prev_id}");
+                let stored = img
+                    .stored(&r, block_size, &what, scratch)
+                    .map_err(|cause| BuildError::Base { cause });
+                (r.ulen, stored)
+            }
+        }
+    }
+}
+
+/// A `--base` image and its blocks by digest (with their ids in it).
+type BaseBlocks = (Arc<sheaf_read::Image>, HashMap<Digest, (u32, BlockRef)>);
 
 /// Packs file data into blocks and streams them to the compressors and writer.
 pub struct Packer<W: Write + Send + 'static> {
@@ -131,6 +165,13 @@ pub struct Packer<W: Write + Send + 'static> {
     writer: Option<JoinHandle<Result<Written<W>, BuildError>>>,
     progress: Arc<Progress>,
     buf: Vec<u8>,
+    /// Blocks of a `--base` image already copied: its block id → sequence.
+    copied: HashMap<u32, u32>,
+    /// Blocks copied from a `--base` image, and their stored bytes.
+    pub copied_blocks: (u64, u64),
+    /// The `--base` image and its blocks by digest: a block read from the
+    /// source that it already holds is copied from it, not compressed.
+    base: Option<BaseBlocks>,
 }
 
 impl<W: Write + Send + 'static> Packer<W> {
@@ -142,8 +183,29 @@ impl<W: Write + Send + 'static> Packer<W> {
         threads: usize,
         progress: Arc<Progress>,
     ) -> Self {
+        Self::with_extra_in_flight(out, block_size, compression, threads, 0, progress)
+    }
+
+    /// Blocks in flight added for a build that copies blocks (`--base`).
+    /// Copies are quick and compressions slow, and blocks are written in id
+    /// order: with 3 per thread, one compression at the head of that order
+    /// holds every slot while the copies behind it are done, and the other
+    /// workers wait. Measured on P with 1% changed, 2 threads: 1.6 s instead
+    /// of 1.9 s. Costs at most this many blocks more memory.
+    pub const COPY_ROOM: usize = 18;
+
+    /// [`Packer::new`] with `extra` more blocks in flight than the usual 3
+    /// per thread (see [`Packer::COPY_ROOM`]).
+    pub fn with_extra_in_flight(
+        out: Out<W>,
+        block_size: u32,
+        compression: Compression,
+        threads: usize,
+        extra: usize,
+        progress: Arc<Progress>,
+    ) -> Self {
         let threads = threads.max(1);
-        let in_flight = threads * 3;
+        let in_flight = threads * 3 + extra;
         let (jobs_tx, jobs_rx) = bounded::<Job>(threads);
         let (done_tx, done_rx) = bounded::<Done>(in_flight);
         let (tok_tx, tok_rx) = bounded::<()>(in_flight);
@@ -156,14 +218,14 @@ impl<W: Write + Send + 'static> Packer<W> {
                 let tx = done_tx.clone();
                 let c = compression.clone();
                 std::thread::spawn(move || {
+                    let mut scratch = Vec::new();
                     for j in rx {
-                        let (codec, bytes) = compress_best(&c, &j.data);
+                        let (ulen, stored) = j.work.run(&c, block_size, &mut scratch);
                         let d = Done {
                             id: j.id,
                             hash: j.hash,
-                            codec,
-                            ulen: j.data.len() as u32,
-                            bytes,
+                            ulen,
+                            stored,
                         };
                         if tx.send(d).is_err() {
                             return;
@@ -191,6 +253,9 @@ impl<W: Write + Send + 'static> Packer<W> {
             writer: Some(writer),
             progress,
             buf: vec![0; block_size as usize],
+            copied: HashMap::new(),
+            copied_blocks: (0, 0),
+            base: None,
         }
     }
 
@@ -198,6 +263,18 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// block size) instead of full-size blocks.
     pub fn set_pack_size(&mut self, n: u32) {
         self.pack_size = (n as usize).clamp(1, self.block_size);
+    }
+
+    /// Take blocks whose digest the `--base` image `img` (with block refs
+    /// `refs`) holds from it as stored instead of compressing them anew:
+    /// unchanged blocks of changed files (e.g. one appended to) cost a copy.
+    pub fn set_base(&mut self, img: &Arc<sheaf_read::Image>, refs: &[BlockRef]) {
+        let by_digest = refs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.hash, (i as u32, *r)))
+            .collect();
+        self.base = Some((img.clone(), by_digest));
     }
 
     /// Make room for `files` more files, when the count is known in
@@ -223,6 +300,23 @@ impl<W: Write + Send + 'static> Packer<W> {
             self.seq_to_id[seq as usize] = id;
             return Ok(hash);
         }
+        let work = match &self.base {
+            Some((img, by_digest)) => match by_digest.get(&hash) {
+                Some(&(prev_id, r)) if r.ulen as usize == data.len() => {
+                    self.copied_blocks.0 += 1;
+                    self.copied_blocks.1 += r.clen as u64;
+                    Work::Copy(img.clone(), prev_id, r)
+                }
+                _ => Work::Compress(data),
+            },
+            None => Work::Compress(data),
+        };
+        self.send(seq, hash, work)?;
+        Ok(hash)
+    }
+
+    /// Give `seq` a new block id and hand the block to the workers.
+    fn send(&mut self, seq: u32, hash: Digest, work: Work) -> Result<(), BuildError> {
         let id = self.next_id;
         self.next_id += 1;
         self.by_hash.insert(hash, id);
@@ -235,11 +329,51 @@ impl<W: Write + Send + 'static> Packer<W> {
             .jobs
             .as_ref()
             .expect("open until finish")
-            .send(Job { id, hash, data });
+            .send(Job { id, hash, work });
         if sent.is_err() {
             return Err(self.writer_failed());
         }
-        Ok(hash)
+        Ok(())
+    }
+
+    /// Store a file whose data is `chunks` of the `--base` image `img`
+    /// (checked by the caller against `refs`): each block they use is
+    /// copied as stored, once, unless a block with its digest is already in
+    /// the image. Nothing is read from the source. Returns (first chunk,
+    /// chunk count).
+    pub fn add_copied(
+        &mut self,
+        img: &Arc<sheaf_read::Image>,
+        refs: &[BlockRef],
+        chunks: &[Chunk],
+    ) -> Result<(u64, u32), BuildError> {
+        let first = self.chunks.len();
+        for c in chunks {
+            if c.is_hole() {
+                self.chunks.push(*c);
+                continue;
+            }
+            let seq = match self.copied.get(&c.block) {
+                Some(&s) => s,
+                None => {
+                    let s = self.new_seq();
+                    let r = refs[c.block as usize];
+                    match self.by_hash.get(&r.hash) {
+                        Some(&id) => self.seq_to_id[s as usize] = id,
+                        None => {
+                            self.copied_blocks.0 += 1;
+                            self.copied_blocks.1 += r.clen as u64;
+                            self.send(s, r.hash, Work::Copy(img.clone(), c.block, r))?;
+                        }
+                    }
+                    self.copied.insert(c.block, s);
+                    s
+                }
+            };
+            self.chunks.push(Chunk { block: seq, ..*c });
+        }
+        self.progress.files.fetch_add(1, Ordering::Relaxed);
+        Ok((first as u64, (self.chunks.len() - first) as u32))
     }
 
     /// The writer's error, once it has stopped.
@@ -523,15 +657,16 @@ fn write_in_order<W: Write>(
     for d in done {
         pending.insert(d.id, d);
         while let Some(d) = pending.remove(&(refs.len() as u32)) {
-            let offset = out.put(&d.bytes)?;
+            let (codec, bytes) = d.stored?;
+            let offset = out.put(&bytes)?;
             progress
                 .bytes_out
-                .fetch_add(d.bytes.len() as u64, Ordering::Relaxed);
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
             refs.push(BlockRef {
                 hash: d.hash,
                 offset,
-                codec: d.codec,
-                clen: d.bytes.len() as u32,
+                codec,
+                clen: bytes.len() as u32,
                 ulen: d.ulen,
             });
             let _ = tokens.send(());

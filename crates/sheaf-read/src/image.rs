@@ -613,15 +613,36 @@ impl Image {
     /// verified (for `sheaf publish`).
     pub fn object(&self, r: &BlockRef, max_ulen: u32) -> Result<Vec<u8>, ReadError> {
         let what = || format!("object {}", sheaf_format::hex(&r.hash));
+        let (codec, stored) = self.stored(r, max_ulen, &what, &mut Vec::new())?;
+        Ok(remote::encode_object(codec, &stored))
+    }
+
+    /// The codec and stored bytes of `r`, read from the source and verified
+    /// (decompressed into `scratch`, which a caller copying many blocks
+    /// reuses, and checked against the digest); `what` names it in errors.
+    /// For copying blocks into another image as they are (`build --base`).
+    pub fn stored(
+        &self,
+        r: &BlockRef,
+        max_ulen: u32,
+        what: &dyn Fn() -> String,
+        scratch: &mut Vec<u8>,
+    ) -> Result<(sheaf_format::Codec, Vec<u8>), ReadError> {
         let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
         r.validate(self.table_offset, max_ulen).map_err(err)?;
         let (codec, stored) = self
             .src
             .read_object(r)
             .map_err(|e| io_error(&*self.src, e, r.offset, r.clen as usize))?;
-        self.decode_checked(r, codec, &stored, &mut Vec::new())
-            .map_err(err)?;
-        Ok(remote::encode_object(codec, &stored))
+        match self.decode_checked(r, codec, &stored, scratch) {
+            Ok(()) => Ok((codec, stored)),
+            Err(FormatError::HashMismatch(_)) => Err(err(FormatError::HashMismatch(format!(
+                "{} at offset {}",
+                what(),
+                r.offset
+            )))),
+            Err(e) => Err(err(e)),
+        }
     }
 
     /// Fetch data blocks `ids` ahead of use (see [`Image::prefetch_refs`]).
