@@ -94,11 +94,7 @@ impl Base {
             Some(s) => serde_json::from_str(&s).unwrap_or_default(),
             None => serde_json::Value::Null,
         };
-        let pack = if opts.pack_size == 0 {
-            opts.block_size
-        } else {
-            opts.pack_size
-        };
+        let pack = opts.pack_block_size();
         let want_comp = opts.compression.describe();
         match (info["pack_size"].as_u64(), info["compression"].as_str()) {
             (Some(p), Some(c)) if p == pack as u64 && c == want_comp => {}

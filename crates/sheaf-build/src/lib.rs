@@ -527,7 +527,7 @@ pub fn build(
         "builder": format!("sheaf {}", env!("CARGO_PKG_VERSION")),
         "compression": opts.compression.describe(),
         "block_size": opts.block_size,
-        "pack_size": if opts.pack_size == 0 { opts.block_size } else { opts.pack_size },
+        "pack_size": opts.pack_block_size(),
         "page_size": opts.page_size,
         "owner": opts.owner.map(|(u, g)| format!("{u}:{g}")),
         "mtime": opts.mtime,

@@ -5,8 +5,11 @@ use thiserror::Error;
 
 /// Default data block size: 4 MiB (chosen by measurement, see docs/design.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
-/// Default pack-block size: 0, the block size (see [`BuildOptions::pack_size`]).
-pub const DEFAULT_PACK_SIZE: u32 = 0;
+/// Default pack-block size: 512 KiB (see [`BuildOptions::pack_size`]).
+/// Chosen by measurement (bench/default-image.sh, docs/design.md): the
+/// largest pack that keeps 5000 random small-file reads near the kernel's
+/// squashfs (4 MiB packs: 5×) while the image stays ≤ 0.95× mksquashfs-zstd.
+pub const DEFAULT_PACK_SIZE: u32 = 512 << 10;
 /// Default metadata page size.
 pub const DEFAULT_PAGE_SIZE: u32 = 1 << 16;
 
@@ -131,6 +134,17 @@ pub struct BuildOptions {
 
 /// Default [`BuildOptions::base_max_stale_pct`]: a fifth (docs/build.md).
 pub const DEFAULT_BASE_MAX_STALE_PCT: u8 = 20;
+
+impl BuildOptions {
+    /// The size pack blocks are cut at (`pack_size`, 0 meaning the block size).
+    pub fn pack_block_size(&self) -> u32 {
+        if self.pack_size == 0 {
+            self.block_size
+        } else {
+            self.pack_size
+        }
+    }
+}
 
 impl Default for BuildOptions {
     fn default() -> Self {

@@ -41,6 +41,7 @@ fn build_tree(dir: &Path, files: usize, opts: &BuildOptions) -> Vec<u8> {
 fn small_opts() -> BuildOptions {
     BuildOptions {
         block_size: 4096,
+        pack_size: 0,
         page_size: 4096,
         ..Default::default()
     }
