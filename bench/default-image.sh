@@ -37,7 +37,9 @@ command -v nginx >/dev/null || die "nginx missing (apt-get install nginx-light)"
 
 WORK=$(mktemp -d "$DATA/default-image.XXXXXX")
 MP=$(mktemp -d /tmp/sheaf-bench-default.XXXXXX)
-CUR="" NGINX_PID=""
+CUR=""
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 umnt() {
     case $CUR in "") ;; sqfs) umount "$MP" ;; *) "$SHEAF" umount "$MP" ;; esac
     CUR=""
@@ -110,31 +112,14 @@ for k in $KINDS; do
 done
 
 # --- lazy import over HTTP -------------------------------------------------------------------
-WWW=$WORK/www; mkdir -p "$WWW" "$WORK/nginx-tmp"
+WWW=$WORK/www; mkdir -p "$WWW"
 for p in $PACKS; do ln "$WORK/P-${p/@/-z}.sheaf" "$WWW/P-${p/@/-z}.sheaf"; done
-PORT=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-t=$WORK/nginx-tmp
-cat > "$WORK/nginx.conf" <<EOF
-daemon off;
-master_process off;
-pid $t/nginx.pid;
-error_log $t/error.log;
-events { worker_connections 1024; }
-http { access_log off; sendfile on; client_body_temp_path $t; proxy_temp_path $t;
-       fastcgi_temp_path $t; uwsgi_temp_path $t; scgi_temp_path $t;
-       server { listen 127.0.0.1:$PORT; root $WWW; } }
-EOF
-nginx -e "$t/error.log" -c "$WORK/nginx.conf" </dev/null &
-NGINX_PID=$!
-for _ in $(seq 100); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/")" != 000 ] && break
-    sleep 0.1
-done
+start_nginx
 for p in $PACKS; do
     log "lazy import over HTTP, --pack-size $p"
     cache=$(mktemp -d "$WORK/cache.XXXXXX")
     drop_caches
-    "$SHEAF" --cache-dir "$cache" mount "http://127.0.0.1:$PORT/P-${p/@/-z}.sheaf" "$MP"; CUR=$p
+    "$SHEAF" --cache-dir "$cache" mount "$BASE/P-${p/@/-z}.sheaf" "$MP"; CUR=$p
     (cd /tmp && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$MP" "$PYTHON" -c "$LAZY_IMPORT")
     sleep 1   # background readahead settles
     R[$p,http]=$("$SHEAF" stats --json "$MP" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["remote"]["http_bytes"])')

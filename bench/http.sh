@@ -58,30 +58,8 @@ shape_on()  { [ -z "$QDISC" ] && return 0; SHAPED=1; tc qdisc add dev lo root $Q
 shape_off() { [ "$SHAPED" = 1 ] || return 0; tc qdisc del dev lo root 2>/dev/null || true; SHAPED=0; }
 
 # --- nginx --------------------------------------------------------------------------------
-NGINX_PID=""
-start_nginx() {
-    PORT=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    local t=$WORK/nginx-tmp i
-    mkdir -p "$t"
-    cat > "$WORK/nginx.conf" <<EOF
-daemon off;
-master_process off;
-pid $t/nginx.pid;
-error_log $t/error.log;
-events { worker_connections 1024; }
-http { access_log off; sendfile on; client_body_temp_path $t; proxy_temp_path $t;
-       fastcgi_temp_path $t; uwsgi_temp_path $t; scgi_temp_path $t;
-       server { listen 127.0.0.1:$PORT; root $WWW; } }
-EOF
-    nginx -e "$t/error.log" -c "$WORK/nginx.conf" </dev/null &
-    NGINX_PID=$!
-    for i in $(seq 100); do
-        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/")" != 000 ] && break
-        kill -0 "$NGINX_PID" 2>/dev/null || die "nginx exited: $(tail -n 3 "$t/error.log" 2>/dev/null)"
-        sleep 0.1
-    done
-    BASE=http://127.0.0.1:$PORT
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 MOUNTED=0
 cleanup() {
