@@ -580,7 +580,7 @@ fn serve_mount<F: sheaf_mount::Filesystem>(
     };
     if foreground {
         logging::init(log_target(true)?, prefix, p.debug);
-        let m = sheaf_mount::serve::mount(cfg, make())?;
+        let m = sheaf_mount::serve::mount(cfg, make)?;
         log::info!(
             "mounted {} in {:.1} ms{signer}",
             cfg.fsname,
@@ -611,7 +611,7 @@ fn serve_mount<F: sheaf_mount::Filesystem>(
             let mut wr = std::fs::File::from(wr);
             detach();
             logging::init(target, prefix, p.debug);
-            match sheaf_mount::serve::mount(cfg, make()) {
+            match sheaf_mount::serve::mount(cfg, make) {
                 Ok(m) => {
                     log::info!("mounted {}{signer}", cfg.fsname);
                     let _ = wr.write_all(b"K");

@@ -134,7 +134,21 @@ pub struct Connected {
 /// a stack or an overlay) as described by `cfg`. On return the kernel has
 /// accepted the connection: the mount is visible and requests queue until
 /// [`Mounted::serve`] runs.
-pub fn mount<F: Filesystem>(cfg: &MountConfig, fs: F) -> Result<Mounted<F>, MountError> {
+///
+/// `make` builds the filesystem after SIGINT/SIGTERM/SIGHUP are blocked in
+/// this thread, so threads it starts (readahead, prefetch) inherit the block
+/// and a stop signal always reaches the thread that unmounts; one delivered
+/// to a thread that did not block it would kill the process and leave the
+/// mount behind.
+pub fn mount<F: Filesystem>(
+    cfg: &MountConfig,
+    make: impl FnOnce() -> F,
+) -> Result<Mounted<F>, MountError> {
+    block_stop_signals().map_err(|cause| MountError::Handshake {
+        path: cfg.mountpoint.clone(),
+        cause,
+    })?;
+    let fs = make();
     let c = connect(cfg)?;
     attach(cfg, c, fs)
 }
