@@ -373,9 +373,7 @@ pub fn build(
         },
         progress.clone(),
     );
-    if opts.pack_size != 0 {
-        packer.set_pack_size(opts.pack_size);
-    }
+    packer.set_pack_size(opts.pack_block_size());
     if let Some(b) = &base {
         packer.set_base(&b.image, &b.refs);
     }

@@ -237,7 +237,7 @@ pub struct OptimizeArgs {
 /// `sheaf optimize`: the same tree with the listed files' blocks first and
 /// listed in a prefetch section; data is copied as stored, not recompressed.
 pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
-    use sheaf_format::{SectionKind, StreamId};
+    use sheaf_format::StreamId;
     let img = open_image(&a.image, remote)?;
     let first = crate::util::prefetch_blocks(&img, &a.prefetch)?;
     if first.is_empty() {
@@ -259,12 +259,8 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
         .map(|id| img.block_ref(id))
         .collect::<Result<Vec<_>, _>>()?;
     let mut info: serde_json::Value = img
-        .sections()
-        .iter()
-        .find(|s| s.kind == SectionKind::BuildInfo)
-        .map(|s| img.check_section(s))
-        .transpose()?
-        .and_then(|b| serde_json::from_slice(&b).ok())
+        .build_info()?
+        .and_then(|b| serde_json::from_str(&b).ok())
         .unwrap_or_else(|| json!({}));
     info["optimized"] = json!({
         "from_root": sheaf_format::hex(&img.root_digest()),
