@@ -70,6 +70,7 @@ bench: build
 	bench/run.sh
 	bench/mount.sh
 	bench/metadata.sh
+	bench/cold-scan.sh
 	bench/default-image.sh
 	bench/scale.sh
 	bench/http.sh

@@ -745,3 +745,77 @@ fn an_image_without_xattrs_lets_the_kernel_stop_asking_for_them() {
     assert!(s["ops"]["getxattr"]["count"].as_u64().unwrap() >= 4, "{s}");
     drop(m);
 }
+
+/// A walker that never stats files (`find`) gets them listed by name and
+/// type only, so the kernel makes no inode for them and sheaf reads no inode
+/// record: every name is still listed (the dirent carries the real inode
+/// number; with 0 glibc would skip it), a lookup of a file answers its real
+/// attributes, and a tool that stats what it lists (`ls -l`) sees exactly
+/// what the source has.
+#[test]
+fn find_lists_files_without_attributes_and_stat_still_sees_them() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    let mut expect = vec![String::new()];
+    for d in 0..20 {
+        fs::create_dir_all(src.join(format!("d{d}/sub"))).unwrap();
+        expect.push(format!("/d{d}"));
+        expect.push(format!("/d{d}/sub"));
+        for f in 0..30 {
+            let p = format!("/d{d}/f{f}");
+            write(&src.join(&p[1..]), p.as_bytes());
+            expect.push(p);
+        }
+        symlink(b"f0", &src.join(format!("d{d}/sub/link")));
+        expect.push(format!("/d{d}/sub/link"));
+    }
+    expect.sort();
+    let img = t.path().join("img.sheaf");
+    build(&src, &img, &[]).ok();
+    let mp = t.path().join("mp");
+    let m = mount(&img, &mp, &[]);
+
+    // `find` from its own process: every name, and no lookup per file.
+    let out = run_cmd(Command::new("find").arg(&mp)).ok();
+    let mut listed: Vec<String> = String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| l.strip_prefix(mp.to_str().unwrap()).unwrap().to_string())
+        .collect();
+    listed.sort();
+    assert_eq!(listed, expect);
+    let lookups = || stats(&mp)["ops"]["lookup"]["count"].as_u64().unwrap_or(0);
+    let before = lookups();
+    assert!(
+        before < 20 * 30 / 2,
+        "find made {before} lookups for 600 files it only had to name"
+    );
+    // The kernel made no entry for a listed file: its first stat asks.
+    let md = mp.join("d3/f7").symlink_metadata().unwrap();
+    assert_eq!(md.size(), "/d3/f7".len() as u64);
+    assert_eq!(lookups(), before + 1, "the file was listed with attributes");
+
+    // Every dirent's inode number is the one stat gives, and stat agrees
+    // with the source.
+    for d in 0..20 {
+        for e in fs::read_dir(mp.join(format!("d{d}"))).unwrap() {
+            let e = e.unwrap();
+            let md = e.path().symlink_metadata().unwrap();
+            use std::os::unix::fs::DirEntryExt;
+            assert_eq!(e.ino(), md.ino(), "{}", e.path().display());
+            let s = src.join(e.path().strip_prefix(&mp).unwrap());
+            let sm = s.symlink_metadata().unwrap();
+            // (A directory's size is its own business: sheaf's is its
+            // entry count.)
+            let size = |m: &fs::Metadata| if m.is_dir() { 0 } else { m.size() };
+            assert_eq!(
+                (md.mode(), size(&md), md.mtime(), md.mtime_nsec()),
+                (sm.mode(), size(&sm), sm.mtime(), sm.mtime_nsec()),
+                "{}",
+                e.path().display()
+            );
+        }
+    }
+    assert_same_tree(&src, &mp, Cmp::all());
+    drop(m);
+}

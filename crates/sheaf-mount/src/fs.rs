@@ -11,6 +11,7 @@
 //! (with the image root and inode 0 swapped if the root is not 0). Hardlinks
 //! share one image inode, hence one FUSE inode.
 
+use crate::listing::AttrInterest;
 use crate::readahead::Readahead;
 use crate::stats::{Op, Stats};
 use fuser::{
@@ -63,11 +64,14 @@ pub struct FsConfig {
 /// Whether directory listings also return every child's attributes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Readdirplus {
-    /// Always (`ls -l` and `stat` of every entry need no further requests,
-    /// but the kernel instantiates an inode for every entry listed).
+    /// Always, for every entry (`ls -l` and `stat` of every entry need no
+    /// further requests, but the kernel instantiates an inode for every
+    /// entry listed, and a walker that only wants names pays for that).
     Always,
     /// The kernel decides per directory (plus for the first batch, and when
-    /// entries of the directory are being stat'ed).
+    /// entries of the directory are being stat'ed); directories always come
+    /// with attributes, files only for processes and directories that have
+    /// shown they stat files (see [`crate::listing`]).
     #[default]
     Auto,
     /// Never: listings return names and types only; entries are looked up
@@ -91,6 +95,8 @@ pub struct SheafFs {
     readahead: Readahead,
     started: Instant,
     pid: u32,
+    /// Who gets files' attributes in listings.
+    interest: AttrInterest,
     /// Files read so far, in first-read order (with `record`).
     recorded: Option<std::sync::Mutex<(std::collections::HashSet<u32>, Vec<u32>)>>,
 }
@@ -107,6 +113,7 @@ impl SheafFs {
         );
         SheafFs {
             recorded: cfg.record.as_ref().map(|_| Default::default()),
+            interest: AttrInterest::default(),
             img,
             src,
             cfg,
@@ -278,15 +285,20 @@ impl SheafFs {
     }
 
     /// Fill a readdir buffer from `offset`: 0 is ".", 1 is "..", `k + 2` is
-    /// entry `k`. `add` returns true when the buffer is full.
+    /// entry `k`. `add` returns true when the buffer is full. `pid` asked
+    /// (it decides whether files come with attributes, see [`crate::listing`]).
     fn fill_dir(
         &self,
         op: Op,
+        pid: u32,
         ino: INodeNo,
         offset: u64,
         add: &mut DirSink<'_>,
     ) -> Result<(), ReadError> {
         let dir = self.inode(ino)?;
+        let files = op == Op::Readdirplus
+            && (self.cfg.readdirplus == Readdirplus::Always
+                || self.interest.wants_files(pid, dir.ino));
         let mut off = offset;
         if off == 0 {
             if add(self, dir, true, 1, b".") {
@@ -318,18 +330,29 @@ impl SheafFs {
                 },
             };
             let children: Vec<(Inode, bool)> = if op == Op::Readdirplus {
-                let inos: Vec<u32> = batch.iter().map(|e| e.ino).collect();
-                let inodes = self.img.inodes(&inos)?;
+                // Attributes for the entries that get them (see `listing`);
+                // the others are listed by name and type.
+                let inos: Vec<u32> = batch
+                    .iter()
+                    .filter(|e| files || e.file_type == Ft::Directory)
+                    .map(|e| e.ino)
+                    .collect();
+                let mut inodes = self.img.inodes(&inos)?.into_iter();
                 batch
                     .iter()
-                    .zip(inodes)
-                    .map(|(e, i)| match self.img.check_child(&dir, &i, e.file_type) {
-                        Ok(()) => (i, true),
-                        // Listed without attributes: a lookup of this
-                        // name answers EIO, the rest of the listing stands.
-                        Err(err) => {
-                            self.errno(op, &err);
-                            (plain(e), false)
+                    .map(|e| {
+                        if !files && e.file_type != Ft::Directory {
+                            return (plain(e), false);
+                        }
+                        let i = inodes.next().expect("one inode per entry asked");
+                        match self.img.check_child(&dir, &i, e.file_type) {
+                            Ok(()) => (i, true),
+                            // Listed without attributes: a lookup of this
+                            // name answers EIO, the rest of the listing stands.
+                            Err(err) => {
+                                self.errno(op, &err);
+                                (plain(e), false)
+                            }
                         }
                     })
                     .collect()
@@ -442,13 +465,19 @@ impl Filesystem for SheafFs {
         reply.error(Errno::ENOSYS);
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _t = self.stats.time(Op::Lookup);
-        let r = self
-            .inode(parent)
-            .and_then(|dir| self.img.lookup_child(&dir, name.as_bytes()));
+        let r = self.inode(parent).and_then(|dir| {
+            let child = self.img.lookup_child(&dir, name.as_bytes())?;
+            Ok(child.map(|c| (dir.ino, c)))
+        });
         match r {
-            Ok(Some(i)) => reply.entry(&FOREVER, &self.attr(&i), Generation(0)),
+            Ok(Some((dir, i))) => {
+                if i.file_type() != Ft::Directory {
+                    self.interest.note_file_lookup(req.pid(), dir);
+                }
+                reply.entry(&FOREVER, &self.attr(&i), Generation(0))
+            }
             Ok(None) => {
                 // Inode 0 with a timeout is a cached negative entry: repeated
                 // probes (Python's import path search) stay in the kernel.
@@ -524,17 +553,23 @@ impl Filesystem for SheafFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
         let _t = self.stats.time(Op::Readdir);
-        let r = self.fill_dir(Op::Readdir, ino, offset, &mut |fs, i, _, next, name| {
-            let kind = fs.attr(&i).kind;
-            reply.add(fs.fuse_ino(i.ino), next, kind, OsStr::from_bytes(name))
-        });
+        let r = self.fill_dir(
+            Op::Readdir,
+            req.pid(),
+            ino,
+            offset,
+            &mut |fs, i, _, next, name| {
+                let kind = fs.attr(&i).kind;
+                reply.add(fs.fuse_ino(i.ino), next, kind, OsStr::from_bytes(name))
+            },
+        );
         match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(self.errno(Op::Readdir, &e)),
@@ -543,7 +578,7 @@ impl Filesystem for SheafFs {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -552,17 +587,15 @@ impl Filesystem for SheafFs {
         let _t = self.stats.time(Op::Readdirplus);
         let r = self.fill_dir(
             Op::Readdirplus,
+            req.pid(),
             ino,
             offset,
             &mut |fs, i, known, next, name| {
-                let mut attr = fs.attr(&i);
-                let ino = attr.ino;
-                if !known {
-                    // Node 0: the kernel lists the name but makes no entry.
-                    attr.ino = INodeNo(0);
-                }
+                let attr = fs.attr(&i);
+                // Node 0: the kernel lists the name but makes no entry.
+                let node = if known { attr.ino } else { INodeNo(0) };
                 reply.add(
-                    ino,
+                    node,
                     next,
                     OsStr::from_bytes(name),
                     &FOREVER,

@@ -3,7 +3,8 @@
 //!
 //! Owns the kernel-facing side of a mount: [`fs`] (answers FUSE requests from
 //! an [`sheaf_read::Image`] and tells the kernel to cache everything forever,
-//! since an image never changes), [`readahead`] (detects sequential access and
+//! since an image never changes), `listing` (which listings carry files'
+//! attributes), [`readahead`] (detects sequential access and
 //! decompresses the next block in the background), [`stats`] (per-op counters
 //! and latencies, exposed through a hidden xattr on the root), [`kernel`]
 //! (mounting through `fusermount3` or directly, unmounting, reading
@@ -21,6 +22,7 @@
 pub mod container;
 pub mod fs;
 pub mod kernel;
+mod listing;
 pub mod logging;
 pub mod namespace;
 pub mod readahead;
