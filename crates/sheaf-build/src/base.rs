@@ -192,16 +192,15 @@ impl Base {
         let mut range_of: HashMap<(u64, u32), usize> = HashMap::new();
         let mut cands: Vec<(NodeId, usize)> = Vec::new();
         for (id, path) in files {
-            let node = &tree.nodes[*id as usize];
-            let Kind::File { size, .. } = node.kind else {
+            let Kind::File { size, .. } = tree.nodes[*id as usize].kind else {
                 continue;
             };
+            let meta = tree.meta(*id);
             let Some(p) = self.files.get(path.as_slice()) else {
                 continue;
             };
-            let clamped =
-                clamp.is_some_and(|c| (node.meta.mtime_sec, node.meta.mtime_nsec) == (c, 0));
-            if p.size != size || p.meta != node.meta || clamped {
+            let clamped = clamp.is_some_and(|c| (meta.mtime_sec, meta.mtime_nsec) == (c, 0));
+            if p.size != size || p.meta != meta || clamped {
                 continue;
             }
             let key = (p.first, p.count);

@@ -9,7 +9,7 @@
 use crate::options::{BuildError, BuildOptions};
 use crate::pack::Packer;
 use crate::scan::{Excluder, Normalizer, Problems};
-use crate::tree::{Kind, Node, NodeId, Tree};
+use crate::tree::{Kind, NodeId, Tree};
 use sheaf_format::{FileType, XattrSet};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -128,8 +128,7 @@ pub fn read_entries<W: Write + Send + 'static>(
             if !matches!(e.kind, EntryKind::Dir) {
                 return Err(bad(&e.path, "the root must be a directory"));
             }
-            tree.nodes[0].meta = meta;
-            tree.nodes[0].xattrs = xattrs;
+            tree.set_meta(0, meta, xattrs);
             continue;
         };
         // The path and each ancestor, as a directory walk would match them.
@@ -145,43 +144,37 @@ pub fn read_entries<W: Write + Send + 'static>(
         };
         if let (Some(k), false) = (e.link, matches!(e.kind, EntryKind::Dir)) {
             if let Some(&target) = links.get(&k) {
-                tree.link(parent, (*leaf).into(), target);
+                tree.link(parent, leaf, target);
                 continue;
             }
         }
         let kind = match e.kind {
             EntryKind::Dir => {
                 if let Some(&d) = dirs.get(&key) {
-                    tree.nodes[d as usize].meta = meta;
-                    tree.nodes[d as usize].xattrs = xattrs;
+                    tree.set_meta(d, meta, xattrs);
                     continue;
                 }
-                Kind::Dir(Vec::new())
+                Kind::Dir(Box::default())
             }
-            EntryKind::File(mut r) => match packer.add_file(&mut r, None, &shown(&key)) {
-                Ok((size, first, count)) => Kind::File { size, first, count },
-                Err(BuildError::Input { path, cause }) if opts.skip_errors => {
-                    problems.handle(Path::new(&path), cause)?;
-                    continue;
+            EntryKind::File(mut r) => {
+                // The node this file becomes.
+                let id = tree.nodes.len() as NodeId;
+                match packer.add_file(&mut r, None, &shown(&key), id) {
+                    Ok((size, range)) => tree.file_kind(size, range),
+                    Err(BuildError::Input { path, cause }) if opts.skip_errors => {
+                        problems.handle(Path::new(&path), cause)?;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
-            },
+            }
             EntryKind::Symlink(t) => Kind::Symlink(t.into()),
             EntryKind::Device(d) => Kind::Device(d),
             EntryKind::Special => Kind::Special,
         };
         let is_dir = matches!(kind, Kind::Dir(_));
-        let id = tree.add(
-            parent,
-            (*leaf).into(),
-            Node {
-                meta,
-                kind,
-                xattrs,
-                parent,
-                links: 0,
-            },
-        );
+        let node = tree.node(meta, kind, xattrs);
+        let id = tree.add(parent, leaf, node);
         if is_dir {
             dirs.insert(key, id);
         } else if let Some(k) = e.link {

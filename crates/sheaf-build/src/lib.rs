@@ -212,13 +212,7 @@ fn packing_order(
     boundaries: &[Vec<u8>],
 ) -> (Vec<NodeId>, Vec<u32>) {
     let index = tree.entry_index();
-    let name_of = |id: NodeId| -> &[u8] {
-        let p = tree.nodes[id as usize].parent;
-        match &tree.nodes[p as usize].kind {
-            Kind::Dir(e) => &e[index[id as usize] as usize].0,
-            _ => unreachable!("parent is a directory"),
-        }
-    };
+    let name_of = |id: NodeId| tree.name_of(&index, id);
     // Python keeps compiled files in `__pycache__` beside their sources;
     // counting them as part of the parent puts `x.pyc` next to `x.py`, whose
     // strings it repeats.
@@ -297,6 +291,9 @@ fn prefetch_ranks(
 /// The prefetch section: the data blocks of the listed files, in list
 /// order, each once, as little-endian u32 ids.
 fn prefetch_section(tree: &Tree, prefetch: &HashMap<&[u8], usize>) -> Vec<u8> {
+    if prefetch.is_empty() {
+        return Vec::new(); // without building an entry index of the whole tree
+    }
     let index = tree.entry_index();
     let mut files: Vec<(usize, NodeId)> = prefetch_ranks(tree, &index, prefetch)
         .into_iter()
@@ -444,17 +441,11 @@ pub fn build(
     let xattr_sets = tree.xattr_sets.len();
 
     // Metadata streams, compressed in parallel on the build's thread count.
-    // Peak memory is the tree plus its encoding, so the tree goes first and
-    // each stream is freed once written.
-    let streams = meta::encode_tree(&tree)?;
-    let mut chunk_bytes = Vec::with_capacity(tree.chunks.len() * sheaf_format::ChunkRecord::LEN);
-    for c in &tree.chunks {
-        c.encode(&mut chunk_bytes);
-    }
+    // Each is encoded from the tree while it is written, a batch of pages
+    // at a time: peak memory is the tree, not the tree and its encoding.
+    let layout = meta::Layout::new(&tree)?;
     let chunk_count = tree.chunks.len() as u64;
     let prefetch_bytes = prefetch_section(&tree, &prefetch);
-    drop(tree);
-    let block_bytes: Vec<u8> = block_refs.iter().flat_map(|r| r.encode()).collect();
     // A one-thread build compresses on the caller's thread: no pool, so no
     // thread is started or left ending after the build returns.
     let pool = if threads > 1 {
@@ -467,29 +458,42 @@ pub fn build(
     } else {
         None
     };
-    let (inode_count, dirent_count) = (streams.inode_count, streams.dirent_count);
+    let (inode_count, dirent_count) = (layout.inode_count(), layout.dirent_count);
     let mut descs: [StreamDesc; 5] = Default::default();
-    for (id, bytes) in [
-        (StreamId::Inodes, streams.inodes),
-        (StreamId::Chunks, chunk_bytes),
-        (StreamId::Dirents, streams.dirents),
-        (StreamId::Heap, streams.heap),
-        (StreamId::Blocks, block_bytes),
+    for id in [
+        StreamId::Inodes,
+        StreamId::Chunks,
+        StreamId::Dirents,
+        StreamId::Heap,
+        StreamId::Blocks,
     ] {
         let write = |out: &mut _| {
-            meta::write_stream(
-                out,
-                &bytes,
-                opts.page_size,
-                &opts.compression,
-                pool.is_some(),
-            )
+            let mut w =
+                meta::PagedWriter::new(out, opts.page_size, &opts.compression, pool.is_some());
+            match id {
+                StreamId::Chunks => {
+                    for c in &tree.chunks {
+                        c.encode(w.buf());
+                        w.flush_full()?;
+                    }
+                }
+                StreamId::Blocks => {
+                    for r in &block_refs {
+                        w.buf().extend_from_slice(&r.encode());
+                        w.flush_full()?;
+                    }
+                }
+                _ => layout.encode(&tree, id, &mut w)?,
+            }
+            w.finish()
         };
         descs[id as usize] = match &pool {
             Some(pool) => pool.install(|| write(&mut out))?,
             None => write(&mut out)?,
         };
     }
+    drop(layout);
+    drop(tree);
     let sb = Superblock {
         required_features: 0,
         optional_features: if xattr_sets == 0 {
@@ -600,7 +604,7 @@ fn drop_nodes(tree: &mut Tree, ids: &[NodeId]) {
     let gone: std::collections::HashSet<NodeId> = ids.iter().copied().collect();
     for n in &mut tree.nodes {
         if let Kind::Dir(e) = &mut n.kind {
-            e.retain(|(_, c)| !gone.contains(c));
+            e.retain(|e| !gone.contains(&e.node));
         }
     }
     for &id in ids {
@@ -623,8 +627,9 @@ fn logical_bytes(tree: &Tree) -> u64 {
 fn tree_stats(tree: &Tree) -> (std::collections::BTreeMap<&'static str, u64>, u64) {
     let mut by_type = std::collections::BTreeMap::new();
     let mut hardlinks = 0u64;
-    for n in tree.nodes.iter().filter(|n| n.links > 0) {
-        let t = sheaf_format::FileType::from_mode(n.meta.mode).map_or("other", |t| t.name());
+    for (id, n) in tree.nodes.iter().enumerate().filter(|(_, n)| n.links > 0) {
+        let mode = tree.mode(id as NodeId);
+        let t = sheaf_format::FileType::from_mode(mode).map_or("other", |t| t.name());
         *by_type.entry(t).or_default() += 1;
         hardlinks += (n.links > 1 && !matches!(n.kind, Kind::Dir(_))) as u64;
     }
@@ -765,9 +770,9 @@ impl DirInput<'_> {
                 }
             };
             let probe = f.try_clone().ok();
-            match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string()) {
-                Ok((size, first, count)) => {
-                    tree.nodes[id as usize].kind = Kind::File { size, first, count };
+            match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string(), id) {
+                Ok((size, range)) => {
+                    tree.nodes[id as usize].kind = tree.file_kind(size, range);
                     if let Some(r) = rep.as_mut() {
                         r.packed_files += 1;
                         r.packed_bytes += size;

@@ -144,6 +144,107 @@ impl Work {
     }
 }
 
+/// Whole files by content digest → the caller's id of the first file
+/// stored with that content, for dedup of identical files. There is one
+/// entry per distinct file, so this is the packer's largest table: entries
+/// (36 bytes; the caller has the chunk range) sit in one vector and the hash
+/// table holds only their 4-byte indices. A `HashMap<Digest, (u64, u32)>`
+/// took 48 bytes a bucket at a load as low as 7/16, and old and new tables
+/// at once while growing.
+#[derive(Default)]
+struct ContentIndex {
+    entries: Vec<ContentEntry>,
+    /// Open addressing with linear probing; indices into `entries`,
+    /// `EMPTY` for a free slot. Length zero or a power of two.
+    slots: Vec<u32>,
+}
+
+#[derive(Clone, Copy)]
+struct ContentEntry {
+    digest: Digest,
+    file: u32,
+}
+
+impl ContentIndex {
+    const EMPTY: u32 = u32::MAX;
+
+    /// Slot to start probing at: digests are uniform, so their first bytes
+    /// are a hash already.
+    fn home(&self, d: &Digest) -> usize {
+        u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) as usize & (self.slots.len() - 1)
+    }
+
+    fn get(&self, d: &Digest) -> Option<u32> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(d);
+        loop {
+            match self.slots[i] {
+                Self::EMPTY => return None,
+                e => {
+                    let e = &self.entries[e as usize];
+                    if e.digest == *d {
+                        return Some(e.file);
+                    }
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Record `d` (not present yet). Past 2^32 − 1 entries files are no
+    /// longer indexed, only stored again if repeated.
+    fn insert(&mut self, d: Digest, file: u32) {
+        let n = self.entries.len();
+        if n >= Self::EMPTY as usize {
+            return;
+        }
+        // Load at most 3/4 keeps probe runs short.
+        if (n + 1) * 4 > self.slots.len() * 3 {
+            self.grow((self.slots.len() * 2).max(1024));
+        }
+        self.entries.push(ContentEntry { digest: d, file });
+        self.place(n as u32);
+    }
+
+    fn place(&mut self, e: u32) {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(&self.entries[e as usize].digest);
+        while self.slots[i] != Self::EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = e;
+    }
+
+    fn grow(&mut self, len: usize) {
+        // The old slots are not needed to rebuild: free them first.
+        self.slots = Vec::new();
+        self.slots = vec![Self::EMPTY; len];
+        for e in 0..self.entries.len() as u32 {
+            self.place(e);
+        }
+    }
+
+    fn reserve(&mut self, more: usize) {
+        self.entries.reserve(more);
+        let want = (self.entries.len() + more).saturating_mul(4) / 3 + 1;
+        if want > self.slots.len() {
+            self.grow(want.next_power_of_two().max(1024));
+        }
+    }
+}
+
+/// Where the chunks of a file [`Packer::add_file`] stored are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileRange {
+    /// Its own: first chunk and number of chunks.
+    Chunks(u64, u32),
+    /// Those of the earlier file with this id, which has the same content.
+    SameAs(u32),
+}
+
 /// A `--base` image and its blocks by digest (with their ids in it).
 type BaseBlocks = (Arc<sheaf_read::Image>, HashMap<Digest, (u32, BlockRef)>);
 
@@ -157,7 +258,7 @@ pub struct Packer<W: Write + Send + 'static> {
     pack_seq: Option<u32>,
     seq_to_id: Vec<u32>,
     by_hash: HashMap<Digest, u32>,
-    by_content: HashMap<Digest, (u64, u32)>,
+    by_content: ContentIndex,
     next_id: u32,
     jobs: Option<Sender<Job>>,
     tokens: Receiver<()>,
@@ -245,7 +346,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             pack_seq: None,
             seq_to_id: Vec::new(),
             by_hash: HashMap::new(),
-            by_content: HashMap::new(),
+            by_content: ContentIndex::default(),
             next_id: 0,
             jobs: Some(jobs_tx),
             tokens: tok_rx,
@@ -429,7 +530,10 @@ impl<W: Write + Send + 'static> Packer<W> {
         Ok(())
     }
 
-    /// Read a file to its end and store it; returns (size, first chunk, chunk count).
+    /// Read a file to its end and store it; returns its size and where its
+    /// chunks are. `file` is the caller's id for it: a later file with the
+    /// same content gets [`FileRange::SameAs`] this id (so only files that
+    /// are kept may be given one, each its own).
     /// `name` is only used in messages. With `sparse`, the same file is
     /// probed with `SEEK_DATA` so whole-block holes are skipped unread.
     pub fn add_file(
@@ -437,7 +541,8 @@ impl<W: Write + Send + 'static> Packer<W> {
         r: &mut dyn Read,
         sparse: Option<&std::fs::File>,
         name: &str,
-    ) -> Result<(u64, u64, u32), BuildError> {
+        file: u32,
+    ) -> Result<(u64, FileRange), BuildError> {
         let io = |e: std::io::Error| BuildError::Input {
             path: name.to_string(),
             cause: e,
@@ -471,15 +576,14 @@ impl<W: Write + Send + 'static> Packer<W> {
                     if size == 0 {
                         // A whole small file: share an identical earlier one.
                         let h = sheaf_format::digest(&buf[..n]);
-                        if let Some(&(f, c)) = self.by_content.get(&h) {
+                        if let Some(f) = self.by_content.get(&h) {
                             self.progress
                                 .dedup_bytes
                                 .fetch_add(n as u64, Ordering::Relaxed);
-                            return Ok((n as u64, Some((f, c))));
+                            return Ok((n as u64, Some(f)));
                         }
                         self.append_packed(&buf[..n], 0)?;
-                        self.by_content
-                            .insert(h, (first as u64, (self.chunks.len() - first) as u32));
+                        self.by_content.insert(h, file);
                         // Content-defined pack boundaries: end the pack after
                         // a file whose digest says so (once it is half full),
                         // so an edited or added file changes its own pack, not
@@ -519,8 +623,8 @@ impl<W: Write + Send + 'static> Packer<W> {
         self.buf = buf;
         self.progress.files.fetch_add(1, Ordering::Relaxed);
         let (size, shared) = result?;
-        if let Some((f, c)) = shared {
-            return Ok((size, f, c));
+        if let Some(f) = shared {
+            return Ok((size, FileRange::SameAs(f)));
         }
         // A large file identical to an earlier one shares its chunk range.
         let count = (self.chunks.len() - first) as u32;
@@ -530,16 +634,16 @@ impl<W: Write + Send + 'static> Packer<W> {
                 .update(&size.to_le_bytes())
                 .finalize()
                 .as_bytes();
-            if let Some(&(f, c)) = self.by_content.get(&h) {
+            if let Some(f) = self.by_content.get(&h) {
                 // Its full blocks were already counted as deduplicated; add the rest.
                 let tail = size % self.block_size as u64;
                 self.progress.dedup_bytes.fetch_add(tail, Ordering::Relaxed);
                 self.chunks.truncate(first);
-                return Ok((size, f, c));
+                return Ok((size, FileRange::SameAs(f)));
             }
-            self.by_content.insert(h, (first as u64, count));
+            self.by_content.insert(h, file);
         }
-        Ok((size, first as u64, count))
+        Ok((size, FileRange::Chunks(first as u64, count)))
     }
 
     fn add_hole(&mut self, first: usize, mut at: u64, mut len: u64) {
@@ -673,4 +777,26 @@ fn write_in_order<W: Write>(
         }
     }
     Ok((out, refs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_index_finds_what_it_holds() {
+        let mut idx = ContentIndex::default();
+        let d = |i: u64| sheaf_format::digest(&i.to_le_bytes());
+        assert_eq!(idx.get(&d(0)), None);
+        for i in 0..5000u64 {
+            if i == 100 {
+                idx.reserve(3000); // growing in the middle keeps every entry
+            }
+            idx.insert(d(i), i as u32 * 3);
+        }
+        for i in 0..5000u64 {
+            assert_eq!(idx.get(&d(i)), Some(i as u32 * 3));
+        }
+        assert_eq!(idx.get(&d(5000)), None);
+    }
 }

@@ -2,7 +2,7 @@
 //! by [`crate::pack`] in packing order).
 
 use crate::options::{BuildError, BuildOptions};
-use crate::tree::{Kind, Meta, Node, NodeId, Tree};
+use crate::tree::{Kind, Meta, NodeId, Tree};
 use sheaf_format::XattrSet;
 use std::collections::HashMap;
 use std::fs;
@@ -178,14 +178,16 @@ pub fn scan_dir(
             detail: "not a directory or tar archive".into(),
         });
     }
-    let mut tree = Tree::new(meta_of(&norm, &md));
-    tree.nodes[0].xattrs = match read_xattrs(root) {
+    let root_meta = meta_of(&norm, &md);
+    let mut tree = Tree::new(root_meta);
+    let xattrs = match read_xattrs(root) {
         Ok(x) => tree.intern_xattrs(x),
         Err(e) => {
             problems.handle(root, e)?;
             0
         }
     };
+    tree.set_meta(0, root_meta, xattrs);
     // (dev, ino) of files seen with nlink > 1, for hardlinks.
     let mut seen: HashMap<(u64, u64), NodeId> = HashMap::new();
     let mut stack: Vec<(NodeId, PathBuf)> = vec![(0, PathBuf::new())];
@@ -232,7 +234,7 @@ pub fn scan_dir(
             if skip.contains(&(md.dev(), md.ino())) {
                 continue;
             }
-            let bname: Box<[u8]> = name.as_bytes().into();
+            let bname = name.as_bytes();
             if md.nlink() > 1 && !md.is_dir() {
                 if let Some(&target) = seen.get(&(md.dev(), md.ino())) {
                     tree.link(dir, bname, target);
@@ -240,7 +242,7 @@ pub fn scan_dir(
                 }
             }
             let kind = match md.mode() & libc::S_IFMT {
-                libc::S_IFDIR => Kind::Dir(Vec::new()),
+                libc::S_IFDIR => Kind::Dir(Box::default()),
                 libc::S_IFREG => Kind::File {
                     size: md.size(),
                     first: 0,
@@ -264,17 +266,8 @@ pub fn scan_dir(
                 }
             };
             let is_dir = matches!(kind, Kind::Dir(_));
-            let id = tree.add(
-                dir,
-                bname,
-                Node {
-                    meta: meta_of(&norm, &md),
-                    kind,
-                    xattrs,
-                    parent: dir,
-                    links: 0,
-                },
-            );
+            let node = tree.node(meta_of(&norm, &md), kind, xattrs);
+            let id = tree.add(dir, bname, node);
             if is_dir {
                 stack.push((id, rel_child));
             } else if md.nlink() > 1 {

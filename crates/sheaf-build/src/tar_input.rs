@@ -5,7 +5,7 @@
 use crate::options::{BuildError, BuildOptions};
 use crate::pack::Packer;
 use crate::scan::{Excluder, Normalizer, Problems};
-use crate::tree::{Kind, Meta, Node, NodeId, Tree};
+use crate::tree::{Kind, Meta, NodeId, Tree};
 use sheaf_format::XattrSet;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -66,23 +66,14 @@ impl TarTree {
                             String::from_utf8_lossy(&path[1..])
                         ));
                     }
-                    let d = self.tree.add(cur, (*c).into(), dir_node(self.implicit));
+                    let node = self.tree.node(self.implicit, Kind::Dir(Box::default()), 0);
+                    let d = self.tree.add(cur, c, node);
                     self.dirs.insert(path.clone(), d);
                     d
                 }
             };
         }
         Ok(cur)
-    }
-}
-
-fn dir_node(meta: Meta) -> Node {
-    Node {
-        meta,
-        kind: Kind::Dir(Vec::new()),
-        xattrs: 0,
-        parent: 0,
-        links: 0,
     }
 }
 
@@ -256,20 +247,13 @@ fn read_entries<W: Write + Send + 'static>(
         let xattrs = t.tree.intern_xattrs(XattrSet(xattrs));
         if comps.is_empty() {
             if etype == EntryType::Directory {
-                t.tree.nodes[0].meta = meta;
-                t.tree.nodes[0].xattrs = xattrs;
+                t.tree.set_meta(0, meta, xattrs);
             }
             continue;
         }
         let (leaf, parents) = comps.split_last().expect("non-empty");
         let parent = t.dir(parents).map_err(bad)?;
-        let mut node = Node {
-            meta,
-            kind: Kind::Special,
-            xattrs,
-            parent,
-            links: 0,
-        };
+        let mut node = t.tree.node(meta, Kind::Special, xattrs);
         match etype {
             EntryType::Directory => {
                 let mut key = Vec::new();
@@ -278,13 +262,10 @@ fn read_entries<W: Write + Send + 'static>(
                     key.extend_from_slice(c);
                 }
                 if let Some(&d) = t.dirs.get(&key) {
-                    t.tree.nodes[d as usize].meta = meta;
-                    t.tree.nodes[d as usize].xattrs = xattrs;
+                    t.tree.set_meta(d, meta, xattrs);
                 } else {
-                    let d = t
-                        .tree
-                        .add(parent, (*leaf).into(), Node { ..dir_node(meta) });
-                    t.tree.nodes[d as usize].xattrs = xattrs;
+                    let node = t.tree.node(meta, Kind::Dir(Box::default()), xattrs);
+                    let d = t.tree.add(parent, leaf, node);
                     t.dirs.insert(key, d);
                 }
                 continue;
@@ -301,7 +282,7 @@ fn read_entries<W: Write + Send + 'static>(
                 });
                 match found {
                     Some(target) if !matches!(t.tree.nodes[target as usize].kind, Kind::Dir(_)) => {
-                        t.tree.link(parent, (*leaf).into(), target)
+                        t.tree.link(parent, leaf, target)
                     }
                     _ => problems.handle(
                         Path::new(&shown),
@@ -328,21 +309,23 @@ fn read_entries<W: Write + Send + 'static>(
             EntryType::Fifo => {}
             _ => {
                 let what = format!("{name}: {shown}");
-                let (size, first, count) = match (&sparse, sparse_major.as_deref()) {
+                // The node this file becomes.
+                let id = t.tree.nodes.len() as NodeId;
+                let (size, range) = match (&sparse, sparse_major.as_deref()) {
                     (Some((_, real)), Some(b"1")) => {
                         let mut r = PaxSparse::new(&mut e, *real)
                             .map_err(|e| bad(format!("{shown}: bad sparse map: {e}")))?;
-                        packer.add_file(&mut r, None, &what)?
+                        packer.add_file(&mut r, None, &what, id)?
                     }
                     (Some(_), _) => {
                         return Err(bad(format!("{shown}: unsupported PAX sparse version")))
                     }
-                    (None, _) => packer.add_file(&mut e, None, &what)?,
+                    (None, _) => packer.add_file(&mut e, None, &what, id)?,
                 };
-                node.kind = Kind::File { size, first, count };
+                node.kind = t.tree.file_kind(size, range);
             }
         }
-        t.tree.add(parent, (*leaf).into(), node);
+        t.tree.add(parent, leaf, node);
     }
     if count == 0 && !layer {
         return Err(bad("empty or not a tar archive".into()));

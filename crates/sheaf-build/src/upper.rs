@@ -25,14 +25,16 @@ pub(crate) fn check_whiteouts(tree: &Tree, root: &Path) -> Result<(), BuildError
         let Kind::Dir(entries) = &n.kind else {
             continue;
         };
-        for (name, id) in entries {
+        for e in entries.iter() {
+            let name = tree.name(e.name);
             if !layers::is_hidden(name) {
                 continue;
             }
-            let node = &tree.nodes[*id as usize];
+            let node = &tree.nodes[e.node as usize];
+            let mode = tree.mode(e.node);
             let problem = if layers::parse(name) == Name::Whiteout(b"") {
                 Some("a whiteout must name the entry it hides")
-            } else if node.meta.mode & libc::S_IFMT != libc::S_IFREG {
+            } else if mode & libc::S_IFMT != libc::S_IFREG {
                 Some("a whiteout must be an empty regular file, not a directory, link or special file")
             } else if !matches!(node.kind, Kind::File { size: 0, .. }) {
                 Some("a whiteout must be an empty regular file (a file of this name cannot be stored in a layer)")
