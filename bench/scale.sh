@@ -77,7 +77,7 @@ log "generator alone, $SMALL entries"
 s=$(now_ns); "$PYTHON" "$GEN" "$SMALL" | wc -c > "$WORK/genbytes"; e=$(now_ns)
 R[gen,wall]=$((e - s)); R[gen,bytes]=$(cat "$WORK/genbytes")
 for n in "$SMALL" "$N"; do build sheaf "$n"; done
-for n in "$SMALL" "$AN"; do build sqfs "$n"; done
+for n in $(printf '%s\n' "$SMALL" "$AN" | sort -nu); do build sqfs "$n"; done
 rm -f "$WORK/hcp-$SMALL.sheaf"
 [ "$SMALL" = "$AN" ] || rm -f "$WORK/hcp-$SMALL.sqfs"
 
@@ -139,7 +139,8 @@ if [ -d "$DATA/M" ]; then
 fi
 
 PER_ENTRY=$(awk -v a="${R[sheaf,$N,rss]}" -v b="${R[sheaf,$SMALL,rss]}" -v n="$N" -v m="$SMALL" 'BEGIN { printf "%.0f", (a - b) * 1024 / (n - m) }')
-SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="$AN" -v m="$SMALL" 'BEGIN { printf "%.0f", (a - b) * 1024 / (n - m) }')
+# (No slope for tar2sqfs when it built one size only.)
+SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="$AN" -v m="$SMALL" 'BEGIN { if (n == m) print "n/a"; else printf "%.0f", (a - b) * 1024 / (n - m) }')
 {
     echo "# HCP scale: $N entries, $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
@@ -157,7 +158,7 @@ SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="
         echo "| $( [ $k = sheaf ] && echo sheaf || echo tar2sqfs ) | $n | $(secs "${R[$k,$n,wall]}") | $((R[$k,$n,rss] / 1024)) | $(mb "${R[$k,$n,size]}") |"
     done; done
     echo
-    echo "Builder memory per entry (slope between the two builds): sheaf **$PER_ENTRY B**, tar2sqfs $SQ_PER_ENTRY B."
+    echo "Builder memory per entry (slope between the two builds): sheaf **$PER_ENTRY B**, tar2sqfs ${SQ_PER_ENTRY/%[0-9]/& B}."
     echo
     echo "## Reading the $N-entry image"
     echo
