@@ -480,8 +480,14 @@ fn scenario(t: &Path) {
     // removable there without touching k8s.io's.
     let diffs = lay.strs("diff_ids");
     let chain0 = diffs[0].clone();
+    // Under a lease, as a client holds what it prepares: containerd's
+    // garbage collector would otherwise take the unreferenced snapshot
+    // while it is being inspected.
+    ctd.ctr_in("other", &["leases", "create", "--id", "sheaf-test-hold"])
+        .ok();
     let o = run_cmd(
         Command::new(PY)
+            .env("SNAP_LEASE", "sheaf-test-hold")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/snap_prepare.py"))
             .arg(&ctd.sock)
             .args(["other", "sheaf", &format!("extract-1 {chain0}"), ""])
@@ -553,6 +559,8 @@ fn scenario(t: &Path) {
         "{}",
         o.stderr
     );
+    ctd.ctr_in("other", &["leases", "delete", "sheaf-test-hold"])
+        .ok();
     assert!(!ctd
         .ctr_in("other", &["snapshots", "--snapshotter", "sheaf", "ls"])
         .ok()

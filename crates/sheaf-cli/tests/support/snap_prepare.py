@@ -6,9 +6,11 @@ the snapshotter from a second namespace (ctr passes no labels). The request
 is encoded here by hand:
   PrepareSnapshotRequest { string snapshotter = 1; string key = 2;
                            string parent = 3; map<string,string> labels = 4; }
+env SNAP_LEASE=ID (optional): prepare under that lease
 usage: snap_prepare.py SOCKET NAMESPACE SNAPSHOTTER KEY PARENT [LABEL=VALUE...]
 prints "prepared" or "exists" (ALREADY_EXISTS: committed remotely)
 """
+import os
 import sys
 import grpc
 
@@ -37,8 +39,12 @@ for kv in sys.argv[6:]:
 ch = grpc.insecure_channel("unix://" + sock)
 prepare = ch.unary_unary("/containerd.services.snapshots.v1.Snapshots/Prepare",
                          request_serializer=lambda b: b, response_deserializer=lambda b: b)
+# SNAP_LEASE: a lease (ctr leases create) that holds the snapshot against GC.
+md = [("containerd-namespace", ns)]
+if os.environ.get("SNAP_LEASE"):
+    md.append(("containerd-lease", os.environ["SNAP_LEASE"]))
 try:
-    prepare(msg, timeout=60, metadata=[("containerd-namespace", ns)])
+    prepare(msg, timeout=60, metadata=md)
     print("prepared")
 except grpc.RpcError as e:
     if e.code() == grpc.StatusCode.ALREADY_EXISTS:
