@@ -332,16 +332,17 @@ impl SheafFs {
             let children: Vec<(Inode, bool)> = if op == Op::Readdirplus {
                 // Attributes for the entries that get them (see `listing`);
                 // the others are listed by name and type.
+                let with_attrs = |e: &sheaf_read::DirEntry| files || e.file_type == Ft::Directory;
                 let inos: Vec<u32> = batch
                     .iter()
-                    .filter(|e| files || e.file_type == Ft::Directory)
+                    .filter(|e| with_attrs(e))
                     .map(|e| e.ino)
                     .collect();
                 let mut inodes = self.img.inodes(&inos)?.into_iter();
                 batch
                     .iter()
                     .map(|e| {
-                        if !files && e.file_type != Ft::Directory {
+                        if !with_attrs(e) {
                             return (plain(e), false);
                         }
                         let i = inodes.next().expect("one inode per entry asked");
