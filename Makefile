@@ -30,7 +30,7 @@ trees: deps
 # no root, no mounts, no servers and no real trees (those say they are skipped).
 CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test tar_input --test hostile --test roundtrip --test reader --test stack \
-	--test incremental
+	--test incremental --test dictionary
 check: build
 	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace $(MPI_FEATURE) --lib --bins $(CHECK_TESTS)
 

@@ -12,15 +12,15 @@
 # Writes bench/results/DATE-default-image.md.
 #
 # Usage: bench/default-image.sh      (after bench/setup.sh K P; run as root)
-# Env:   PACKS (default "256K 256K@14 512K 1M 4M": pack size, @ the zstd level
-#        if not 12; 4M = the 4 MiB block size),
+# Env:   PACKS (default "256K 256K+nodict 512K 4M": pack size, @N the zstd
+#        level if not 12, +nodict for --no-dict; 4M = the 4 MiB block size),
 #        SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), PYTHON, RUNS (default 3)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
-PACKS=${PACKS:-"256K 256K@14 512K 1M 4M"}
+PACKS=${PACKS:-"256K 256K+nodict 512K 4M"}
 PYTHON=${PYTHON:-python3}
 RUNS=${RUNS:-3}
 IMPORT="import numpy, scipy.linalg, scipy.sparse, pandas, sklearn.ensemble, matplotlib.pyplot, sympy, h5py, networkx"
@@ -59,7 +59,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 verdict() { awk -v x="$1" -v t="$2" 'BEGIN { print (x <= t) ? "met" : "MISSED" }'; }
 
-level() { case $1 in *@*) echo "${1#*@}" ;; *) echo 12 ;; esac; }
+level() { local l=${1%+nodict}; case $l in *@*) echo "${l#*@}" ;; *) echo 12 ;; esac; }
+size_of() { local l=${1%+nodict}; echo "${l%@*}"; }
+dict_flag() { case $1 in *+nodict) echo --no-dict ;; esac; }
 declare -A R
 # --- builds -------------------------------------------------------------------------------
 timed_build() { # timed_build KEY CMD...: wall ns into R[KEY,build]
@@ -73,8 +75,9 @@ for t in K P; do
     timed_build "sqfs,$t" mksquashfs "$DATA/$t" "$WORK/$t.sqfs" -noappend -comp zstd -quiet -no-progress
     R[sqfs,$t,size]=$(stat -c %s "$WORK/$t.sqfs")
     for p in $PACKS; do
-        log "sheaf build $t --pack-size ${p%@*} -c zstd:$(level "$p")"
-        timed_build "$p,$t" "$SHEAF" build -q --pack-size "${p%@*}" -c "zstd:$(level "$p")" "$DATA/$t" -o "$WORK/$t-${p/@/-z}.sheaf"
+        log "sheaf build $t --pack-size $(size_of "$p") -c zstd:$(level "$p") $(dict_flag "$p")"
+        # shellcheck disable=SC2046
+        timed_build "$p,$t" "$SHEAF" build -q --pack-size "$(size_of "$p")" -c "zstd:$(level "$p")" $(dict_flag "$p") "$DATA/$t" -o "$WORK/$t-${p/@/-z}.sheaf"
         R[$p,$t,size]=$(stat -c %s "$WORK/$t-${p/@/-z}.sheaf")
     done
 done
@@ -132,7 +135,7 @@ done
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r); load at end $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "sheaf $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates 2>/dev/null || echo ' (+ uncommitted changes)'); $(mksquashfs -version 2>&1 | head -1)."
-    echo "sheaf images: zstd:12 unless named, 4 MiB blocks, small files and tails packed into blocks of the pack size. squashfs: \`mksquashfs -comp zstd\` (level 15, 128 KiB blocks)."
+    echo "sheaf images: zstd:12 unless named, 4 MiB blocks, small files and tails packed into blocks of the pack size (files and tails of a pack or more in blocks of their own), a trained dictionary for the packs unless --no-dict. squashfs: \`mksquashfs -comp zstd\` (level 15, 128 KiB blocks)."
     echo "Random = 5000 files of K (seeded choice) read by \`xargs -P 4 -n 50 cat\`; import = \`$IMPORT\` from P;"
     echo "both on a fresh mount after drop_caches, median of $RUNS interleaved rounds. Builds: one each, page cache dropped before."
     echo "HTTP = \`$LAZY_IMPORT\` from a mount of the image's URL (nginx on 127.0.0.1, empty node cache): remote.http_bytes / image size."
@@ -141,7 +144,7 @@ done
     echo "|---|---|---|---|---|---|---|---|"
     echo "| squashfs zstd (kernel) | $(mb "${R[sqfs,K,size]}") | $(mb "${R[sqfs,P,size]}") | $(secs "${R[sqfs,K,build]}") | $(secs "${R[sqfs,P,build]}") | $(secs "${R[sqfs,random]}") | $(secs "${R[sqfs,import]}") | — |"
     for p in $PACKS; do
-        echo "| sheaf --pack-size ${p%@*} -c zstd:$(level "$p") | $(mb "${R[$p,K,size]}") ($(ratio "${R[$p,K,size]}" "${R[sqfs,K,size]}")) | $(mb "${R[$p,P,size]}") ($(ratio "${R[$p,P,size]}" "${R[sqfs,P,size]}")) | $(secs "${R[$p,K,build]}") ($(ratio "${R[$p,K,build]}" "${R[sqfs,K,build]}")) | $(secs "${R[$p,P,build]}") ($(ratio "${R[$p,P,build]}" "${R[sqfs,P,build]}")) | $(secs "${R[$p,random]}") ($(ratio "${R[$p,random]}" "${R[sqfs,random]}")) | $(secs "${R[$p,import]}") ($(ratio "${R[$p,import]}" "${R[sqfs,import]}")) | $(awk -v a="${R[$p,http]}" -v b="${R[$p,P,size]}" 'BEGIN { printf "%.1f%%", 100 * a / b }') |"
+        echo "| sheaf --pack-size $(size_of "$p") -c zstd:$(level "$p") $(dict_flag "$p") | $(mb "${R[$p,K,size]}") ($(ratio "${R[$p,K,size]}" "${R[sqfs,K,size]}")) | $(mb "${R[$p,P,size]}") ($(ratio "${R[$p,P,size]}" "${R[sqfs,P,size]}")) | $(secs "${R[$p,K,build]}") ($(ratio "${R[$p,K,build]}" "${R[sqfs,K,build]}")) | $(secs "${R[$p,P,build]}") ($(ratio "${R[$p,P,build]}" "${R[sqfs,P,build]}")) | $(secs "${R[$p,random]}") ($(ratio "${R[$p,random]}" "${R[sqfs,random]}")) | $(secs "${R[$p,import]}") ($(ratio "${R[$p,import]}" "${R[sqfs,import]}")) | $(awk -v a="${R[$p,http]}" -v b="${R[$p,P,size]}" 'BEGIN { printf "%.1f%%", 100 * a / b }') |"
     done
     echo
     echo "## Targets per candidate"

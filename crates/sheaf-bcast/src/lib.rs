@@ -36,7 +36,7 @@ pub use comm::{Comm, Nodes, Solo};
 
 use local::{Install, Local};
 use sheaf_format::remote::ImageIndex;
-use sheaf_format::{one_line, BlockRef, Codec, Digest, BLOCK_REF_LEN};
+use sheaf_format::{one_line, BlockRef, Codec, Dictionary, Digest, BLOCK_REF_LEN};
 use sheaf_net::RemoteConfig;
 use sheaf_read::{CountingSource, Image, ImageOptions, IndexSource, ObjectStore, Source};
 use sheaf_trust::Policy;
@@ -401,7 +401,7 @@ pub fn run(
     let mut need = vec![0u8; refs.len().div_ceil(8)];
     let mut reused = 0u64;
     let local = match &install {
-        Some(inst) => fill_from_local(o, inst, &refs, &mut need, &mut reused),
+        Some(inst) => fill_from_local(o, inst, &refs, meta.dictionaries(), &mut need, &mut reused),
         None => Ok(()),
     };
     agree(comm, other(local))?;
@@ -429,6 +429,7 @@ pub fn run(
         comm,
         &chunks,
         &refs,
+        meta.dictionaries(),
         &wanted,
         &mine,
         src.as_ref()
@@ -494,6 +495,7 @@ fn fill_from_local(
     o: &Options,
     inst: &Install,
     refs: &[BlockRef],
+    dicts: &[Arc<Dictionary>],
     need: &mut [u8],
     reused: &mut u64,
 ) -> Result<(), String> {
@@ -515,7 +517,7 @@ fn fill_from_local(
     use rayon::prelude::*;
     let found: Vec<Option<Vec<u8>>> = refs
         .par_iter()
-        .map_init(Vec::new, |scratch, r| have.get(r, scratch))
+        .map_init(Vec::new, |scratch, r| have.get(r, scratch, dicts))
         .collect();
     for (i, (r, b)) in refs.iter().zip(found).enumerate() {
         match b {
@@ -538,6 +540,7 @@ fn transfer(
     comm: &dyn Comm,
     chunks: &[plan::Chunk],
     refs: &[BlockRef],
+    dicts: &[Arc<Dictionary>],
     wanted: &[usize],
     mine: &[u8],
     reader: Result<&Reader, Option<String>>,
@@ -584,7 +587,7 @@ fn transfer(
                         reader.as_ref().map_err(|_| String::new()).and_then(|r| {
                             let refs = refs_of(c);
                             r.read(&refs, recorded, &mut buf[..c.len])?;
-                            check_objects(&refs, &buf[..c.len])
+                            check_objects(&refs, &buf[..c.len], dicts)
                         })
                     };
                     match res {
@@ -696,7 +699,11 @@ fn transport_sum(payload: &[u8]) -> [u8; 16] {
 
 /// Check every object of a chunk against its digest, in parallel
 /// (decompressing is the cost): once per job, by the rank that read it.
-fn check_objects(refs: &[BlockRef], payload: &[u8]) -> Result<(), String> {
+fn check_objects(
+    refs: &[BlockRef],
+    payload: &[u8],
+    dicts: &[Arc<Dictionary>],
+) -> Result<(), String> {
     use rayon::prelude::*;
     let mut at = Vec::with_capacity(refs.len());
     let mut pos = 0;
@@ -707,7 +714,7 @@ fn check_objects(refs: &[BlockRef], payload: &[u8]) -> Result<(), String> {
     refs.par_iter()
         .zip(at)
         .try_for_each_init(Vec::new, |scratch, (r, a)| {
-            r.check_stored(r.codec, &payload[a..a + r.clen as usize], scratch)
+            r.check_stored(r.codec, &payload[a..a + r.clen as usize], scratch, &dicts)
                 .map_err(|_| {
                     format!(
                         "source object {} at offset {} failed verification \

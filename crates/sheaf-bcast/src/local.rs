@@ -237,7 +237,13 @@ impl Local {
 
     /// The stored bytes of `r` exactly as the source stores them, verified,
     /// if this node has them.
-    pub fn get(&self, r: &BlockRef, scratch: &mut Vec<u8>) -> Option<Vec<u8>> {
+    /// `dicts` are the source image's dictionaries.
+    pub fn get(
+        &self,
+        r: &BlockRef,
+        scratch: &mut Vec<u8>,
+        dicts: &[Arc<sheaf_format::Dictionary>],
+    ) -> Option<Vec<u8>> {
         let from_file = self
             .by_hash
             .get(&r.hash)
@@ -254,7 +260,7 @@ impl Local {
             let (codec, stored) = sheaf_format::remote::decode_object(&obj).ok()?;
             (codec == r.codec && stored.len() == r.clen as usize).then(|| stored.to_vec())
         })?;
-        r.check_stored(r.codec, &found, scratch).ok()?;
+        r.check_stored(r.codec, &found, scratch, &dicts).ok()?;
         Some(found)
     }
 }

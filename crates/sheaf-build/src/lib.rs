@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod base;
+pub mod dict;
 pub mod entries;
 pub mod input;
 pub mod meta;
@@ -373,6 +374,11 @@ pub fn build(
     packer.set_pack_size(opts.pack_block_size());
     if let Some(b) = &base {
         packer.set_base(&b.image, &b.refs);
+        // New packs share PREV's dictionary: copied packs name it anyway,
+        // and a second one would cost its bytes for nothing.
+        if opts.dictionary {
+            packer.set_dictionary(b.image.dictionaries().first().cloned());
+        }
     }
 
     let mut base_report = None;
@@ -426,7 +432,7 @@ pub fn build(
         )?,
     };
     let copied = packer.copied_blocks;
-    let (mut out, block_refs, chunks) = packer.finish()?;
+    let (mut out, block_refs, chunks, dicts) = packer.finish()?;
     if let Some(r) = &mut base_report {
         (r.copied_blocks, r.copied_stored_bytes) = copied;
     }
@@ -543,11 +549,25 @@ pub fn build(
             "max_stale_pct": opts.base_max_stale_pct,
         });
     }
+    if !dicts.is_empty() {
+        info["dictionaries"] = dicts
+            .iter()
+            .map(|d| serde_json::json!({"digest": sheaf_format::hex(d.digest()), "bytes": d.bytes().len()}))
+            .collect();
+    }
+    let dict_bytes = if dicts.is_empty() {
+        Vec::new() // no section at all
+    } else {
+        sheaf_format::dict::encode_section(&dicts)
+    };
     let trailer = write_tail(
         &mut out,
         vec![
             (SectionKind::BuildInfo, 0, info.to_string().into_bytes()),
             (SectionKind::Prefetch, 0, prefetch_bytes),
+            // Required: an image whose blocks name dictionaries cannot be
+            // read without them.
+            (SectionKind::Dictionaries, SECTION_FLAG_REQUIRED, dict_bytes),
             (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
         ],
     )?;
@@ -652,6 +672,40 @@ struct DirInput<'a> {
 impl DirInput<'_> {
     /// Scan the directory, then read its files in packing order into
     /// `packer`; the tree with every file's chunks.
+    /// A pack dictionary trained on small files read from the source,
+    /// spread over the packing order (see [`dict`]). A file that cannot be
+    /// read here is left out of the samples; the packing pass reports it.
+    fn train_dictionary(
+        &self,
+        tree: &Tree,
+        index: &[u32],
+        order: &[NodeId],
+        opts: &BuildOptions,
+    ) -> Option<Arc<sheaf_format::Dictionary>> {
+        let sizes: Vec<u64> = order
+            .iter()
+            .map(|&id| match tree.nodes[id as usize].kind {
+                Kind::File { size, .. } => size,
+                _ => 0,
+            })
+            .collect();
+        let picked = dict::pick_samples(&sizes, opts.pack_block_size() as u64);
+        let samples: Vec<Vec<u8>> = picked
+            .into_iter()
+            .filter_map(|i| {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(self.src.join(tree.path(index, order[i])))
+                    .ok()?;
+                let mut b = Vec::with_capacity(sizes[i] as usize);
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, sizes[i]), &mut b).ok()?;
+                Some(b)
+            })
+            .collect();
+        dict::train(&samples)
+    }
+
     fn read<W: std::io::Write + Send + 'static>(
         &self,
         opts: &BuildOptions,
@@ -689,6 +743,14 @@ impl DirInput<'_> {
             None => None,
         };
         let reused = |id: NodeId| plan.as_ref().and_then(|p| p.reused.get(&id).copied());
+        let zstd = opts
+            .compression
+            .candidates
+            .iter()
+            .any(|(c, _)| *c == sheaf_format::Codec::Zstd);
+        if self.base.is_none() && opts.dictionary && zstd {
+            packer.set_dictionary(self.train_dictionary(&tree, &index, &order, opts));
+        }
         progress
             .total_files
             .store(order.len() as u64, Ordering::Relaxed);

@@ -270,7 +270,7 @@ fn write_pages<W: Write>(
     parallel: bool,
 ) -> Result<Vec<BlockRef>, BuildError> {
     let page = |p: &[u8]| {
-        let (codec, z) = compress_best(comp, p);
+        let (codec, z) = compress_best(comp, p, None);
         (sheaf_format::digest(p), codec, z, p.len() as u32)
     };
     let pages: Vec<(sheaf_format::Digest, sheaf_format::Codec, Vec<u8>, u32)> = if parallel {

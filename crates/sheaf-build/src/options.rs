@@ -5,11 +5,12 @@ use thiserror::Error;
 
 /// Default data block size: 4 MiB (chosen by measurement, see docs/design.md).
 pub const DEFAULT_BLOCK_SIZE: u32 = 4 << 20;
-/// Default pack-block size: 512 KiB (see [`BuildOptions::pack_size`]).
-/// Chosen by measurement (bench/default-image.sh, docs/design.md): the
-/// largest pack that keeps 5000 random small-file reads near the kernel's
-/// squashfs (4 MiB packs: 5×) while the image stays ≤ 0.95× mksquashfs-zstd.
-pub const DEFAULT_PACK_SIZE: u32 = 512 << 10;
+/// Default pack-block size: 256 KiB (see [`BuildOptions::pack_size`]).
+/// Chosen by measurement (bench/default-image.sh, docs/design.md): small
+/// enough for random small-file reads at half the kernel's squashfs time
+/// and lazy fetches of ≤ 15%, and, with a trained dictionary and files of a
+/// pack or more in blocks of their own, still ≤ 0.95× mksquashfs-zstd.
+pub const DEFAULT_PACK_SIZE: u32 = 256 << 10;
 /// Default metadata page size.
 pub const DEFAULT_PAGE_SIZE: u32 = 1 << 16;
 
@@ -130,6 +131,10 @@ pub struct BuildOptions {
     /// since); a block with more is not copied and its files are packed
     /// anew. 0 copies only blocks every file of which is unchanged.
     pub base_max_stale_pct: u8,
+    /// Compress pack blocks with a zstd dictionary trained on the source's
+    /// small files (directory input, zstd among the codecs); with `base`,
+    /// that image's dictionary is used instead of training one.
+    pub dictionary: bool,
 }
 
 /// Default [`BuildOptions::base_max_stale_pct`]: a fifth (docs/build.md).
@@ -164,6 +169,7 @@ impl Default for BuildOptions {
             pack_boundaries: Vec::new(),
             base: None,
             base_max_stale_pct: DEFAULT_BASE_MAX_STALE_PCT,
+            dictionary: true,
         }
     }
 }

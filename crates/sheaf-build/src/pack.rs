@@ -16,7 +16,7 @@
 use crate::options::{BuildError, Compression};
 use crate::tree::Chunk;
 use crossbeam_channel::{bounded, Receiver, Sender};
-use sheaf_format::{records::HOLE, BlockRef, Codec, Digest};
+use sheaf_format::{records::HOLE, BlockRef, Codec, Dictionary, Digest};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,14 +42,20 @@ pub struct Progress {
     pub hole_bytes: AtomicU64,
 }
 
-/// Compress `data` with every candidate and keep the smallest; raw if none shrinks it.
-pub fn compress_best(c: &Compression, data: &[u8]) -> (Codec, Vec<u8>) {
+/// Compress `data` with every candidate and keep the smallest; raw if none
+/// shrinks it. With `dict`, zstd compresses with that dictionary
+/// ([`Codec::ZstdDict`]).
+pub fn compress_best(c: &Compression, data: &[u8], dict: Option<&Dictionary>) -> (Codec, Vec<u8>) {
     let mut best: Option<(Codec, Vec<u8>)> = None;
     for &(codec, level) in &c.candidates {
-        if codec == Codec::None {
-            continue;
-        }
-        let z = codec.compress(level, data);
+        let (codec, z) = match (codec, dict) {
+            (Codec::None, _) => continue,
+            (Codec::Zstd, Some(d)) => (
+                Codec::ZstdDict,
+                sheaf_format::codec::compress_with_dict(level, data, d),
+            ),
+            _ => (codec, codec.compress(level, data)),
+        };
         if z.len() < data.len() && best.as_ref().is_none_or(|b| z.len() < b.1.len()) {
             best = Some((codec, z));
         }
@@ -91,13 +97,14 @@ impl<W: Write> Out<W> {
     }
 }
 
-/// What the writer thread hands back: the output and the refs of the blocks
-/// it wrote, by block id.
-type Written<W> = (Out<W>, Vec<BlockRef>);
+/// What the writer thread hands back: the output, the refs of the blocks
+/// it wrote, by block id, and the dictionaries those blocks name.
+type Written<W> = (Out<W>, Vec<BlockRef>, std::collections::BTreeSet<Digest>);
 
-/// What [`Packer::finish`] returns: the output, block refs by id, and the
-/// chunks with final block ids.
-pub type Packed<W> = (Out<W>, Vec<BlockRef>, Vec<Chunk>);
+/// What [`Packer::finish`] returns: the output, block refs by id, the
+/// chunks with final block ids, and the dictionaries the blocks name (the
+/// image must carry them).
+pub type Packed<W> = (Out<W>, Vec<BlockRef>, Vec<Chunk>, Vec<Arc<Dictionary>>);
 
 struct Job {
     id: u32,
@@ -107,8 +114,8 @@ struct Job {
 
 /// What a worker does with a block.
 enum Work {
-    /// Compress these bytes.
-    Compress(Vec<u8>),
+    /// Compress these bytes (with this dictionary: a pack block).
+    Compress(Vec<u8>, Option<Arc<Dictionary>>),
     /// Copy this block of an earlier image as stored, after checking it
     /// against its digest (`--base`).
     Copy(Arc<sheaf_read::Image>, u32, BlockRef),
@@ -132,7 +139,10 @@ impl Work {
         scratch: &mut Vec<u8>,
     ) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
         match self {
-            Work::Compress(data) => (data.len() as u32, Ok(compress_best(c, &data))),
+            Work::Compress(data, dict) => (
+                data.len() as u32,
+                Ok(compress_best(c, &data, dict.as_deref())),
+            ),
             Work::Copy(img, prev_id, r) => {
                 let what = || format!("data block {prev_id}");
                 let stored = img
@@ -273,6 +283,11 @@ pub struct Packer<W: Write + Send + 'static> {
     /// The `--base` image and its blocks by digest: a block read from the
     /// source that it already holds is copied from it, not compressed.
     base: Option<BaseBlocks>,
+    /// The dictionary pack blocks are compressed with.
+    dict: Option<Arc<Dictionary>>,
+    /// Every dictionary a written block may name (`dict`, and those of the
+    /// `--base` image, whose blocks are copied as stored).
+    known_dicts: Vec<Arc<Dictionary>>,
 }
 
 impl<W: Write + Send + 'static> Packer<W> {
@@ -357,6 +372,23 @@ impl<W: Write + Send + 'static> Packer<W> {
             copied: HashMap::new(),
             copied_blocks: (0, 0),
             base: None,
+            dict: None,
+            known_dicts: Vec::new(),
+        }
+    }
+
+    /// Compress pack blocks from now on with `dict` (small files gain most
+    /// from one; blocks of large files compress well alone).
+    pub fn set_dictionary(&mut self, dict: Option<Arc<Dictionary>>) {
+        if let Some(d) = &dict {
+            self.know_dictionary(d);
+        }
+        self.dict = dict;
+    }
+
+    fn know_dictionary(&mut self, d: &Arc<Dictionary>) {
+        if !self.known_dicts.iter().any(|k| k.digest() == d.digest()) {
+            self.known_dicts.push(d.clone());
         }
     }
 
@@ -376,6 +408,9 @@ impl<W: Write + Send + 'static> Packer<W> {
             .map(|(i, r)| (r.hash, (i as u32, *r)))
             .collect();
         self.base = Some((img.clone(), by_digest));
+        for d in img.dictionaries() {
+            self.know_dictionary(d);
+        }
     }
 
     /// Make room for `files` more files, when the count is known in
@@ -391,8 +426,9 @@ impl<W: Write + Send + 'static> Packer<W> {
         (self.seq_to_id.len() - 1) as u32
     }
 
-    /// Hash a finished block, dedup it, and send it on if new; returns its digest.
-    fn emit(&mut self, seq: u32, data: Vec<u8>) -> Result<Digest, BuildError> {
+    /// Hash a finished block, dedup it, and send it on if new; returns its
+    /// digest. A `pack` block is compressed with the dictionary.
+    fn emit(&mut self, seq: u32, data: Vec<u8>, pack: bool) -> Result<Digest, BuildError> {
         let hash = sheaf_format::digest(&data);
         if let Some(&id) = self.by_hash.get(&hash) {
             self.progress
@@ -408,9 +444,9 @@ impl<W: Write + Send + 'static> Packer<W> {
                     self.copied_blocks.1 += r.clen as u64;
                     Work::Copy(img.clone(), prev_id, r)
                 }
-                _ => Work::Compress(data),
+                _ => Work::Compress(data, self.dict.clone().filter(|_| pack)),
             },
-            None => Work::Compress(data),
+            None => Work::Compress(data, self.dict.clone().filter(|_| pack)),
         };
         self.send(seq, hash, work)?;
         Ok(hash)
@@ -517,6 +553,29 @@ impl<W: Write + Send + 'static> Packer<W> {
         Ok(())
     }
 
+    /// Whether `n` bytes shorter than a block (a file or a tail) get a
+    /// block of their own instead of going through the packs: when they
+    /// fill at least a pack. Cut into packs, a 1 MiB library restarts its
+    /// compression every pack and shares each pack with its neighbours;
+    /// whole, it compresses as one, and reading it decompresses only it
+    /// (P: 1.x% smaller at 256 KiB packs, docs/design.md).
+    fn own_block(&self, n: usize) -> bool {
+        n >= self.pack_size && self.pack_size < self.block_size
+    }
+
+    /// Store `data` (shorter than a block) as one block of its own.
+    fn add_own_block(&mut self, data: &[u8], file_offset: u64) -> Result<(), BuildError> {
+        let seq = self.new_seq();
+        self.chunks.push(Chunk {
+            file_offset,
+            block: seq,
+            block_offset: 0,
+            len: data.len() as u32,
+        });
+        self.emit(seq, data.to_vec(), false)?;
+        Ok(())
+    }
+
     /// End the current pack block: later small files start a new one.
     pub fn cut_pack(&mut self) -> Result<(), BuildError> {
         self.flush_pack()
@@ -525,7 +584,7 @@ impl<W: Write + Send + 'static> Packer<W> {
     fn flush_pack(&mut self) -> Result<(), BuildError> {
         if let Some(seq) = self.pack_seq.take() {
             let data = std::mem::replace(&mut self.pack, Vec::with_capacity(self.pack_size));
-            self.emit(seq, data)?;
+            self.emit(seq, data, true)?;
         }
         Ok(())
     }
@@ -582,6 +641,11 @@ impl<W: Write + Send + 'static> Packer<W> {
                                 .fetch_add(n as u64, Ordering::Relaxed);
                             return Ok((n as u64, Some(f)));
                         }
+                        if self.own_block(n) {
+                            self.add_own_block(&buf[..n], 0)?;
+                            self.by_content.insert(h, file);
+                            return Ok((n as u64, None));
+                        }
                         self.append_packed(&buf[..n], 0)?;
                         self.by_content.insert(h, file);
                         // Content-defined pack boundaries: end the pack after
@@ -598,7 +662,11 @@ impl<W: Write + Send + 'static> Packer<W> {
                         return Ok((n as u64, None));
                     }
                     id.update(b"T").update(&buf[..n]);
-                    self.append_packed(&buf[..n], size)?;
+                    if self.own_block(n) {
+                        self.add_own_block(&buf[..n], size)?;
+                    } else {
+                        self.append_packed(&buf[..n], size)?;
+                    }
                     size += n as u64;
                     break;
                 }
@@ -613,7 +681,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                         block_offset: 0,
                         len: n as u32,
                     });
-                    let d = self.emit(seq, buf[..n].to_vec())?;
+                    let d = self.emit(seq, buf[..n].to_vec(), false)?;
                     id.update(b"D").update(&d);
                 }
                 size += n as u64;
@@ -681,17 +749,33 @@ impl<W: Write + Send + 'static> Packer<W> {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        let (out, refs) = match self.writer.take().expect("present").join() {
+        let (out, refs, named) = match self.writer.take().expect("present").join() {
             Ok(r) => r?,
             Err(_) => return Err(BuildError::Option("image writer panicked".into())),
         };
+        let mut dicts = Vec::new();
+        for d in named {
+            // Blocks name only dictionaries this packer compressed with or
+            // copied blocks from (checked against their digests).
+            let x = self
+                .known_dicts
+                .iter()
+                .find(|k| *k.digest() == d)
+                .ok_or_else(|| {
+                    BuildError::Option(format!(
+                        "a copied block names dictionary {}, which its image does not carry",
+                        sheaf_format::hex(&d)
+                    ))
+                })?;
+            dicts.push(x.clone());
+        }
         let mut chunks = std::mem::take(&mut self.chunks);
         for c in &mut chunks {
             if !c.is_hole() {
                 c.block = self.seq_to_id[c.block as usize];
             }
         }
-        Ok((out, refs, chunks))
+        Ok((out, refs, chunks, dicts))
     }
 }
 
@@ -758,10 +842,17 @@ fn write_in_order<W: Write>(
 ) -> Result<Written<W>, BuildError> {
     let mut pending: BTreeMap<u32, Done> = BTreeMap::new();
     let mut refs = Vec::new();
+    let mut named = std::collections::BTreeSet::new();
     for d in done {
         pending.insert(d.id, d);
         while let Some(d) = pending.remove(&(refs.len() as u32)) {
             let (codec, bytes) = d.stored?;
+            if codec == Codec::ZstdDict {
+                named.insert(
+                    sheaf_format::dict::named_dictionary(&bytes)
+                        .map_err(|e| BuildError::Option(format!("a block to write: {e}")))?,
+                );
+            }
             let offset = out.put(&bytes)?;
             progress
                 .bytes_out
@@ -776,7 +867,7 @@ fn write_in_order<W: Write>(
             let _ = tokens.send(());
         }
     }
-    Ok((out, refs))
+    Ok((out, refs, named))
 }
 
 #[cfg(test)]

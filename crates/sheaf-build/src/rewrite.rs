@@ -38,11 +38,14 @@ pub struct Parts {
 /// Write `parts` to `output` with the blocks in `first` placed first (in
 /// that order) and listed in the prefetch section, then all others in id
 /// order. `stored(id, r)` returns a block's codec and stored bytes, verified
-/// (the codec may differ from the ref's when it came from a shared object).
+/// (the codec may differ from the ref's when it came from a shared object);
+/// `dicts` finds the dictionaries those bytes name, which the new image
+/// carries.
 pub fn rewrite(
     parts: Parts,
     first: &[u32],
     stored: &StoredBlock<'_>,
+    dicts: &dyn sheaf_format::DictLookup,
     output: &Path,
     compression: &Compression,
     force: bool,
@@ -70,9 +73,22 @@ pub fn rewrite(
     let listed = order.len();
     order.extend((0..n as u32).filter(|&id| !placed[id as usize]));
     let mut refs = parts.blocks.clone();
+    let mut named: Vec<std::sync::Arc<sheaf_format::Dictionary>> = Vec::new();
     for &id in &order {
         let r = &parts.blocks[id as usize];
         let (codec, bytes) = stored(id, r).map_err(BuildError::Option)?;
+        if codec == Codec::ZstdDict {
+            let d = sheaf_format::dict::named_dictionary(&bytes)
+                .map_err(|e| BuildError::Option(format!("block {id}: {e}")))?;
+            if !named.iter().any(|x| *x.digest() == d) {
+                named.push(dicts.dictionary(&d).ok_or_else(|| {
+                    BuildError::Option(format!(
+                        "block {id} names dictionary {}, which was not found",
+                        sheaf_format::hex(&d)
+                    ))
+                })?);
+            }
+        }
         let nr = &mut refs[id as usize];
         nr.offset = out.put(&bytes)?;
         nr.codec = codec;
@@ -98,11 +114,17 @@ pub fn rewrite(
         .iter()
         .flat_map(|id| id.to_le_bytes())
         .collect();
+    let dict_bytes = if named.is_empty() {
+        Vec::new()
+    } else {
+        sheaf_format::dict::encode_section(&named)
+    };
     crate::write_tail(
         &mut out,
         vec![
             (SectionKind::BuildInfo, 0, parts.build_info),
             (SectionKind::Prefetch, 0, prefetch),
+            (SectionKind::Dictionaries, SECTION_FLAG_REQUIRED, dict_bytes),
             (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
         ],
     )?;

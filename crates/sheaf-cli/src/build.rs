@@ -70,12 +70,18 @@ pub struct ImageArgs {
     #[arg(long, default_value = "4M", value_name = "SIZE")]
     block_size: String,
     /// Size of the blocks small files and tails are packed into, a power of
-    /// two from 4K to the block size (default: 512K, or the block size if
+    /// two from 4K to the block size (default: 256K, or the block size if
     /// smaller). Smaller makes a cold or remote read of one small file
-    /// cheaper; larger compresses better. For archives that are read whole:
-    /// --pack-size 4M -c xz:9.
+    /// cheaper; larger compresses better. Files of a pack or more get blocks
+    /// of their own. For archives that are read whole: --pack-size 4M -c xz:9.
     #[arg(long, value_name = "SIZE")]
     pack_size: Option<String>,
+    /// Do not train a zstd dictionary on SOURCE's small files. By default
+    /// a directory SOURCE compressed with zstd gets one (110 KiB, kept in
+    /// the image), and its packs of small files come out about 3% smaller;
+    /// readers older than the dictionary format refuse such images.
+    #[arg(long)]
+    no_dict: bool,
     /// Metadata page size, a power of two from 4K to 1M.
     #[arg(long, default_value = "64K", value_name = "SIZE", hide = true)]
     page_size: String,
@@ -151,6 +157,7 @@ impl ImageArgs {
             pack_boundaries: Vec::new(),
             base: None,
             base_max_stale_pct: sheaf_build::options::DEFAULT_BASE_MAX_STALE_PCT,
+            dictionary: !self.no_dict,
         })
     }
 }

@@ -283,6 +283,7 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
         parts,
         &first,
         &stored,
+        &img,
         &a.output,
         &Default::default(),
         a.force,

@@ -58,7 +58,16 @@ fn craft(img: &Path, out: &Path, edit: impl Fn(&mut [Vec<u8>; 5], &Superblock)) 
             sheaf_format::remote::decode_object(&obj).map_err(|e| e.to_string())?;
         Ok((codec, bytes.to_vec()))
     };
-    sheaf_build::rewrite::rewrite(parts, &[], &stored, out, &Default::default(), true).unwrap();
+    sheaf_build::rewrite::rewrite(
+        parts,
+        &[],
+        &stored,
+        &sheaf_format::dict::NoDicts,
+        out,
+        &Default::default(),
+        true,
+    )
+    .unwrap();
 }
 
 /// The dirent records of `streams`, with their names.

@@ -28,6 +28,11 @@ pub enum FormatError {
     /// A hash over some bytes did not match the recorded digest.
     #[error("checksum mismatch in {0}")]
     HashMismatch(String),
+    /// A block names a dictionary the reader was not given (format.md §7).
+    #[error(
+        "block compressed with dictionary {0}, which neither the image nor its object store holds"
+    )]
+    MissingDictionary(String),
     /// A compressed payload failed to decode.
     #[error("cannot decompress {codec} data: {detail}")]
     Decompress {

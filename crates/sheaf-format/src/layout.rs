@@ -146,6 +146,9 @@ pub enum SectionKind {
     BuildInfo,
     /// Data block ids to fetch ahead of a workload, in order. Optional.
     Prefetch,
+    /// Compression dictionaries blocks may name (`crate::dict`). Written
+    /// required: an image that has them has blocks that need them.
+    Dictionaries,
     /// A kind this reader does not know.
     Other(u32),
 }
@@ -157,6 +160,7 @@ impl SectionKind {
             SectionKind::Superblock => 1,
             SectionKind::BuildInfo => 2,
             SectionKind::Prefetch => 3,
+            SectionKind::Dictionaries => 4,
             SectionKind::Other(n) => n,
         }
     }
@@ -166,6 +170,7 @@ impl SectionKind {
             1 => SectionKind::Superblock,
             2 => SectionKind::BuildInfo,
             3 => SectionKind::Prefetch,
+            4 => SectionKind::Dictionaries,
             n => SectionKind::Other(n),
         }
     }
@@ -282,13 +287,15 @@ impl BlockRef {
     /// Decompress `stored` (in `codec`) into `out` and check it is what this
     /// ref names: exactly `ulen` bytes with digest `hash`. The one check every
     /// page and block passes before use, wherever its bytes came from.
+    /// `dicts` holds the dictionaries a [`Codec::ZstdDict`] block may name.
     pub fn check_stored(
         &self,
         codec: crate::Codec,
         stored: &[u8],
         out: &mut Vec<u8>,
+        dicts: &dyn crate::DictLookup,
     ) -> Result<(), FormatError> {
-        codec.decompress_into(stored, self.ulen as usize, out)?;
+        codec.decompress_with(stored, self.ulen as usize, out, dicts)?;
         if out.len() != self.ulen as usize || crate::digest(out) != self.hash {
             return Err(FormatError::HashMismatch(String::new()));
         }

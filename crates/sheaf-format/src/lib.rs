@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod dict;
 pub mod error;
 pub mod layers;
 pub mod layout;
@@ -25,6 +26,7 @@ pub mod signatures;
 pub mod superblock;
 
 pub use codec::Codec;
+pub use dict::{DictLookup, Dictionary};
 pub use error::{one_line, FormatError};
 pub use layout::{
     BlockRef, Header, SectionEntry, SectionKind, Trailer, BLOCK_REF_LEN, HEADER_LEN,

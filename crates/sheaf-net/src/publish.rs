@@ -172,6 +172,24 @@ pub fn publish(
         progress(done.fetch_add(1, Relaxed) + 1, total);
         Ok::<(), PublishError>(())
     })?;
+    // Dictionaries travel as the objects of their digests, stored as is
+    // (format.md §13): a reader of another image in this repository whose
+    // blocks' objects came from this one finds them here.
+    let mut dicts: Vec<_> = img.dictionaries().to_vec();
+    for f in img.foreign_dictionaries() {
+        if !dicts.iter().any(|d| d.digest() == f.digest()) {
+            dicts.push(f);
+        }
+    }
+    for d in dicts {
+        let dest = dir.join(object_path(d.digest()));
+        if !dest.exists() {
+            let obj = sheaf_format::remote::encode_object(sheaf_format::Codec::None, d.bytes());
+            write_atomic(dir, &dest, &obj)?;
+            written.fetch_add(1, Relaxed);
+            bytes.fetch_add(obj.len() as u64, Relaxed);
+        }
+    }
     let index = img.index()?.encode();
     write_atomic(dir, &dir.join(name), &index)?;
     Ok(PublishReport {

@@ -51,10 +51,29 @@ pub fn codecs(data: &[u8]) {
     if data.len() < 2 {
         return;
     }
-    if let Ok(c) = Codec::from_id(data[0] % 4) {
+    if let Ok(c) = Codec::from_id(data[0] % Codec::ALL.len() as u8) {
         let ulen = (data[1] as usize) << 10;
-        let _ = c.decompress(&data[2..], ulen);
+        let mut out = Vec::new();
+        // Codec 4 finds its dictionary when the input names this one's
+        // digest (a seed does), so frames decoded with a real dictionary
+        // are explored, not only the lookup failure.
+        let dicts = fuzz_dicts();
+        let _ = c.decompress_with(&data[2..], ulen, &mut out, &dicts.as_slice());
     }
+}
+
+/// A fixed dictionary for [`codecs`]: raw content, which zstd accepts.
+pub fn fuzz_dicts() -> Vec<Arc<sheaf_format::Dictionary>> {
+    static D: std::sync::OnceLock<Vec<Arc<sheaf_format::Dictionary>>> = std::sync::OnceLock::new();
+    D.get_or_init(|| {
+        let bytes: Vec<u8> = (0..4096u32)
+            .map(|i| b"sheaf dictionary "[(i % 17) as usize])
+            .collect();
+        vec![Arc::new(
+            sheaf_format::Dictionary::new(bytes).expect("non-empty"),
+        )]
+    })
+    .clone()
 }
 
 /// Open `data` as an image and walk it: list every directory reachable,

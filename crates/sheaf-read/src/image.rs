@@ -3,6 +3,7 @@
 use crate::cache::Cache;
 use crate::error::ReadError;
 use crate::source::{ObjectStore, Source};
+use sheaf_format::dict::{self, DictLookup, Dictionary};
 use sheaf_format::remote::{self, ImageIndex};
 use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use sheaf_format::superblock::level_lengths;
@@ -77,6 +78,11 @@ pub struct Image {
     /// The byte ranges `open` read: with objects, enough to open again.
     index: ImageIndex,
     store: Option<Arc<dyn ObjectStore>>,
+    /// The dictionary section's dictionaries (format.md §4, kind 4).
+    dicts: Vec<Arc<Dictionary>>,
+    /// Dictionaries not in the section that objects from a shared store or
+    /// repository named, found as objects by their digest.
+    foreign: std::sync::Mutex<Vec<Arc<Dictionary>>>,
 }
 
 /// Most times one page or block is read again through another route after
@@ -97,6 +103,13 @@ impl std::fmt::Debug for Image {
         f.debug_struct("Image")
             .field("name", &self.src.name())
             .finish()
+    }
+}
+
+/// Blocks of an image find their dictionaries through [`Image::dictionary`].
+impl DictLookup for Image {
+    fn dictionary(&self, d: &Digest) -> Option<Arc<Dictionary>> {
+        Image::dictionary(self, d)
     }
 }
 
@@ -198,8 +211,35 @@ impl Image {
         let sections = SectionEntry::decode_table(&table, trailer.table_offset)
             .map_err(|e| fmt("section table", e))?;
         let mut sb = None;
+        let mut dicts = None;
         for s in &sections {
             match s.kind {
+                SectionKind::Dictionaries => {
+                    let n = usize::try_from(s.length)
+                        .ok()
+                        .filter(|&n| n <= dict::MAX_DICTS as usize * (dict::MAX_DICT_LEN + 4) + 4)
+                        .ok_or_else(|| {
+                            fmt(
+                                "dictionary section",
+                                FormatError::invalid("dictionary section", "too large"),
+                            )
+                        })?;
+                    let b = fetch(s.offset, n)?;
+                    if sheaf_format::digest(&b) != s.hash {
+                        return Err(fmt(
+                            "dictionary section",
+                            FormatError::HashMismatch("dictionary section".into()),
+                        ));
+                    }
+                    if dicts.is_some() {
+                        return Err(fmt(
+                            "section table",
+                            FormatError::invalid("section table", "two dictionary sections"),
+                        ));
+                    }
+                    dicts =
+                        Some(dict::decode_section(&b).map_err(|e| fmt("dictionary section", e))?);
+                }
                 SectionKind::Superblock => {
                     let n = usize::try_from(s.length)
                         .ok()
@@ -248,7 +288,71 @@ impl Image {
             signatures,
             index,
             store: None,
+            dicts: dicts.unwrap_or_default(),
+            foreign: Default::default(),
         })
+    }
+
+    /// The dictionaries this image carries (its dictionary section).
+    pub fn dictionaries(&self) -> &[Arc<Dictionary>] {
+        &self.dicts
+    }
+
+    /// Dictionaries not in the image that its blocks' objects named (from a
+    /// shared store or repository), found so far.
+    pub fn foreign_dictionaries(&self) -> Vec<Arc<Dictionary>> {
+        self.foreign.lock().expect("lock").clone()
+    }
+
+    /// The dictionary with digest `d`: the image's own, or one a shared
+    /// object named, found in the object store or, from a repository, as
+    /// the object of that digest (checked against it). `None` if nowhere.
+    pub fn dictionary(&self, d: &Digest) -> Option<Arc<Dictionary>> {
+        if let Some(x) = self.dicts.as_slice().dictionary(d) {
+            return Some(x);
+        }
+        if let Some(x) = self.foreign.lock().expect("lock").as_slice().dictionary(d) {
+            return Some(x);
+        }
+        // A dictionary travels as the object of its digest, stored as is
+        // (codec 0: format.md §13), and is checked against that digest.
+        let decode = |codec: sheaf_format::Codec, b: &[u8]| -> Option<Dictionary> {
+            let x = (codec == sheaf_format::Codec::None)
+                .then(|| Dictionary::new(b.to_vec()).ok())??;
+            (x.digest() == d).then_some(x)
+        };
+        let found = self
+            .store
+            .as_ref()
+            .and_then(|s| s.get(d))
+            .and_then(|obj| {
+                let (codec, b) = remote::decode_object(&obj).ok()?;
+                decode(codec, b)
+            })
+            .or_else(|| {
+                if self.src.ranged() {
+                    return None; // an image file holds no objects by digest
+                }
+                let r = BlockRef {
+                    hash: *d,
+                    offset: 0,
+                    codec: sheaf_format::Codec::None,
+                    clen: 0,
+                    ulen: 0,
+                };
+                let (codec, b) = self.src.read_object(&r).ok()?;
+                let x = decode(codec, &b)?;
+                if let Some(s) = &self.store {
+                    s.put(
+                        d,
+                        &remote::encode_object(sheaf_format::Codec::None, x.bytes()),
+                    );
+                }
+                Some(x)
+            })?;
+        let found = Arc::new(found);
+        self.foreign.lock().expect("lock").push(found.clone());
+        Some(found)
     }
 
     /// Consult and fill `store` (a node's disk cache) for pages and blocks.
@@ -456,7 +560,7 @@ impl Image {
             match self.decode_checked(r, codec, &stored, &mut data) {
                 Ok(()) => {
                     if let Some(store) = &self.store {
-                        store.put(&r.hash, &remote::encode_object(codec, &stored));
+                        self.put_object(&**store, r, codec, &stored);
                     }
                     return Ok(data);
                 }
@@ -481,7 +585,34 @@ impl Image {
         stored: &[u8],
         data: &mut Vec<u8>,
     ) -> Result<(), FormatError> {
-        r.check_stored(codec, stored, data)
+        r.check_stored(codec, stored, data, self)
+    }
+
+    /// Before an object that names a dictionary goes to the shared store,
+    /// the dictionary goes there too (as the object of its digest), so a
+    /// reader of another image that finds the object can decode it.
+    fn put_object(
+        &self,
+        store: &dyn ObjectStore,
+        r: &BlockRef,
+        codec: sheaf_format::Codec,
+        stored: &[u8],
+    ) {
+        if codec == sheaf_format::Codec::ZstdDict {
+            let Some(x) = dict::named_dictionary(stored)
+                .ok()
+                .and_then(|d| self.dictionary(&d))
+            else {
+                return;
+            };
+            if !store.contains(x.digest()) {
+                store.put(
+                    x.digest(),
+                    &remote::encode_object(sheaf_format::Codec::None, x.bytes()),
+                );
+            }
+        }
+        store.put(&r.hash, &remote::encode_object(codec, stored));
     }
 
     /// Fetch the objects of `refs` that neither `cache` nor the store holds,
@@ -557,7 +688,7 @@ impl Image {
                     // Unverified bytes are not kept; the on-demand path
                     // will fetch (and fail over) for this one later.
                     if self.decode_checked(r, codec, stored, &mut data).is_ok() {
-                        store.put(&r.hash, &remote::encode_object(codec, stored));
+                        self.put_object(&**store, r, codec, stored);
                     }
                 }
                 None => {
