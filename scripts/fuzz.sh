@@ -31,7 +31,7 @@ printf '{"sheaf_pools": 1, "pools": [{"pool": "a/1", "form": "image", "source": 
 printf '\x00{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%064d","size":1,"platform":{"os":"linux","architecture":"amd64"}}]}' 0 > fuzz/corpus/oci/seed-index
 printf '\x01{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"config":{"User":"app:staff","Env":["A=1"],"Cmd":["sh"]}}\napp:x:1:2::/:/bin/sh\nstaff:x:50:\n' > fuzz/corpus/oci/seed-config
 # Kept seeds (a small minimized corpus in the repository) start each run.
-for t in catalogue sftp oci; do cp -n fuzz/seeds/$t/* fuzz/corpus/$t/ 2>/dev/null || true; done
+for t in catalogue sftp oci codecs; do cp -n fuzz/seeds/$t/* fuzz/corpus/$t/ 2>/dev/null || true; done
 for t in $targets; do
   if [ -n "${FUZZ_RUNS:-}" ]; then
     echo "fuzz: $t for $FUZZ_RUNS executions (sanitizer $san)" >&2

@@ -540,8 +540,9 @@ impl Filesystem for SheafFs {
             }
         }
         let r = self.inode(ino).and_then(|i| {
-            self.img
-                .read_with(&i, offset, &mut buf, &mut |b| self.readahead.observe(b))
+            self.img.read_with(&i, offset, &mut buf, &mut |b, more| {
+                self.readahead.observe(b, more)
+            })
         });
         match r {
             Ok(n) => {

@@ -6,6 +6,12 @@
 //! decompressed on a prefetch thread while the reader consumes `b`; the
 //! single-flight block cache makes a reader that arrives early wait for that
 //! one decompression instead of starting a second.
+//!
+//! On a lazy mount (an image with a node cache: its blocks come over the
+//! network) a block read ahead costs fetched bytes, not only CPU, so there
+//! only a file with data in a later block reads ahead: the next block of an
+//! image holds other files, often never read (a library in a block of its
+//! own, touched in a few pages, says nothing about the library after it).
 
 use crate::stats::Stats;
 use crossbeam_channel::{Sender, TrySendError};
@@ -27,6 +33,8 @@ pub struct Readahead {
     tx: Option<Sender<u32>>,
     img: Arc<Image>,
     stats: Arc<Stats>,
+    /// Read ahead only within a file (a lazy mount, see above).
+    within_file: bool,
 }
 
 impl Readahead {
@@ -58,6 +66,7 @@ impl Readahead {
             next: AtomicU64::new(0),
             blocks_ahead,
             tx,
+            within_file: img.store().is_some(),
             img,
             stats,
         }
@@ -69,8 +78,9 @@ impl Readahead {
     }
 
     /// Note that a read used `block`; queue the blocks after it if the read
-    /// continues a stream.
-    pub fn observe(&self, block: u32) {
+    /// continues a stream. `file_continues`: the file read has data in a
+    /// later block than this one.
+    pub fn observe(&self, block: u32, file_continues: bool) {
         let Some(tx) = &self.tx else { return };
         if self.seen(block) {
             return;
@@ -78,6 +88,11 @@ impl Readahead {
         let slot = self.next.fetch_add(1, Relaxed) as usize % RECENT;
         self.recent[slot].store(block as u64 + 1, Relaxed);
         if block == 0 || !self.seen(block - 1) {
+            return;
+        }
+        // A lazy mount wants a longer run (three blocks in a row) of a file
+        // that goes on.
+        if self.within_file && (!file_continues || block < 2 || !self.seen(block - 2)) {
             return;
         }
         let count = self.img.superblock().block_count;

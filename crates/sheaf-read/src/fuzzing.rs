@@ -134,3 +134,24 @@ pub fn image(data: &[u8]) {
     let progress = std::sync::atomic::AtomicU64::new(0);
     let _ = crate::verify::verify(&img, &progress);
 }
+
+#[cfg(test)]
+mod tests {
+    /// The kept `codecs` seed for codec 4 names [`super::fuzz_dicts`]'s
+    /// dictionary, so the fuzzer starts from a frame that decodes.
+    #[test]
+    fn the_dictionary_seed_decodes_with_the_fuzz_dictionary() {
+        let seed = include_bytes!("../../../fuzz/seeds/codecs/zstd-dict-frame");
+        assert_eq!(seed[0], sheaf_format::Codec::ZstdDict as u8);
+        let mut out = Vec::new();
+        sheaf_format::Codec::ZstdDict
+            .decompress_with(
+                &seed[2..],
+                (seed[1] as usize) << 10,
+                &mut out,
+                &super::fuzz_dicts().as_slice(),
+            )
+            .unwrap();
+        assert_eq!(out.len(), 4096);
+    }
+}

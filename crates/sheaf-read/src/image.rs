@@ -1043,17 +1043,18 @@ impl Image {
     /// Read up to `buf.len()` bytes of a regular file at `offset`; returns the
     /// number of bytes read (short only at end of file).
     pub fn read(&self, ino: &Inode, offset: u64, buf: &mut [u8]) -> Result<usize, ReadError> {
-        self.read_with(ino, offset, buf, &mut |_| {})
+        self.read_with(ino, offset, buf, &mut |_, _| {})
     }
 
     /// [`Image::read`], calling `on_block` with the id of each data block it
-    /// uses, in file order (readahead policy lives with the caller).
+    /// uses, in file order, and whether the file has a later chunk (data in
+    /// another block) after it (readahead policy lives with the caller).
     pub fn read_with(
         &self,
         ino: &Inode,
         offset: u64,
         buf: &mut [u8],
-        on_block: &mut dyn FnMut(u32),
+        on_block: &mut dyn FnMut(u32, bool),
     ) -> Result<usize, ReadError> {
         let (start, n) = self.file_chunks(ino)?;
         let size = ino.rec.size;
@@ -1087,7 +1088,7 @@ impl Image {
             let from = offset.max(c.file_offset);
             let to = end.min(c_end);
             if from < to && !c.is_hole() {
-                on_block(c.block);
+                on_block(c.block, i + 1 < n);
                 let block = self.block(c.block)?;
                 let bs = c.block_offset as usize + (from - c.file_offset) as usize;
                 let be = bs + (to - from) as usize;
