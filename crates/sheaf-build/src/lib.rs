@@ -555,11 +555,7 @@ pub fn build(
             .map(|d| serde_json::json!({"digest": sheaf_format::hex(d.digest()), "bytes": d.bytes().len()}))
             .collect();
     }
-    let dict_bytes = if dicts.is_empty() {
-        Vec::new() // no section at all
-    } else {
-        sheaf_format::dict::encode_section(&dicts)
-    };
+    let dict_bytes = sheaf_format::dict::encode_section(&dicts);
     let trailer = write_tail(
         &mut out,
         vec![

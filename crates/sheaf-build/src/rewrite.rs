@@ -114,11 +114,7 @@ pub fn rewrite(
         .iter()
         .flat_map(|id| id.to_le_bytes())
         .collect();
-    let dict_bytes = if named.is_empty() {
-        Vec::new()
-    } else {
-        sheaf_format::dict::encode_section(&named)
-    };
+    let dict_bytes = sheaf_format::dict::encode_section(&named);
     crate::write_tail(
         &mut out,
         vec![

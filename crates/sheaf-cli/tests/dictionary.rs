@@ -184,7 +184,7 @@ fn on_real_source_code_the_dictionary_pays_for_itself() {
 }
 
 #[test]
-fn optimize_carries_the_dictionary_and_a_damaged_one_is_refused() {
+fn optimize_and_base_carry_the_dictionary_and_a_damaged_one_is_refused() {
     let t = tmpdir();
     let src = t.path().join("src");
     write_dirs(&src);
@@ -213,6 +213,24 @@ fn optimize_carries_the_dictionary_and_a_damaged_one_is_refused() {
     );
     let out = t.path().join("x");
     extract(&opt, &out).ok();
+    assert_same_tree(&src, &out, Cmp::all());
+
+    // An incremental build keeps PREV's dictionary: its copied packs name
+    // it, and the packs it makes anew use it too.
+    let mut r = Rng::new(77);
+    let n = 3000;
+    put(&src.join("src/d07/f0360.c"), &code_file(&mut r, n));
+    put(&src.join("src/new/added.c"), &code_file(&mut r, n));
+    let next = t.path().join("next.sheaf");
+    build(&src, &next, &["--base", img.to_str().unwrap()]).ok();
+    let nx = open(&next);
+    assert_eq!(nx.dictionaries().len(), 1);
+    assert_eq!(
+        nx.dictionaries()[0].digest(),
+        open(&img).dictionaries()[0].digest()
+    );
+    let out = t.path().join("x2");
+    extract(&next, &out).ok();
     assert_same_tree(&src, &out, Cmp::all());
 
     // One byte of the dictionary section changed: the image is refused

@@ -100,9 +100,13 @@ pub fn named_dictionary(stored: &[u8]) -> Result<Digest, FormatError> {
 }
 
 /// Encode the dictionary section: `count u32`, then per dictionary
-/// `length u32` and its bytes.
+/// `length u32` and its bytes; nothing at all (no section is written) for
+/// no dictionaries.
 pub fn encode_section(dicts: &[Arc<Dictionary>]) -> Vec<u8> {
     let mut v = Vec::new();
+    if dicts.is_empty() {
+        return v;
+    }
     v.extend_from_slice(&(dicts.len() as u32).to_le_bytes());
     for d in dicts {
         v.extend_from_slice(&(d.bytes.len() as u32).to_le_bytes());
