@@ -210,27 +210,26 @@ impl Image {
         }
         let sections = SectionEntry::decode_table(&table, trailer.table_offset)
             .map_err(|e| fmt("section table", e))?;
+        // A section's bytes, at most `max` of them, checked against its digest.
+        let mut load =
+            |s: &SectionEntry, max: usize, what: &'static str| -> Result<Vec<u8>, ReadError> {
+                let n = usize::try_from(s.length)
+                    .ok()
+                    .filter(|&n| n <= max)
+                    .ok_or_else(|| fmt(what, FormatError::invalid(what, "too large")))?;
+                let b = fetch(s.offset, n)?;
+                if sheaf_format::digest(&b) != s.hash {
+                    return Err(fmt(what, FormatError::HashMismatch(what.into())));
+                }
+                Ok(b)
+            };
         let mut sb = None;
         let mut dicts = None;
         for s in &sections {
             match s.kind {
                 SectionKind::Dictionaries => {
-                    let n = usize::try_from(s.length)
-                        .ok()
-                        .filter(|&n| n <= dict::MAX_DICTS as usize * (dict::MAX_DICT_LEN + 4) + 4)
-                        .ok_or_else(|| {
-                            fmt(
-                                "dictionary section",
-                                FormatError::invalid("dictionary section", "too large"),
-                            )
-                        })?;
-                    let b = fetch(s.offset, n)?;
-                    if sheaf_format::digest(&b) != s.hash {
-                        return Err(fmt(
-                            "dictionary section",
-                            FormatError::HashMismatch("dictionary section".into()),
-                        ));
-                    }
+                    let max = dict::MAX_DICTS as usize * (dict::MAX_DICT_LEN + 4) + 4;
+                    let b = load(s, max, "dictionary section")?;
                     if dicts.is_some() {
                         return Err(fmt(
                             "section table",
@@ -241,22 +240,7 @@ impl Image {
                         Some(dict::decode_section(&b).map_err(|e| fmt("dictionary section", e))?);
                 }
                 SectionKind::Superblock => {
-                    let n = usize::try_from(s.length)
-                        .ok()
-                        .filter(|&n| n <= 1 << 20)
-                        .ok_or_else(|| {
-                            fmt(
-                                "superblock",
-                                FormatError::invalid("superblock", "too large"),
-                            )
-                        })?;
-                    let b = fetch(s.offset, n)?;
-                    if sheaf_format::digest(&b) != s.hash {
-                        return Err(fmt(
-                            "superblock",
-                            FormatError::HashMismatch("superblock".into()),
-                        ));
-                    }
+                    let b = load(s, 1 << 20, "superblock")?;
                     sb = Some(Superblock::decode(&b).map_err(|e| fmt("superblock", e))?);
                 }
                 SectionKind::Other(k) if s.required() => {
