@@ -714,7 +714,7 @@ fn check_objects(
     refs.par_iter()
         .zip(at)
         .try_for_each_init(Vec::new, |scratch, (r, a)| {
-            r.check_stored(r.codec, &payload[a..a + r.clen as usize], scratch, &dicts)
+            r.verify_stored(r.codec, &payload[a..a + r.clen as usize], scratch, &dicts)
                 .map_err(|_| {
                     format!(
                         "source object {} at offset {} failed verification \

@@ -260,7 +260,7 @@ impl Local {
             let (codec, stored) = sheaf_format::remote::decode_object(&obj).ok()?;
             (codec == r.codec && stored.len() == r.clen as usize).then(|| stored.to_vec())
         })?;
-        r.check_stored(r.codec, &found, scratch, &dicts).ok()?;
+        r.verify_stored(r.codec, &found, scratch, &dicts).ok()?;
         Some(found)
     }
 }

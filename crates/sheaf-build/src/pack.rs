@@ -139,10 +139,16 @@ impl Work {
         scratch: &mut Vec<u8>,
     ) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
         match self {
-            Work::Compress(data, dict) => (
-                data.len() as u32,
-                Ok(compress_best(c, &data, dict.as_deref())),
-            ),
+            Work::Compress(data, dict) => {
+                let (codec, z) = compress_best(c, &data, dict.as_deref());
+                // Data blocks are named by their stored bytes, so readers may
+                // decompress only what they need (format.md §6).
+                let codec = match codec {
+                    Codec::Zstd => Codec::ZstdStored,
+                    c => c,
+                };
+                (data.len() as u32, Ok((codec, z)))
+            }
             Work::Copy(img, prev_id, r) => {
                 let what = || format!("data block {prev_id}");
                 let stored = img
@@ -336,10 +342,19 @@ impl<W: Write + Send + 'static> Packer<W> {
                 std::thread::spawn(move || {
                     let mut scratch = Vec::new();
                     for j in rx {
+                        let copy = matches!(j.work, Work::Copy(..));
                         let (ulen, stored) = j.work.run(&c, block_size, &mut scratch);
+                        // A ref of a stored-digest codec names what was
+                        // stored (a copied block keeps the digest it had).
+                        let hash = match &stored {
+                            Ok((codec, z)) if !copy && codec.names_stored() => {
+                                sheaf_format::digest(z)
+                            }
+                            _ => j.hash,
+                        };
                         let d = Done {
                             id: j.id,
-                            hash: j.hash,
+                            hash,
                             ulen,
                             stored,
                         };

@@ -17,6 +17,9 @@ thread_local! {
     /// dictionary, not per block.
     static ZSTD_DICT_CCTX: RefCell<Option<(i32, crate::Digest, zstd::zstd_safe::CCtx<'static>)>> = const { RefCell::new(None) };
     static ZSTD_RAW_DCTX: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
+    /// A streaming context for partial decodes, with the dictionary (by
+    /// digest) it holds a copy of, if any.
+    static ZSTD_PREFIX_DCTX: RefCell<Option<(Option<crate::Digest>, zstd::zstd_safe::DCtx<'static>)>> = const { RefCell::new(None) };
 }
 
 /// Compression codec of one block or page.
@@ -32,18 +35,23 @@ pub enum Codec {
     /// XZ stream (LZMA2).
     Xz = 3,
     /// Zstandard frame compressed with a dictionary, after the 32-byte
-    /// digest that names the dictionary (format.md §7).
+    /// digest that names the dictionary (format.md §7). Its ref's digest
+    /// names the stored bytes ([`Codec::names_stored`]).
     ZstdDict = 4,
+    /// Zstandard frame, like [`Codec::Zstd`], but its ref's digest names
+    /// the stored bytes ([`Codec::names_stored`]): what data blocks use.
+    ZstdStored = 5,
 }
 
 impl Codec {
     /// All codecs, in id order.
-    pub const ALL: [Codec; 5] = [
+    pub const ALL: [Codec; 6] = [
         Codec::None,
         Codec::Zstd,
         Codec::Lz4,
         Codec::Xz,
         Codec::ZstdDict,
+        Codec::ZstdStored,
     ];
 
     /// Decode a codec id.
@@ -62,23 +70,36 @@ impl Codec {
             Codec::Lz4 => "lz4",
             Codec::Xz => "xz",
             Codec::ZstdDict => "zstd+dict",
+            // Zstandard all the same: which bytes a ref's digest names is
+            // a detail of the format, not of the compression.
+            Codec::ZstdStored => "zstd",
         }
     }
 
-    /// Parse the name of a codec a user may choose (`zstd+dict` is chosen
-    /// by the builder, per block, when the image has a dictionary).
+    /// Parse the name of a codec a user may choose (the builder stores
+    /// `zstd` data blocks as [`Codec::ZstdStored`], or `zstd+dict` when the
+    /// image has a dictionary).
     pub fn from_name(s: &str) -> Option<Codec> {
         Codec::ALL
             .into_iter()
-            .filter(|c| *c != Codec::ZstdDict)
+            .filter(|c| !c.names_stored())
             .find(|c| c.name() == s)
+    }
+
+    /// Whether a ref's digest with this codec is that of the *stored*
+    /// bytes rather than the uncompressed ones. Such a block is verified
+    /// before it is decompressed, so a reader may decompress only the
+    /// prefix it needs, and a block can be checked and copied without
+    /// decompressing it (format.md §6).
+    pub fn names_stored(self) -> bool {
+        matches!(self, Codec::ZstdDict | Codec::ZstdStored)
     }
 
     /// Default level when none is given.
     pub fn default_level(self) -> i32 {
         match self {
             Codec::None | Codec::Lz4 => 0,
-            Codec::Zstd | Codec::ZstdDict => 12,
+            Codec::Zstd | Codec::ZstdDict | Codec::ZstdStored => 12,
             Codec::Xz => 6,
         }
     }
@@ -87,7 +108,7 @@ impl Codec {
     pub fn level_range(self) -> std::ops::RangeInclusive<i32> {
         match self {
             Codec::None | Codec::Lz4 => 0..=0,
-            Codec::Zstd | Codec::ZstdDict => 1..=22,
+            Codec::Zstd | Codec::ZstdDict | Codec::ZstdStored => 1..=22,
             Codec::Xz => 0..=9,
         }
     }
@@ -98,7 +119,7 @@ impl Codec {
         match self {
             Codec::None => data.to_vec(),
             Codec::ZstdDict => panic!("zstd+dict compresses with compress_with_dict"),
-            Codec::Zstd => ZSTD_CCTX.with(|slot| {
+            Codec::Zstd | Codec::ZstdStored => ZSTD_CCTX.with(|slot| {
                 // One context per thread and level: a fresh context costs
                 // its table allocations for every block.
                 let mut slot = slot.borrow_mut();
@@ -168,7 +189,7 @@ impl Codec {
         out.reserve_exact(ulen);
         match self {
             Codec::None => out.extend_from_slice(data),
-            Codec::Zstd => ZSTD_DCTX.with(|slot| {
+            Codec::Zstd | Codec::ZstdStored => ZSTD_DCTX.with(|slot| {
                 // One context per thread: a fresh one allocates its tables.
                 let mut slot = slot.borrow_mut();
                 if slot.is_none() {
@@ -215,6 +236,115 @@ impl Codec {
         Ok(())
     }
 }
+
+impl Codec {
+    /// The first `end` bytes of what `data` decodes to, into `out`, for a
+    /// codec whose frame can be decoded in part (zstd, stored); other codecs
+    /// decode whole and are cut. `ulen` bounds the whole as for
+    /// [`Codec::decompress_with`]. Partial output is only as trustworthy as
+    /// `data`: callers check the stored bytes first ([`Codec::names_stored`]).
+    pub fn decompress_prefix(
+        self,
+        data: &[u8],
+        ulen: usize,
+        end: usize,
+        out: &mut Vec<u8>,
+        dicts: &dyn DictLookup,
+    ) -> Result<(), FormatError> {
+        let err = |d: String| FormatError::Decompress {
+            codec: self.name(),
+            detail: d,
+        };
+        let frame = match self {
+            Codec::Zstd | Codec::ZstdStored if end < ulen => data,
+            Codec::ZstdDict if end < ulen => {
+                named_dictionary(data)?;
+                &data[DICT_PREFIX_LEN..]
+            }
+            _ => {
+                self.decompress_with(data, ulen, out, dicts)?;
+                out.truncate(end);
+                return Ok(());
+            }
+        };
+        if out.capacity() > 2 * ulen + 4096 {
+            *out = Vec::new();
+        }
+        out.clear();
+        // Room for the whole: with a stable output buffer zstd decodes each
+        // of the frame's blocks straight into it (no window buffer, no
+        // copy), and a block it cannot fit whole is an error; it stops
+        // after the block that reaches `end`.
+        out.reserve_exact(ulen);
+        let stable = |d: &mut zstd::zstd_safe::DCtx| {
+            d.set_parameter(zstd::zstd_safe::DParameter::StableOutBuffer(true))
+        };
+        ZSTD_PREFIX_DCTX.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            let (held, d) = match &mut *slot {
+                Some(x) => x,
+                none => {
+                    let mut d = zstd::zstd_safe::DCtx::create();
+                    stable(&mut d).map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                    none.insert((None, d))
+                }
+            };
+            let want = match self {
+                Codec::ZstdDict => Some(named_dictionary(data)?),
+                _ => None,
+            };
+            if *held != want {
+                // A context keeps one dictionary (copied in, so it needs no
+                // borrow): reload only when the block names another.
+                d.reset(zstd::zstd_safe::ResetDirective::SessionAndParameters)
+                    .and_then(|_| stable(d))
+                    .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                *held = None;
+                if let Some(name) = &want {
+                    let dict = dicts
+                        .dictionary(name)
+                        .ok_or_else(|| FormatError::MissingDictionary(crate::hex(name)))?;
+                    d.load_dictionary(dict.bytes())
+                        .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                }
+                *held = want;
+            } else {
+                d.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
+                    .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+            }
+            let mut output = zstd::zstd_safe::OutBuffer::around(out);
+            // zstd decodes all the input it is given into a stable buffer,
+            // so it is given one block at a time (its hint says how many
+            // bytes that is) until the output reaches `end`.
+            let (mut pos, mut hint) = (0, FRAME_HEADER_MAX);
+            while output.pos() < end {
+                let upto = frame.len().min(pos + hint.max(1));
+                let mut input = zstd::zstd_safe::InBuffer {
+                    src: &frame[..upto],
+                    pos,
+                };
+                let before = (pos, output.pos());
+                hint = d
+                    .decompress_stream(&mut output, &mut input)
+                    .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                pos = input.pos();
+                if hint == 0 || (pos, output.pos()) == before && upto == frame.len() {
+                    break; // the frame ended, or its bytes did
+                }
+            }
+            let got = output.pos();
+            if got < end || got > ulen {
+                return Err(err(format!(
+                    "expanded to {got} bytes, expected {end} to {ulen}"
+                )));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Longest zstd frame header: the first input a partial decode gives zstd.
+const FRAME_HEADER_MAX: usize = 18;
 
 /// Smallest match length at `level`, where it differs from zstd's own
 /// choice: matches of 4 bytes (instead of 5 at these levels) pay off on
@@ -337,10 +467,55 @@ mod tests {
         for c in Codec::ALL {
             assert_eq!(Codec::from_id(c as u8).unwrap(), c);
         }
-        for c in Codec::ALL.into_iter().filter(|c| *c != Codec::ZstdDict) {
+        for c in Codec::ALL.into_iter().filter(|c| !c.names_stored()) {
             assert_eq!(Codec::from_name(c.name()), Some(c));
         }
         assert_eq!(Codec::from_name("zstd+dict"), None);
-        assert!(Codec::from_id(5).is_err());
+        assert_eq!(Codec::ZstdStored.name(), "zstd");
+        assert!(Codec::from_id(6).is_err());
+    }
+
+    #[test]
+    fn a_prefix_decodes_to_the_first_bytes_of_the_whole() {
+        use std::sync::Arc;
+        // Several zstd blocks (over 128 KiB), so a prefix can stop early.
+        let data: Vec<u8> = (0..300_000u32)
+            .flat_map(|i| format!("line {i} of {}\n", i % 977).into_bytes())
+            .take(300_000)
+            .collect();
+        let samples: Vec<&[u8]> = data.chunks(3000).collect();
+        let dict = Arc::new(crate::dict::train(&samples, 8192).expect("enough samples"));
+        let z = Codec::ZstdStored.compress(12, &data);
+        let zd = compress_with_dict(12, &data, &dict);
+        let dicts = vec![dict];
+        let mut out = Vec::new();
+        for end in [0, 1, 1000, 131_072, 131_073, 250_000, 299_999, 300_000] {
+            for (c, bytes) in [
+                (Codec::ZstdStored, &z),
+                (Codec::ZstdDict, &zd),
+                (Codec::Zstd, &z),
+            ] {
+                c.decompress_prefix(bytes, data.len(), end, &mut out, &dicts)
+                    .unwrap_or_else(|e| panic!("{c:?} to {end}: {e}"));
+                assert!(
+                    out.len() >= end && out.len() <= data.len(),
+                    "{c:?} {end}: {}",
+                    out.len()
+                );
+                assert_eq!(out[..], data[..out.len()], "{c:?} to {end}");
+            }
+        }
+        // A cut frame fails if the cut is before `end`, never returns less.
+        let cut = &z[..z.len() / 3];
+        assert!(Codec::ZstdStored
+            .decompress_prefix(cut, data.len(), 299_000, &mut out, &dicts)
+            .is_err());
+        // One that decodes to more than the ref says is refused.
+        assert!(Codec::ZstdStored
+            .decompress_prefix(&z, 1000, 999, &mut out, &dicts)
+            .is_err());
+        // A dictionary block without its dictionary: an error, not bytes.
+        let e = Codec::ZstdDict.decompress_prefix(&zd, data.len(), 10, &mut out, &NoDicts);
+        assert!(matches!(e, Err(FormatError::MissingDictionary(_))), "{e:?}");
     }
 }

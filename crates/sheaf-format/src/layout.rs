@@ -285,9 +285,11 @@ impl BlockRef {
         })
     }
     /// Decompress `stored` (in `codec`) into `out` and check it is what this
-    /// ref names: exactly `ulen` bytes with digest `hash`. The one check every
-    /// page and block passes before use, wherever its bytes came from.
-    /// `dicts` holds the dictionaries a [`Codec::ZstdDict`] block may name.
+    /// ref names: exactly `ulen` bytes, with digest `hash` over them or, when
+    /// the ref's codec [names its stored bytes](crate::Codec::names_stored),
+    /// over `stored` (checked first). The one check every page and block
+    /// passes before use, wherever its bytes came from. `dicts` holds the
+    /// dictionaries a [`crate::Codec::ZstdDict`] block may name.
     pub fn check_stored(
         &self,
         codec: crate::Codec,
@@ -295,11 +297,72 @@ impl BlockRef {
         out: &mut Vec<u8>,
         dicts: &dyn crate::DictLookup,
     ) -> Result<(), FormatError> {
-        codec.decompress_with(stored, self.ulen as usize, out, dicts)?;
-        if out.len() != self.ulen as usize || crate::digest(out) != self.hash {
+        self.check_stored_upto(codec, stored, self.ulen as usize, out, dicts)
+    }
+
+    /// [`BlockRef::check_stored`] for the first `end` bytes only: when the
+    /// ref names its stored bytes, those are checked and only as much of the
+    /// frame is decompressed as `end` needs; otherwise the whole is checked
+    /// and `out` cut to `end`.
+    pub fn check_stored_upto(
+        &self,
+        codec: crate::Codec,
+        stored: &[u8],
+        end: usize,
+        out: &mut Vec<u8>,
+        dicts: &dyn crate::DictLookup,
+    ) -> Result<(), FormatError> {
+        let ulen = self.ulen as usize;
+        let end = end.min(ulen);
+        if self.check_stored_bytes(codec, stored)? {
+            if end == ulen {
+                return codec.decompress_with(stored, ulen, out, dicts);
+            }
+            return codec.decompress_prefix(stored, ulen, end, out, dicts);
+        }
+        codec.decompress_with(stored, ulen, out, dicts)?;
+        if out.len() != ulen || crate::digest(out) != self.hash {
             return Err(FormatError::HashMismatch(String::new()));
         }
+        out.truncate(end);
         Ok(())
+    }
+
+    /// Check that `stored` is what this ref names, decompressing (into
+    /// `scratch`) only when the digest names the uncompressed bytes: for
+    /// copying or keeping stored bytes as they are.
+    pub fn verify_stored(
+        &self,
+        codec: crate::Codec,
+        stored: &[u8],
+        scratch: &mut Vec<u8>,
+        dicts: &dyn crate::DictLookup,
+    ) -> Result<(), FormatError> {
+        match self.check_stored_bytes(codec, stored)? {
+            true => Ok(()),
+            false => self.check_stored(codec, stored, scratch, dicts),
+        }
+    }
+
+    /// Check `stored` against the digest when the ref names its stored
+    /// bytes: `Ok(true)` if it does and they match (the bytes may then be
+    /// copied as they are without decompressing them), `Ok(false)` if the
+    /// ref names uncompressed bytes (only decompressing can check it). Which
+    /// bytes the digest names is the *ref's* codec's rule, never the one
+    /// `stored` arrived with: else bytes claiming a stored-digest codec could
+    /// pass as the uncompressed bytes a digest names.
+    pub fn check_stored_bytes(
+        &self,
+        codec: crate::Codec,
+        stored: &[u8],
+    ) -> Result<bool, FormatError> {
+        if !self.codec.names_stored() {
+            return Ok(false);
+        }
+        if codec != self.codec || crate::digest(stored) != self.hash {
+            return Err(FormatError::HashMismatch(String::new()));
+        }
+        Ok(true)
     }
     /// Check the stored range lies within `[HEADER_LEN, limit)` and the lengths are sane.
     pub fn validate(&self, limit: u64, max_ulen: u32) -> Result<(), FormatError> {
@@ -323,6 +386,56 @@ impl BlockRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_digest_refs_check_the_stored_bytes_first() {
+        use crate::{dict::NoDicts, Codec};
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 7919 % 251) as u8).collect();
+        let z = Codec::ZstdStored.compress(3, &data);
+        let r = BlockRef {
+            hash: crate::digest(&z),
+            offset: 4096,
+            codec: Codec::ZstdStored,
+            clen: z.len() as u32,
+            ulen: data.len() as u32,
+        };
+        let mut out = Vec::new();
+        r.check_stored(Codec::ZstdStored, &z, &mut out, &NoDicts)
+            .unwrap();
+        assert_eq!(out, data);
+        r.check_stored_upto(Codec::ZstdStored, &z, 5000, &mut out, &NoDicts)
+            .unwrap();
+        assert!(out.len() >= 5000 && out[..] == data[..out.len()]);
+        assert!(r
+            .verify_stored(Codec::ZstdStored, &z, &mut out, &NoDicts)
+            .is_ok());
+        // One flipped byte fails before any decoding, whatever the length.
+        let mut bad = z.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        for end in [10, data.len()] {
+            let e = r.check_stored_upto(Codec::ZstdStored, &bad, end, &mut out, &NoDicts);
+            assert!(matches!(e, Err(FormatError::HashMismatch(_))), "{e:?}");
+        }
+        // The same bytes arriving under another codec are not trusted.
+        let e = r.check_stored(Codec::Zstd, &z, &mut out, &NoDicts);
+        assert!(matches!(e, Err(FormatError::HashMismatch(_))), "{e:?}");
+        // A ref naming uncompressed bytes is never satisfied by those bytes
+        // sent as "stored" under a stored-digest codec: it decodes and hashes.
+        let legacy = BlockRef {
+            hash: crate::digest(&data),
+            codec: Codec::Zstd,
+            ..r
+        };
+        assert!(!legacy.check_stored_bytes(Codec::ZstdStored, &data).unwrap());
+        assert!(legacy
+            .check_stored(Codec::ZstdStored, &data, &mut out, &NoDicts)
+            .is_err());
+        legacy
+            .check_stored(Codec::Zstd, &z, &mut out, &NoDicts)
+            .unwrap();
+        assert_eq!(out, data);
+    }
 
     #[test]
     fn header_trailer_round_trip() {

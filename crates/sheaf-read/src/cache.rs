@@ -94,6 +94,21 @@ impl Cache {
         key: &Digest,
         load: impl FnOnce(Vec<u8>) -> Result<Vec<u8>, E>,
     ) -> Result<Value, E> {
+        self.get_or_load_min(key, 0, 0, |buf, _| load(buf))
+    }
+
+    /// [`Cache::get_or_load`] for a value of at least `min_len` bytes: a
+    /// held value may be a prefix of the whole (a block decoded only as far
+    /// as a read needed), and one shorter than `min_len` is loaded again and
+    /// replaced. `load` also gets the length of that shorter value, if any,
+    /// and a recycled buffer of about `capacity` bytes if there is one.
+    pub fn get_or_load_min<E>(
+        &self,
+        key: &Digest,
+        min_len: usize,
+        capacity: usize,
+        load: impl FnOnce(Vec<u8>, Option<usize>) -> Result<Vec<u8>, E>,
+    ) -> Result<Value, E> {
         let slot = {
             let mut g = self.inner.lock().expect("cache lock");
             g.tick += 1;
@@ -128,18 +143,28 @@ impl Cache {
                 slot.value.lock().expect("slot lock")
             }
         };
-        if let Some(d) = &*v {
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(d.clone());
-        }
+        let prior = match &*v {
+            Some(d) if d.len() >= min_len => {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(d.clone());
+            }
+            held => held.as_ref().map(|d| d.len()),
+        };
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let buf = self
-            .spare
-            .lock()
-            .expect("spare lock")
-            .pop()
-            .unwrap_or_default();
-        match load(buf) {
+        let buf = {
+            // A buffer that fits: decoders drop one far too large (it would
+            // pin memory) and grow one too small, and a fresh allocation of
+            // a block's size is page faults on every use.
+            let mut spare = self.spare.lock().expect("spare lock");
+            let fits =
+                |b: &Vec<u8>| b.capacity() >= capacity && b.capacity() <= 2 * capacity + 4096;
+            match spare.iter().rposition(fits) {
+                Some(i) => spare.swap_remove(i),
+                None if capacity == 0 => spare.pop().unwrap_or_default(),
+                None => Vec::new(),
+            }
+        };
+        match load(buf, prior) {
             Ok(data) => {
                 let d: Value = Arc::new(data);
                 *v = Some(d.clone());
@@ -151,9 +176,10 @@ impl Cache {
                     .get_mut(key)
                     .filter(|e| Arc::ptr_eq(&e.slot, &slot))
                 {
-                    // Count what the value pins, not just its length.
+                    // Count what the value pins, not just its length (in
+                    // place of the prefix it replaces, if any).
+                    inner.size = inner.size - e.size + d.capacity();
                     e.size = d.capacity();
-                    inner.size += d.capacity();
                 }
                 self.evict(inner, key);
                 Ok(d)
@@ -233,6 +259,32 @@ mod tests {
         })
         .unwrap();
         assert!(reloaded);
+    }
+
+    #[test]
+    fn a_short_prefix_is_loaded_again_and_replaced() {
+        let c = Cache::new(1 << 20);
+        let k = [7; 32];
+        let v = c
+            .get_or_load_min::<()>(&k, 10, 100, |_, prior| {
+                assert_eq!(prior, None);
+                Ok(vec![1; 10])
+            })
+            .unwrap();
+        assert_eq!(v.len(), 10);
+        // Long enough: served as held, also to a whole-value request of it.
+        c.get_or_load_min::<()>(&k, 5, 100, |_, _| panic!("held"))
+            .unwrap();
+        let v = c
+            .get_or_load_min::<()>(&k, 50, 100, |_, prior| {
+                assert_eq!(prior, Some(10));
+                Ok(vec![1; 100])
+            })
+            .unwrap();
+        assert_eq!(v.len(), 100);
+        // The replaced prefix is no longer counted.
+        assert_eq!(c.size(), v.capacity());
+        assert_eq!(c.stats.misses.load(Ordering::Relaxed), 2);
     }
 
     #[test]

@@ -59,6 +59,19 @@ pub fn codecs(data: &[u8]) {
         // are explored, not only the lookup failure.
         let dicts = fuzz_dicts();
         let _ = c.decompress_with(&data[2..], ulen, &mut out, &dicts.as_slice());
+        // The partial decode a read of part of a block does, to a length
+        // the input picks: it must end with an error or a prefix of at
+        // most `ulen` bytes.
+        let end = (data[1] as usize * 37) % (ulen + 1);
+        if c.decompress_prefix(&data[2..], ulen, end, &mut out, &dicts.as_slice())
+            .is_ok()
+        {
+            assert!(
+                out.len() >= end && out.len() <= ulen,
+                "{c:?}: {} of {end}..{ulen}",
+                out.len()
+            );
+        }
     }
 }
 
@@ -153,5 +166,28 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out.len(), 4096);
+    }
+
+    /// The kept seed for codec 5 is a whole frame: the fuzzer starts from
+    /// partial decodes that succeed.
+    #[test]
+    fn the_stored_digest_seed_decodes_whole_and_in_part() {
+        let seed = include_bytes!("../../../fuzz/seeds/codecs/zstd-stored-frame");
+        let c = sheaf_format::Codec::from_id(seed[0]).unwrap();
+        assert_eq!(c, sheaf_format::Codec::ZstdStored);
+        let ulen = (seed[1] as usize) << 10;
+        let mut whole = Vec::new();
+        c.decompress_into(&seed[2..], ulen, &mut whole).unwrap();
+        let mut part = Vec::new();
+        c.decompress_prefix(
+            &seed[2..],
+            ulen,
+            100,
+            &mut part,
+            &sheaf_format::dict::NoDicts,
+        )
+        .unwrap();
+        assert!(part.len() >= 100 && whole.starts_with(&part));
+        super::codecs(seed);
     }
 }

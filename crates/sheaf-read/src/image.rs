@@ -508,10 +508,11 @@ impl Image {
         max_ulen: u32,
         what: &dyn Fn() -> String,
     ) -> Result<Vec<u8>, ReadError> {
-        self.load_ref_into(r, max_ulen, what, Vec::new())
+        self.load_ref_into(r, max_ulen, what, Vec::new(), usize::MAX)
     }
 
-    /// [`Image::load_ref`] decoding into `data`'s allocation.
+    /// [`Image::load_ref`] decoding into `data`'s allocation, the first
+    /// `end` bytes at least (all if the ref does not name its stored bytes).
     ///
     /// Order: the object store (a bad object there is dropped), then the
     /// source; bytes from the source that fail verification make it switch
@@ -522,13 +523,14 @@ impl Image {
         max_ulen: u32,
         what: &dyn Fn() -> String,
         mut data: Vec<u8>,
+        end: usize,
     ) -> Result<Vec<u8>, ReadError> {
         let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
         r.validate(self.table_offset, max_ulen).map_err(err)?;
         if let Some(store) = &self.store {
             if let Some(obj) = store.get(&r.hash) {
                 match remote::decode_object(&obj)
-                    .and_then(|(codec, b)| self.decode_checked(r, codec, b, &mut data))
+                    .and_then(|(codec, b)| self.decode_checked(r, codec, b, &mut data, end))
                 {
                     Ok(()) => return Ok(data),
                     Err(_) => store.remove(&r.hash),
@@ -541,7 +543,7 @@ impl Image {
                 .src
                 .read_object(r)
                 .map_err(|e| io_error(&*self.src, e, r.offset, r.clen as usize))?;
-            match self.decode_checked(r, codec, &stored, &mut data) {
+            match self.decode_checked(r, codec, &stored, &mut data, end) {
                 Ok(()) => {
                     if let Some(store) = &self.store {
                         self.put_object(&**store, r, codec, &stored);
@@ -561,15 +563,17 @@ impl Image {
         }
     }
 
-    /// Decompress `stored` into `data` and check it is what `r` names.
+    /// Decompress `stored` into `data` (the first `end` bytes at least) and
+    /// check it is what `r` names.
     fn decode_checked(
         &self,
         r: &BlockRef,
         codec: sheaf_format::Codec,
         stored: &[u8],
         data: &mut Vec<u8>,
+        end: usize,
     ) -> Result<(), FormatError> {
-        r.check_stored(codec, stored, data, self)
+        r.check_stored_upto(codec, stored, end, data, self)
     }
 
     /// Before an object that names a dictionary goes to the shared store,
@@ -671,13 +675,13 @@ impl Image {
                     let mut data = Vec::new();
                     // Unverified bytes are not kept; the on-demand path
                     // will fetch (and fail over) for this one later.
-                    if self.decode_checked(r, codec, stored, &mut data).is_ok() {
+                    if r.verify_stored(codec, stored, &mut data, self).is_ok() {
                         self.put_object(&**store, r, codec, stored);
                     }
                 }
                 None => {
                     let _ = cache.get_or_load(&r.hash, |mut buf| {
-                        self.decode_checked(r, codec, stored, &mut buf)
+                        self.decode_checked(r, codec, stored, &mut buf, usize::MAX)
                             .map(|()| buf)
                     });
                 }
@@ -749,7 +753,7 @@ impl Image {
             .src
             .read_object(r)
             .map_err(|e| io_error(&*self.src, e, r.offset, r.clen as usize))?;
-        match self.decode_checked(r, codec, &stored, scratch) {
+        match r.verify_stored(codec, &stored, scratch, self) {
             Ok(()) => Ok((codec, stored)),
             Err(FormatError::HashMismatch(_)) => Err(err(FormatError::HashMismatch(format!(
                 "{} at offset {}",
@@ -831,8 +835,9 @@ impl Image {
                 FormatError::invalid("page", format!("length {} instead of {want}", r.ulen)),
             ));
         }
-        self.pages
-            .get_or_load(&r.hash, |buf| self.load_ref_into(&r, want, &what, buf))
+        self.pages.get_or_load(&r.hash, |buf| {
+            self.load_ref_into(&r, want, &what, buf, usize::MAX)
+        })
     }
 
     fn read_level(
@@ -990,9 +995,40 @@ impl Image {
     pub fn block(&self, id: u32) -> Result<Arc<Vec<u8>>, ReadError> {
         let r = self.block_ref(id)?;
         let what = || format!("data block {id}");
-        self.blocks.get_or_load(&r.hash, |buf| {
-            self.load_ref_into(&r, self.sb.block_size, &what, buf)
-        })
+        self.blocks
+            .get_or_load_min(&r.hash, r.ulen as usize, r.ulen as usize, |buf, _| {
+                self.load_ref_into(&r, self.sb.block_size, &what, buf, usize::MAX)
+            })
+    }
+
+    /// Data block `id` decoded at least up to byte `end`, through the block
+    /// cache, and its whole length; `start` is where the caller's bytes
+    /// begin. A block whose digest names its stored bytes is decoded only as
+    /// far as needed (a random read of a small file decodes half its pack on
+    /// average). A later read past a decoded prefix decodes the block whole
+    /// when it starts inside the prefix (reading on: one more decode, not
+    /// one per piece), else at least twice as far as before (so at most a
+    /// few decodes, together at most about twice the whole).
+    pub fn block_upto(
+        &self,
+        id: u32,
+        start: usize,
+        end: usize,
+    ) -> Result<(Arc<Vec<u8>>, u32), ReadError> {
+        let r = self.block_ref(id)?;
+        let what = || format!("data block {id}");
+        let need = end.min(r.ulen as usize);
+        let b = self
+            .blocks
+            .get_or_load_min(&r.hash, need, r.ulen as usize, |buf, prior| {
+                let upto = match prior {
+                    None => need,
+                    Some(p) if start <= p => usize::MAX,
+                    Some(p) => need.max(2 * p),
+                };
+                self.load_ref_into(&r, self.sb.block_size, &what, buf, upto)
+            })?;
+        Ok((b, r.ulen))
     }
 
     /// The ref of data block `id`.
@@ -1073,10 +1109,10 @@ impl Image {
             let to = end.min(c_end);
             if from < to && !c.is_hole() {
                 on_block(c.block, i + 1 < n);
-                let block = self.block(c.block)?;
                 let bs = c.block_offset as usize + (from - c.file_offset) as usize;
                 let be = bs + (to - from) as usize;
-                if c.block_offset as usize + c.len as usize > block.len() {
+                let (block, ulen) = self.block_upto(c.block, bs, be)?;
+                if c.block_offset as usize + c.len as usize > ulen as usize {
                     return Err(self.corrupt_inode(ino.ino, "chunk beyond its block"));
                 }
                 buf[(from - offset) as usize..(to - offset) as usize]
