@@ -313,7 +313,11 @@ fn images_with_different_dictionaries_share_a_repository() {
         let obj = fs::read(repo.join(sheaf_format::remote::object_path(&r.hash))).unwrap();
         assert_eq!(obj[0], Codec::ZstdDict as u8);
         assert_eq!(obj[1..33], digests[1], "a B object names B's dictionary");
-        assert_eq!(sheaf_format::digest(&obj[1..]), r.hash, "named by its stored bytes");
+        assert_eq!(
+            sheaf_format::digest(&obj[1..]),
+            r.hash,
+            "named by its stored bytes"
+        );
     }
 
     for cache in ["c1", "c1"] {

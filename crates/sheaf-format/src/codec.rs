@@ -177,16 +177,8 @@ impl Codec {
         out: &mut Vec<u8>,
         dicts: &dyn DictLookup,
     ) -> Result<(), FormatError> {
-        let err = |d: String| FormatError::Decompress {
-            codec: self.name(),
-            detail: d,
-        };
-        if out.capacity() > 2 * ulen + 4096 {
-            // A recycled buffer much larger than needed would pin its memory.
-            *out = Vec::new();
-        }
-        out.clear();
-        out.reserve_exact(ulen);
+        let err = |d: String| self.error(d);
+        ready_for(out, ulen);
         match self {
             Codec::None => out.extend_from_slice(data),
             Codec::Zstd | Codec::ZstdStored => ZSTD_DCTX.with(|slot| {
@@ -251,10 +243,7 @@ impl Codec {
         out: &mut Vec<u8>,
         dicts: &dyn DictLookup,
     ) -> Result<(), FormatError> {
-        let err = |d: String| FormatError::Decompress {
-            codec: self.name(),
-            detail: d,
-        };
+        let err = |d: String| self.error(d);
         let frame = match self {
             Codec::Zstd | Codec::ZstdStored if end < ulen => data,
             Codec::ZstdDict if end < ulen => {
@@ -267,15 +256,11 @@ impl Codec {
                 return Ok(());
             }
         };
-        if out.capacity() > 2 * ulen + 4096 {
-            *out = Vec::new();
-        }
-        out.clear();
         // Room for the whole: with a stable output buffer zstd decodes each
         // of the frame's blocks straight into it (no window buffer, no
         // copy), and a block it cannot fit whole is an error; it stops
         // after the block that reaches `end`.
-        out.reserve_exact(ulen);
+        ready_for(out, ulen);
         let stable = |d: &mut zstd::zstd_safe::DCtx| {
             d.set_parameter(zstd::zstd_safe::DParameter::StableOutBuffer(true))
         };
@@ -341,6 +326,25 @@ impl Codec {
             Ok(())
         })
     }
+}
+
+impl Codec {
+    fn error(self, detail: String) -> FormatError {
+        FormatError::Decompress {
+            codec: self.name(),
+            detail,
+        }
+    }
+}
+
+/// Empty `out` with room for `ulen` bytes, reusing its allocation unless it
+/// is much larger (a recycled buffer that would pin its memory).
+fn ready_for(out: &mut Vec<u8>, ulen: usize) {
+    if out.capacity() > 2 * ulen + 4096 {
+        *out = Vec::new();
+    }
+    out.clear();
+    out.reserve_exact(ulen);
 }
 
 /// Longest zstd frame header: the first input a partial decode gives zstd.
