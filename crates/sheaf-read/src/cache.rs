@@ -1,7 +1,9 @@
 //! A bounded, content-addressed cache of decoded blocks and pages.
 //!
-//! Keys are BLAKE3 digests of the decoded bytes, so the cache only ever holds
-//! verified data and identical blocks of different images share one entry.
+//! Keys are the digests in the refs (of a page's decoded bytes, of a data
+//! block's stored bytes: format.md §7), so the cache only ever holds verified
+//! data and identical blocks of different images share one entry. A value
+//! may be a block's first bytes only, decoded as far as reads needed.
 //! Concurrent requests for one key wait for a single load ("single flight").
 //! Eviction is least-recently-used by bytes.
 
