@@ -231,8 +231,8 @@ impl Codec {
 
 impl Codec {
     /// The first `end` bytes of what `data` decodes to, into `out`, for a
-    /// codec whose frame can be decoded in part (zstd, stored); other codecs
-    /// decode whole and are cut. `ulen` bounds the whole as for
+    /// codec whose frame can be decoded in part (zstd); other codecs, and a
+    /// prefix that is the whole, decode whole. `ulen` bounds the whole as for
     /// [`Codec::decompress_with`]. Partial output is only as trustworthy as
     /// `data`: callers check the stored bytes first ([`Codec::names_stored`]).
     pub fn decompress_prefix(
@@ -250,11 +250,7 @@ impl Codec {
                 named_dictionary(data)?;
                 &data[DICT_PREFIX_LEN..]
             }
-            _ => {
-                self.decompress_with(data, ulen, out, dicts)?;
-                out.truncate(end);
-                return Ok(());
-            }
+            _ => return self.decompress_with(data, ulen, out, dicts),
         };
         // Room for the whole: with a stable output buffer zstd decodes each
         // of the frame's blocks straight into it (no window buffer, no

@@ -300,10 +300,10 @@ impl BlockRef {
         self.check_stored_upto(codec, stored, self.ulen as usize, out, dicts)
     }
 
-    /// [`BlockRef::check_stored`] for the first `end` bytes only: when the
-    /// ref names its stored bytes, those are checked and only as much of the
-    /// frame is decompressed as `end` needs; otherwise the whole is checked
-    /// and `out` cut to `end`.
+    /// [`BlockRef::check_stored`] for the first `end` bytes at least: when
+    /// the ref names its stored bytes, those are checked and only as much of
+    /// the frame is decompressed as `end` needs; otherwise the whole is
+    /// decompressed and checked (and kept).
     pub fn check_stored_upto(
         &self,
         codec: crate::Codec,
@@ -320,11 +320,11 @@ impl BlockRef {
             }
             return codec.decompress_prefix(stored, ulen, end, out, dicts);
         }
+        // Checking needed the whole: keep it.
         codec.decompress_with(stored, ulen, out, dicts)?;
         if out.len() != ulen || crate::digest(out) != self.hash {
             return Err(FormatError::HashMismatch(String::new()));
         }
-        out.truncate(end);
         Ok(())
     }
 

@@ -1017,7 +1017,15 @@ impl Image {
     ) -> Result<(Arc<Vec<u8>>, u32), ReadError> {
         let r = self.block_ref(id)?;
         let what = || format!("data block {id}");
-        let need = end.min(r.ulen as usize);
+        // Decoding part of a block pays only where its stored bytes can be
+        // had again cheaply (a local image, a node cache); else a later read
+        // would fetch them twice.
+        let partial = self.src.local() || self.store.is_some();
+        let need = if partial {
+            end.min(r.ulen as usize)
+        } else {
+            r.ulen as usize
+        };
         let b = self
             .blocks
             .get_or_load_min(&r.hash, need, r.ulen as usize, |buf, prior| {

@@ -36,6 +36,14 @@ pub trait Source: Send + Sync {
     fn ranged(&self) -> bool {
         true
     }
+    /// Whether reading the same bytes again is cheap (a local file, memory):
+    /// then a block may be decoded only as far as a read needs and its
+    /// stored bytes read again when a later read needs more. A network
+    /// source says no (the default): its blocks are decoded whole once
+    /// fetched, so no byte is fetched twice.
+    fn local(&self) -> bool {
+        false
+    }
     /// Bytes just read failed verification. A source with other routes to the
     /// same image (mirrors, proxies) switches to the next one and returns
     /// true: the reader then reads again. Default: no other route.
@@ -93,6 +101,9 @@ impl FileSource {
 }
 
 impl Source for FileSource {
+    fn local(&self) -> bool {
+        true
+    }
     fn len(&self) -> u64 {
         self.len
     }
@@ -122,6 +133,9 @@ impl MemSource {
 }
 
 impl Source for MemSource {
+    fn local(&self) -> bool {
+        true
+    }
     fn len(&self) -> u64 {
         self.bytes.len() as u64
     }
@@ -225,6 +239,9 @@ impl Source for CountingSource {
     }
     fn ranged(&self) -> bool {
         self.inner.ranged()
+    }
+    fn local(&self) -> bool {
+        self.inner.local()
     }
     fn reject(&self, offset: u64) -> bool {
         self.inner.reject(offset)
