@@ -142,7 +142,7 @@ impl Work {
             Work::Compress(data, dict) => {
                 let (codec, z) = compress_best(c, &data, dict.as_deref());
                 // Data blocks are named by their stored bytes, so readers may
-                // decompress only what they need (format.md §6).
+                // decompress only what they need (format.md §7).
                 let codec = match codec {
                     Codec::Zstd => Codec::ZstdStored,
                     c => c,

@@ -90,7 +90,7 @@ impl Codec {
     /// bytes rather than the uncompressed ones. Such a block is verified
     /// before it is decompressed, so a reader may decompress only the
     /// prefix it needs, and a block can be checked and copied without
-    /// decompressing it (format.md §6).
+    /// decompressing it (format.md §7).
     pub fn names_stored(self) -> bool {
         matches!(self, Codec::ZstdDict | Codec::ZstdStored)
     }
@@ -244,11 +244,14 @@ impl Codec {
         dicts: &dyn DictLookup,
     ) -> Result<(), FormatError> {
         let err = |d: String| self.error(d);
-        let frame = match self {
-            Codec::Zstd | Codec::ZstdStored if end < ulen => data,
+        let zerr = |c: usize| err(zstd::zstd_safe::get_error_name(c).into());
+        // The frame, and the dictionary it needs (by digest) if any.
+        let (frame, want) = match self {
+            Codec::Zstd | Codec::ZstdStored if end < ulen => (data, None),
             Codec::ZstdDict if end < ulen => {
-                named_dictionary(data)?;
-                &data[DICT_PREFIX_LEN..]
+                // Checks the length before the frame is cut out.
+                let name = named_dictionary(data)?;
+                (&data[DICT_PREFIX_LEN..], Some(name))
             }
             _ => return self.decompress_with(data, ulen, out, dicts),
         };
@@ -266,32 +269,27 @@ impl Codec {
                 Some(x) => x,
                 none => {
                     let mut d = zstd::zstd_safe::DCtx::create();
-                    stable(&mut d).map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                    stable(&mut d).map_err(zerr)?;
                     none.insert((None, d))
                 }
-            };
-            let want = match self {
-                Codec::ZstdDict => Some(named_dictionary(data)?),
-                _ => None,
             };
             if *held != want {
                 // A context keeps one dictionary (copied in, so it needs no
                 // borrow): reload only when the block names another.
                 d.reset(zstd::zstd_safe::ResetDirective::SessionAndParameters)
                     .and_then(|_| stable(d))
-                    .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                    .map_err(zerr)?;
                 *held = None;
                 if let Some(name) = &want {
                     let dict = dicts
                         .dictionary(name)
                         .ok_or_else(|| FormatError::MissingDictionary(crate::hex(name)))?;
-                    d.load_dictionary(dict.bytes())
-                        .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                    d.load_dictionary(dict.bytes()).map_err(zerr)?;
                 }
                 *held = want;
             } else {
                 d.reset(zstd::zstd_safe::ResetDirective::SessionOnly)
-                    .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                    .map_err(zerr)?;
             }
             let mut output = zstd::zstd_safe::OutBuffer::around(out);
             // zstd decodes all the input it is given into a stable buffer,
@@ -305,9 +303,7 @@ impl Codec {
                     pos,
                 };
                 let before = (pos, output.pos());
-                hint = d
-                    .decompress_stream(&mut output, &mut input)
-                    .map_err(|c| err(zstd::zstd_safe::get_error_name(c).into()))?;
+                hint = d.decompress_stream(&mut output, &mut input).map_err(zerr)?;
                 pos = input.pos();
                 if hint == 0 || (pos, output.pos()) == before && upto == frame.len() {
                     break; // the frame ended, or its bytes did
