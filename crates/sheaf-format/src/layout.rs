@@ -245,7 +245,8 @@ impl SectionEntry {
 /// Where one compressed block or metadata page lives, and its digest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BlockRef {
-    /// BLAKE3 of the *uncompressed* bytes.
+    /// BLAKE3 of the bytes the codec names (format.md §7): the stored
+    /// bytes for [`Codec::names_stored`] codecs, else the uncompressed ones.
     pub hash: Digest,
     /// Absolute offset of the stored bytes.
     pub offset: u64,
