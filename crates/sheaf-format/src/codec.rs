@@ -514,4 +514,39 @@ mod tests {
         let e = Codec::ZstdDict.decompress_prefix(&zd, data.len(), 10, &mut out, &NoDicts);
         assert!(matches!(e, Err(FormatError::MissingDictionary(_))), "{e:?}");
     }
+
+    #[test]
+    fn a_prefix_crosses_raw_and_rle_blocks() {
+        // zstd stores a block of noise raw and a block of one byte as RLE;
+        // a prefix may end inside, at or just past either.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut data: Vec<u8> = (0..131_072)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        data.extend(std::iter::repeat_n(b'a', 131_072));
+        data.extend((0..40_000u32).flat_map(|i| format!("{i},").into_bytes()));
+        let z = Codec::ZstdStored.compress(12, &data);
+        let mut out = Vec::new();
+        for end in [
+            1,
+            131_071,
+            131_072,
+            131_073,
+            200_000,
+            262_144,
+            262_145,
+            data.len() - 1,
+        ] {
+            Codec::ZstdStored
+                .decompress_prefix(&z, data.len(), end, &mut out, &NoDicts)
+                .unwrap_or_else(|e| panic!("to {end}: {e}"));
+            assert!(out.len() >= end, "{end}: {}", out.len());
+            assert_eq!(out[..], data[..out.len()], "to {end}");
+        }
+    }
 }
