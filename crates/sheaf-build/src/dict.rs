@@ -40,11 +40,18 @@ pub fn pick_samples(files: &[u64], pack_size: u64) -> Vec<usize> {
     small.into_iter().step_by(k).collect()
 }
 
+/// Small-file bytes at the start of a tar stream held back to train on
+/// (samples are picked from them as from a directory's files): a stream
+/// cannot be sampled ahead. Memory of the build, not per entry.
+pub const STREAM_HOLD_BYTES: u64 = 32 << 20;
+
 /// Train the pack dictionary on `samples`; `None` when they are too few or
 /// too short for a dictionary to pay for itself.
-pub fn train(samples: &[Vec<u8>]) -> Option<Arc<Dictionary>> {
-    let refs: Vec<&[u8]> = samples.iter().map(|s| s.as_slice()).collect();
-    sheaf_format::dict::train(&refs, DICT_LEN).map(Arc::new)
+pub fn train(samples: &[&[u8]]) -> Option<Arc<Dictionary>> {
+    if samples.is_empty() {
+        return None;
+    }
+    sheaf_format::dict::train(samples, DICT_LEN).map(Arc::new)
 }
 
 #[cfg(test)]

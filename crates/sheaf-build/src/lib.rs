@@ -699,7 +699,8 @@ impl DirInput<'_> {
                 Some(b)
             })
             .collect();
-        dict::train(&samples)
+        let refs: Vec<&[u8]> = samples.iter().map(|s| s.as_slice()).collect();
+        dict::train(&refs)
     }
 
     fn read<W: std::io::Write + Send + 'static>(
@@ -739,12 +740,7 @@ impl DirInput<'_> {
             None => None,
         };
         let reused = |id: NodeId| plan.as_ref().and_then(|p| p.reused.get(&id).copied());
-        let zstd = opts
-            .compression
-            .candidates
-            .iter()
-            .any(|(c, _)| *c == sheaf_format::Codec::Zstd);
-        if self.base.is_none() && opts.dictionary && zstd {
+        if self.base.is_none() && opts.trains_dictionary() {
             packer.set_dictionary(self.train_dictionary(&tree, &index, &order, opts));
         }
         progress

@@ -132,8 +132,9 @@ pub struct BuildOptions {
     /// anew. 0 copies only blocks every file of which is unchanged.
     pub base_max_stale_pct: u8,
     /// Compress pack blocks with a zstd dictionary trained on the source's
-    /// small files (directory input, zstd among the codecs); with `base`,
-    /// that image's dictionary is used instead of training one.
+    /// small files (zstd among the codecs; a tar stream is sampled from its
+    /// start, see [`crate::dict::STREAM_HOLD_BYTES`]); with `base`, that
+    /// image's dictionary is used instead of training one.
     pub dictionary: bool,
 }
 
@@ -148,6 +149,17 @@ impl BuildOptions {
         } else {
             self.pack_size
         }
+    }
+
+    /// Whether pack blocks get a trained dictionary: asked for, and zstd
+    /// among the codecs (the dictionary is zstd's).
+    pub fn trains_dictionary(&self) -> bool {
+        self.dictionary
+            && self
+                .compression
+                .candidates
+                .iter()
+                .any(|(c, _)| *c == sheaf_format::Codec::Zstd)
     }
 }
 

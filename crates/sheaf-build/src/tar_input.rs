@@ -2,6 +2,7 @@
 //! [`Tree`], feeding file data to the packer in archive order so the archive
 //! is never extracted and is read exactly once.
 
+use crate::dict;
 use crate::options::{BuildError, BuildOptions};
 use crate::pack::Packer;
 use crate::scan::{Excluder, Normalizer, Problems};
@@ -89,6 +90,77 @@ fn pax_time(v: &[u8]) -> Option<(i64, u32)> {
     Some((sec, ns))
 }
 
+/// The first small files of a stream, held back until a pack dictionary is
+/// trained on them ([`dict::STREAM_HOLD_BYTES`]): a directory is sampled
+/// before packing starts, a stream can only be sampled from its start. Their
+/// nodes are in the tree already; their kinds are set when they are packed.
+struct HeldBack {
+    /// Still holding (a dictionary is wanted and not yet trained).
+    holding: bool,
+    /// The files' bytes, one after another.
+    data: Vec<u8>,
+    /// Each file's node and the end of its bytes in `data`.
+    files: Vec<(NodeId, u32)>,
+}
+
+impl HeldBack {
+    fn new(train: bool) -> Self {
+        HeldBack {
+            holding: train,
+            data: Vec::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Enough to sample: [`dict::STREAM_HOLD_BYTES`], or so many files
+    /// that their records would cost as much (tiny files).
+    fn full(&self) -> bool {
+        self.data.len() as u64 >= dict::STREAM_HOLD_BYTES
+            || self.files.len() as u64 >= dict::STREAM_HOLD_BYTES / 32
+    }
+
+    /// Whether a member of this type and size is held back: plain files
+    /// that go into packs, while holding.
+    fn takes(&self, t: EntryType, size: u64, pack_size: u64) -> bool {
+        self.holding
+            && matches!(t, EntryType::Regular | EntryType::Continuous)
+            && size > 0
+            && size < pack_size
+    }
+
+    /// Train the dictionary on the files held (if there are enough of
+    /// them), then pack them in archive order; stop holding.
+    fn release<W: Write + Send + 'static>(
+        &mut self,
+        packer: &mut Packer<W>,
+        tree: &mut Tree,
+        pack_size: u64,
+        name: &str,
+    ) -> Result<(), BuildError> {
+        if !std::mem::take(&mut self.holding) {
+            return Ok(());
+        }
+        let (data, files) = (
+            std::mem::take(&mut self.data),
+            std::mem::take(&mut self.files),
+        );
+        let start = |i: usize| if i == 0 { 0 } else { files[i - 1].1 as usize };
+        let bytes = |i: usize| &data[start(i)..files[i].1 as usize];
+        let sizes: Vec<u64> = (0..files.len()).map(|i| bytes(i).len() as u64).collect();
+        let samples: Vec<&[u8]> = dict::pick_samples(&sizes, pack_size)
+            .into_iter()
+            .map(bytes)
+            .collect();
+        packer.set_dictionary(dict::train(&samples));
+        for (i, &(id, _)) in files.iter().enumerate() {
+            // Read from memory: `name` (the archive) is only for messages.
+            let (size, range) = packer.add_file(&mut bytes(i), None, name, id)?;
+            tree.nodes[id as usize].kind = tree.file_kind(size, range);
+        }
+        Ok(())
+    }
+}
+
 /// Read a tar stream (compressed or not) into a tree, packing file data as
 /// it goes.
 pub fn read_tar<W: Write + Send + 'static>(
@@ -146,6 +218,8 @@ fn read_entries<W: Write + Send + 'static>(
     };
     let mut ar = tar::Archive::new(input);
     let mut count = 0u64;
+    let pack_size = opts.pack_block_size() as u64;
+    let mut held = HeldBack::new(opts.trains_dictionary());
     for entry in ar.entries().map_err(io)? {
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(BuildError::Interrupted);
@@ -320,6 +394,16 @@ fn read_entries<W: Write + Send + 'static>(
                     (Some(_), _) => {
                         return Err(bad(format!("{shown}: unsupported PAX sparse version")))
                     }
+                    (None, _) if held.takes(etype, e.size(), pack_size) => {
+                        e.read_to_end(&mut held.data).map_err(io)?;
+                        // Its kind is set when it is packed (HeldBack::release).
+                        held.files.push((id, held.data.len() as u32));
+                        t.tree.add(parent, leaf, node);
+                        if held.full() {
+                            held.release(packer, &mut t.tree, pack_size, name)?;
+                        }
+                        continue;
+                    }
                     (None, _) => packer.add_file(&mut e, None, &what, id)?,
                 };
                 node.kind = t.tree.file_kind(size, range);
@@ -327,6 +411,7 @@ fn read_entries<W: Write + Send + 'static>(
         }
         t.tree.add(parent, leaf, node);
     }
+    held.release(packer, &mut t.tree, pack_size, name)?;
     if count == 0 && !layer {
         return Err(bad("empty or not a tar archive".into()));
     }
