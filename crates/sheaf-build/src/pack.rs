@@ -967,9 +967,6 @@ mod tests {
         }
         assert_eq!(in_pack.len(), 5);
         // Every file reads back whole through its chunks.
-        let r = refs[chunks[0].block as usize];
-        let stored = &image[r.offset as usize..r.offset as usize + r.clen as usize];
-        let pack = r.codec.decompress(stored, r.ulen as usize).unwrap();
         for (f, range) in files.iter().zip(&ranges) {
             let (first, n) = match range.1 {
                 FileRange::Chunks(a, n) => (a as usize, n as usize),
@@ -978,12 +975,8 @@ mod tests {
             let mut got = Vec::new();
             for c in &chunks[first..first + n] {
                 let b = refs[c.block as usize];
-                let block = if b.offset == r.offset {
-                    pack.clone()
-                } else {
-                    let s = &image[b.offset as usize..b.offset as usize + b.clen as usize];
-                    b.codec.decompress(s, b.ulen as usize).unwrap()
-                };
+                let s = &image[b.offset as usize..b.offset as usize + b.clen as usize];
+                let block = b.codec.decompress(s, b.ulen as usize).unwrap();
                 let o = c.block_offset as usize;
                 got.extend_from_slice(&block[o..o + c.len as usize]);
             }

@@ -318,9 +318,7 @@ impl Codec {
             Ok(())
         })
     }
-}
 
-impl Codec {
     fn error(self, detail: String) -> FormatError {
         FormatError::Decompress {
             codec: self.name(),

@@ -316,9 +316,7 @@ impl BlockRef {
         let ulen = self.ulen as usize;
         let end = end.min(ulen);
         if self.check_stored_bytes(codec, stored)? {
-            if end == ulen {
-                return codec.decompress_with(stored, ulen, out, dicts);
-            }
+            // Decodes whole when `end` is the whole.
             return codec.decompress_prefix(stored, ulen, end, out, dicts);
         }
         // Checking needed the whole: keep it.
