@@ -501,7 +501,7 @@ pub fn build(
     drop(layout);
     drop(tree);
     let sb = Superblock {
-        required_features: 0,
+        required_features: sheaf_format::superblock::required_features_for(&block_refs),
         optional_features: if xattr_sets == 0 {
             sheaf_format::superblock::OPT_NO_XATTRS
         } else {

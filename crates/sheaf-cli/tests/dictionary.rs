@@ -119,6 +119,14 @@ fn packs_use_the_trained_dictionary_and_every_byte_reads_back() {
     assert_eq!(d.dictionaries().len(), 1, "one trained dictionary");
     let n = open(&without);
     assert!(n.dictionaries().is_empty());
+    // Blocks named by their stored bytes make old readers refuse at open.
+    use sheaf_format::superblock::REQ_STORED_DIGESTS;
+    for img in [&d, &n] {
+        assert_eq!(img.superblock().required_features, REQ_STORED_DIGESTS);
+    }
+    let lz4 = t.path().join("lz4.sheaf");
+    build(&src, &lz4, &["-c", "lz4"]).ok();
+    assert_eq!(open(&lz4).superblock().required_features, 0);
     let refs = blocks(&d);
     let dict_blocks = refs.iter().filter(|r| r.codec == Codec::ZstdDict).count();
     assert!(

@@ -88,18 +88,35 @@ pub struct StreamDesc {
     pub roots: Vec<BlockRef>,
 }
 
-/// Required-feature bits known to this version (none yet; the field exists so
-/// later versions can make old readers refuse what they cannot read).
-pub const KNOWN_REQUIRED_FEATURES: u64 = 0;
+/// Required feature: data blocks whose ref digest names their stored
+/// bytes (codecs 4 and 5, format.md §7). A reader from before them would
+/// fail at the first such block; with the bit it refuses the image at open,
+/// naming the feature.
+pub const REQ_STORED_DIGESTS: u64 = 1 << 0;
+
+/// Required-feature bits known to this version (a reader refuses others).
+pub const KNOWN_REQUIRED_FEATURES: u64 = REQ_STORED_DIGESTS;
+
+/// The required features an image whose data blocks are `refs` has.
+pub fn required_features_for(refs: &[crate::BlockRef]) -> u64 {
+    if refs.iter().any(|r| r.codec.names_stored()) {
+        REQ_STORED_DIGESTS
+    } else {
+        0
+    }
+}
 
 /// Optional feature: no inode of the image carries an xattr set. A reader
 /// may answer "no xattrs" without looking (a mount then lets the kernel
 /// stop asking); an image that sets it falsely only hides its xattrs.
 pub const OPT_NO_XATTRS: u64 = 1 << 0;
 
-/// Names of possible future required features, for messages. Index = bit.
+/// Names of required features, for messages. Index = bit.
 fn feature_name(bit: u32) -> String {
-    format!("feature bit {bit}")
+    match bit {
+        0 => "stored-digests (data blocks named by their stored bytes)".into(),
+        _ => format!("feature bit {bit}"),
+    }
 }
 
 /// The superblock: image geometry, counts and stream roots.
@@ -288,5 +305,28 @@ mod tests {
             Superblock::decode(&unk.encode()),
             Err(FormatError::UnknownFeature(_))
         ));
+        let mut known = sb.clone();
+        known.required_features = REQ_STORED_DIGESTS;
+        assert_eq!(Superblock::decode(&known.encode()).unwrap(), known);
+    }
+
+    #[test]
+    fn stored_digest_blocks_require_the_feature() {
+        use crate::{BlockRef, Codec};
+        let r = |codec| BlockRef {
+            hash: [0; 32],
+            offset: 4096,
+            codec,
+            clen: 1,
+            ulen: 1,
+        };
+        assert_eq!(required_features_for(&[]), 0);
+        assert_eq!(required_features_for(&[r(Codec::Zstd), r(Codec::Lz4)]), 0);
+        for c in [Codec::ZstdStored, Codec::ZstdDict] {
+            assert_eq!(
+                required_features_for(&[r(Codec::None), r(c)]),
+                REQ_STORED_DIGESTS
+            );
+        }
     }
 }
