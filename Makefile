@@ -49,12 +49,14 @@ SOAK_MINUTES ?= 10
 soak: build
 	SOAK_READERS=$(SOAK_READERS) SOAK_MINUTES=$(SOAK_MINUTES) $(CARGO) test --release --locked -p sheaf-cli $(MPI_FEATURE) --test soak -- --ignored --nocapture
 
-# The binary, plus the helper mount(8) runs for `-t fuse.sheaf` and fstab,
-# and the systemd unit of the containerd snapshotter (not enabled: add
+# The programs (`sheaf`, small, mounts local images itself and runs
+# libexec/sheaf/sheaf-full, the whole tool, for everything else), the helper
+# mount(8) runs for `-t fuse.sheaf` and fstab, and the systemd unit of the containerd snapshotter (not enabled: add
 # --repo lines to it, then `systemctl enable --now sheaf-snapshotter`).
 PREFIX ?= /usr/local
 install: build
 	install -D -m 755 $(SHEAF) $(DESTDIR)$(PREFIX)/bin/sheaf
+	install -D -m 755 $(SHEAF)-full $(DESTDIR)$(PREFIX)/libexec/sheaf/sheaf-full
 	install -d $(DESTDIR)/sbin
 	ln -sf $(PREFIX)/bin/sheaf $(DESTDIR)/sbin/mount.fuse.sheaf
 	install -d $(DESTDIR)/etc/systemd/system

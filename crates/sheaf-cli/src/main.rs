@@ -168,11 +168,7 @@ enum Cmd {
 fn main() {
     // mount(8) runs us as /sbin/mount.fuse.sheaf for `-t fuse.sheaf` and fstab.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let argv0 = args.first().map(std::path::Path::new);
-    let helper = argv0
-        .and_then(|p| p.file_name())
-        .is_some_and(|n| n == "mount.fuse.sheaf" || n == "mount.sheaf");
-    if helper {
+    if sheaf_cli::options::is_helper(args.first().map(|a| a.as_os_str())) {
         finish(mount::mount_helper(args));
     }
     let cli = match Cli::try_parse() {

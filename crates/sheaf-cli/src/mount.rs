@@ -1,15 +1,16 @@
 //! `sheaf mount`, `sheaf umount`, `sheaf stats` and the `mount.fuse.sheaf`
 //! helper that mount(8) runs for `-t fuse.sheaf` and fstab entries.
 
-use crate::util::{human, parse_size64, RemoteArgs};
+use crate::util::{human, RemoteArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use sheaf_mount::serve::{check_mountpoint, MountConfig};
-use sheaf_mount::{kernel, logging, FsConfig, Readdirplus, SheafFs, UnionConfig, UnionFs};
+use sheaf_cli::options::MountOptions;
+pub(crate) use sheaf_cli::options::{absolute, default_threads};
+use sheaf_cli::serve::{serve_image, serve_mount};
+use sheaf_mount::serve::check_mountpoint;
+use sheaf_mount::{kernel, FsConfig, UnionConfig, UnionFs};
 use sheaf_read::{CountingSource, Image, ImageOptions, Source};
 use std::ffi::OsString;
-use std::io::{Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,160 +104,6 @@ pub struct UmountArgs {
     /// Detach now even if files are open; the mount goes away when they close.
     #[arg(short = 'z', long)]
     lazy: bool,
-}
-
-/// Options after parsing `-o`.
-struct Parsed {
-    cache_size: usize,
-    threads: usize,
-    readahead: u32,
-    readdirplus: Readdirplus,
-    uid: Option<u32>,
-    gid: Option<u32>,
-    allow_other: bool,
-    allow_root: bool,
-    suid: bool,
-    dev: bool,
-    exec: bool,
-    log: Option<PathBuf>,
-    debug: bool,
-    record: Option<PathBuf>,
-    prefetch: Option<PathBuf>,
-    prefetch_metadata: Option<bool>,
-    /// The remote flags, with any given as options (cache_dir=, timeout=, ...).
-    remote: RemoteArgs,
-}
-
-/// Request threads block on disk or network reads, so there are more than
-/// cores: with 2 per core, 4 readers of cold small files on 2 cores left
-/// every lookup queued behind their reads (p99 8 ms; bench/default-image.sh).
-pub(crate) fn default_threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (cores * 4).clamp(8, 32)
-}
-
-/// Parse `-o` lists. `from_fstab` also tolerates `rw`, which mount(8) may pass.
-fn parse_options(lists: &[String], from_fstab: bool, remote: &RemoteArgs) -> Result<Parsed> {
-    let mut p = Parsed {
-        cache_size: 256 << 20,
-        threads: default_threads(),
-        readahead: 1,
-        readdirplus: Readdirplus::default(),
-        uid: None,
-        gid: None,
-        allow_other: false,
-        allow_root: false,
-        suid: false,
-        dev: false,
-        exec: true,
-        log: None,
-        debug: false,
-        record: None,
-        prefetch: None,
-        prefetch_metadata: None,
-        remote: remote.clone(),
-    };
-    for list in lists {
-        for opt in list.split(',').map(str::trim).filter(|o| !o.is_empty()) {
-            let (key, val) = match opt.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (opt, None),
-            };
-            let need =
-                || val.ok_or_else(|| anyhow!("mount option '{key}' needs a value ({key}=...)"));
-            let num = |what: &str| -> Result<u64> {
-                let v = need()?;
-                v.parse::<u64>()
-                    .map_err(|_| anyhow!("mount option {key}={v}: {what} must be a number"))
-            };
-            match key {
-                "cache_size" => {
-                    let v = need()?;
-                    p.cache_size = parse_size64(v)
-                        .map_err(|e| anyhow!("mount option cache_size: {e}"))?
-                        as usize;
-                }
-                "threads" => {
-                    p.threads = num("threads")? as usize;
-                    if !(1..=256).contains(&p.threads) {
-                        bail!("mount option threads={}: use 1..256", p.threads);
-                    }
-                }
-                "readahead" => p.readahead = num("readahead")?.min(64) as u32,
-                "readdirplus" => {
-                    p.readdirplus = match need()? {
-                        "auto" => Readdirplus::Auto,
-                        "always" | "yes" => Readdirplus::Always,
-                        "never" | "no" => Readdirplus::Never,
-                        v => bail!("mount option readdirplus={v}: use auto, always or never"),
-                    }
-                }
-                "uid" => p.uid = Some(num("uid")? as u32),
-                "gid" => p.gid = Some(num("gid")? as u32),
-                "allow_other" => p.allow_other = true,
-                "allow_root" => p.allow_root = true,
-                "suid" => p.suid = true,
-                "nosuid" => p.suid = false,
-                "dev" => p.dev = true,
-                "nodev" => p.dev = false,
-                "exec" => p.exec = true,
-                "noexec" => p.exec = false,
-                "log" => p.log = Some(PathBuf::from(need()?)),
-                "debug" => p.debug = true,
-                "record" => p.record = Some(absolute(Path::new(need()?))),
-                "prefetch" => p.prefetch = Some(PathBuf::from(need()?)),
-                "prefetch_metadata" => {
-                    p.prefetch_metadata = Some(match need()? {
-                        "on" | "yes" | "1" => true,
-                        "off" | "no" | "0" => false,
-                        v => bail!("mount option prefetch_metadata={v}: use on or off"),
-                    })
-                }
-                // The remote flags, as options (for fstab, where there are no flags).
-                "cache_dir" => {
-                    let v = PathBuf::from(need()?);
-                    p.remote.cache_dir = Some(v);
-                }
-                "cache_quota" => {
-                    let v = parse_size64(need()?)
-                        .map_err(|e| anyhow!("mount option cache_quota: {e}"))?;
-                    p.remote.cache_size = v;
-                }
-                "no_cache" => p.remote.no_cache = true,
-                "mirror" => {
-                    let v = need()?.to_string();
-                    p.remote.mirrors.push(v);
-                }
-                "proxy" => {
-                    let v = need()?.to_string();
-                    p.remote.proxy = Some(v);
-                }
-                "timeout" | "failback" => {
-                    let v = need()?;
-                    let secs: f64 = v
-                        .parse()
-                        .map_err(|_| anyhow!("mount option {key}={v}: seconds must be a number"))?;
-                    if key == "timeout" {
-                        p.remote.timeout = secs
-                    } else {
-                        p.remote.failback = secs
-                    }
-                }
-                "ro" | "defaults" | "auto" | "noauto" | "user" | "users" | "nouser" | "nofail"
-                | "_netdev" | "async" | "atime" | "noatime" | "relatime" | "nodiratime" => {}
-                "rw" if from_fstab => {}
-                "rw" => bail!(
-                    "mount option 'rw': images are read-only; use --upper DIR for a writable overlay"
-                ),
-                k if k.starts_with("x-") || k == "comment" => {}
-                _ => bail!("unknown mount option '{opt}' (see 'sheaf mount --help')"),
-            }
-        }
-    }
-    if p.allow_other && p.allow_root {
-        bail!("mount options allow_other and allow_root exclude each other");
-    }
-    Ok(p)
 }
 
 /// Open an image for mounting, counting the bytes read from it.
@@ -379,19 +226,9 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
         let fsname = if remote {
             image.display().to_string()
         } else {
-            image
-                .canonicalize()
-                .unwrap_or_else(|_| image.to_path_buf())
-                .display()
-                .to_string()
+            sheaf_cli::options::local_fsname(image)
         };
-        let mut fs = r.fs;
-        fs.prefetch_metadata = r.prefetch_metadata.unwrap_or(remote);
-        fs.prefetch_list = match r.prefetch {
-            Some(f) if f.as_os_str() == "none" => Vec::new(),
-            Some(f) => crate::util::prefetch_blocks(&img, f)?,
-            None => img.prefetch_list()?,
-        };
+        let fs = sheaf_cli::serve::image_fs(&img, r.fs, r.prefetch_metadata, r.prefetch, remote)?;
         return Ok(Assembly {
             served: Served::Image { img, src, fs },
             fsname,
@@ -428,46 +265,24 @@ fn mount(
     remote: &RemoteArgs,
 ) -> Result<i32> {
     let started = Instant::now();
-    let p = parse_options(options, from_fstab, remote)?;
+    let p = MountOptions::parse(options, from_fstab)?;
+    let remote = remote.with_options(&p.remote);
     let mp = check_mountpoint(mountpoint)?;
     let a = assemble(Request {
         images,
         upper,
         mountpoint: &mp,
-        remote: &p.remote,
+        remote: &remote,
         policy,
         cache_size: p.cache_size,
-        fs: FsConfig {
-            uid: p.uid,
-            gid: p.gid,
-            prefetch_threads: usize::from(p.readahead > 0),
-            prefetch_blocks: p.readahead,
-            readdirplus: p.readdirplus,
-            record: p.record.clone(),
-            ..Default::default()
-        },
+        fs: p.fs_config(),
         prefetch_metadata: p.prefetch_metadata,
         prefetch: p.prefetch.as_deref(),
     })?;
-    let mut cfg = MountConfig {
-        writable: upper.is_some(),
-        direct: false,
-        mountpoint: mp.clone(),
-        fsname: a.fsname,
-        fs: FsConfig::default(),
-        threads: p.threads,
-        allow_other: p.allow_other,
-        allow_root: p.allow_root,
-        suid: p.suid,
-        dev: p.dev,
-        exec: p.exec,
-    };
+    let cfg = p.mount_config(mp, a.fsname, upper.is_some());
     match a.served {
         Served::Image { img, src, fs } => {
-            cfg.fs = fs.clone();
-            serve_mount(&cfg, &p, &a.signer, started, foreground, move || {
-                SheafFs::new(img, src, fs)
-            })
+            serve_image(cfg, &p, &a.signer, started, foreground, img, src, fs)
         }
         Served::Union(fs) => serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs),
     }
@@ -555,122 +370,6 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
         names.len() - 2,
         names[names.len() - 1]
     )
-}
-
-/// Mount the filesystem `make` builds and serve it: in the foreground, or
-/// from a background process once the mount is ready.
-fn serve_mount<F: sheaf_mount::Filesystem>(
-    cfg: &MountConfig,
-    p: &Parsed,
-    signer: &str,
-    started: Instant,
-    foreground: bool,
-    make: impl FnOnce() -> F,
-) -> Result<i32> {
-    let mp = cfg.mountpoint.clone();
-    let prefix = format!("{}: ", mp.display());
-    let log_target = |stderr: bool| -> Result<logging::Target> {
-        Ok(match &p.log {
-            Some(f) => {
-                logging::open_file(f).with_context(|| format!("log file {}", f.display()))?
-            }
-            None if stderr => logging::Target::Stderr,
-            None => logging::Target::Syslog,
-        })
-    };
-    if foreground {
-        logging::init(log_target(true)?, prefix, p.debug);
-        let m = sheaf_mount::serve::mount(cfg, make)?;
-        log::info!(
-            "mounted {} in {:.1} ms{signer}",
-            cfg.fsname,
-            started.elapsed().as_secs_f64() * 1e3
-        );
-        m.serve().context("serving the mount")?;
-        return Ok(0);
-    }
-    let target = log_target(false)?;
-    // A pipe tells the waiting parent whether the mount came up.
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid 2-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        bail!("pipe: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 just returned these descriptors.
-    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: for a local image nothing above starts threads. For a URL the
-    // HTTP client that opened the image owns a runtime thread, which the
-    // child does not get: the child never touches that client (sheaf-net
-    // builds one per process id and forgets an inherited one without
-    // joining its thread), and no lock is held across the fork, so the
-    // child only runs code that does not rely on the parent's threads.
-    match unsafe { libc::fork() } {
-        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
-        0 => {
-            drop(rd);
-            let mut wr = std::fs::File::from(wr);
-            detach();
-            logging::init(target, prefix, p.debug);
-            match sheaf_mount::serve::mount(cfg, make) {
-                Ok(m) => {
-                    log::info!("mounted {}{signer}", cfg.fsname);
-                    let _ = wr.write_all(b"K");
-                    drop(wr);
-                    let code = match m.serve() {
-                        Ok(()) => 0,
-                        Err(e) => {
-                            log::error!("serving failed: {e}");
-                            1
-                        }
-                    };
-                    std::process::exit(code);
-                }
-                Err(e) => {
-                    let _ = write!(wr, "E{e}");
-                    std::process::exit(1);
-                }
-            }
-        }
-        _child => {
-            drop(wr);
-            let mut msg = String::new();
-            std::fs::File::from(rd).read_to_string(&mut msg)?;
-            match msg.split_at_checked(1) {
-                Some(("K", _)) => Ok(0),
-                Some(("E", e)) => bail!("{e}"),
-                _ => bail!(
-                    "the mount process for {} exited before the mount was ready (see its log)",
-                    mp.display()
-                ),
-            }
-        }
-    }
-}
-
-/// Become a background process: own session, no terminal, cwd `/`.
-fn detach() {
-    // SAFETY: plain syscalls on descriptors this process owns.
-    unsafe {
-        libc::setsid();
-        let _ = libc::chdir(c"/".as_ptr());
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-        if null >= 0 {
-            for fd in 0..3 {
-                libc::dup2(null, fd);
-            }
-            if null > 2 {
-                libc::close(null);
-            }
-        }
-    }
-}
-
-/// An absolute form of `p` without touching it (a dead mount cannot be stat'ed).
-pub(crate) fn absolute(p: &Path) -> PathBuf {
-    if let Ok(c) = p.canonicalize() {
-        return c;
-    }
-    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// `sheaf umount`.
@@ -875,73 +574,19 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
 /// Entry point when run as `mount.fuse.sheaf` / `mount.sheaf` by mount(8):
 /// `mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTS] [-n] [-s] [-f] [-v] [-t TYPE]`.
 pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
-    let mut pos = Vec::new();
-    let mut opts = Vec::new();
-    let mut foreground = false;
-    let mut it = args.into_iter().skip(1);
-    while let Some(a) = it.next() {
-        match a.to_str() {
-            Some("-o") => {
-                let v = it.next().ok_or_else(|| anyhow!("-o needs a value"))?;
-                opts.push(v.into_string().map_err(|_| anyhow!("-o: not UTF-8"))?);
-            }
-            Some(s) if s.starts_with("-o") => opts.push(s[2..].to_string()),
-            Some("-t" | "-N") => {
-                it.next();
-            }
-            Some("-f") => foreground = true,
-            Some("-n" | "-s" | "-v" | "-r" | "-w") => {}
-            Some(s) if s.starts_with('-') && s.len() > 1 => bail!("unknown option {s}"),
-            _ => pos.push(PathBuf::from(a)),
-        }
-    }
-    let [image, mountpoint] = <[PathBuf; 2]>::try_from(pos)
-        .map_err(|_| anyhow!("usage: mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTIONS]"))?;
+    let h = sheaf_cli::options::helper_args(args.into_iter().skip(1).collect())?;
     let policy = sheaf_trust::Policy::load(false, None, None)?;
     // mount(8) passes no flags: the remote settings are the flags' defaults
     // (and their environment variables), changed by options.
     let remote = RemoteArgs::from_env()?;
     mount(
-        &[image],
+        &[h.image],
         None,
-        &mountpoint,
-        &opts,
-        foreground,
+        &h.mountpoint,
+        &h.options,
+        h.foreground,
         true,
         &policy,
         &remote,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn options_parse_and_refuse_clearly() {
-        let r = RemoteArgs::default();
-        let p = parse_options(
-            &["cache_size=1G,uid=5".into(), "allow_other,noexec".into()],
-            false,
-            &r,
-        )
-        .unwrap();
-        assert_eq!(p.cache_size, 1 << 30);
-        assert_eq!(p.uid, Some(5));
-        assert!(p.allow_other && !p.exec && !p.suid && !p.dev);
-        let e = |s: &str| {
-            parse_options(&[s.into()], false, &r)
-                .err()
-                .unwrap()
-                .to_string()
-        };
-        assert!(e("bogus").contains("unknown mount option 'bogus'"));
-        assert!(e("rw").contains("read-only"));
-        assert!(e("uid=x").contains("uid=x"));
-        assert!(e("cache_size").contains("needs a value"));
-        assert!(e("allow_other,allow_root").contains("exclude"));
-        assert!(
-            parse_options(&["defaults,rw,noauto,x-systemd.automount".into()], true, &r).is_ok()
-        );
-    }
 }

@@ -211,7 +211,7 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     let (name, version, src) = resolve(&a.pool, &cfg, remote)?;
     let local = cfg.local_copy(&name, &version);
     let mp = cfg.mount_point(&name, &version);
-    let exe = std::env::current_exe().context("the sheaf executable")?;
+    let exe = crate::util::sheaf_exe().context("the sheaf executable")?;
     let mut policy_flags: Vec<String> = Vec::new();
     if a.policy.require_signature {
         policy_flags.push("--require-signature".into());
@@ -305,7 +305,7 @@ fn unload(pool: &str, sh: bool) -> Result<i32> {
             mp.display()
         );
     }
-    let exe = std::env::current_exe().context("the sheaf executable")?;
+    let exe = crate::util::sheaf_exe().context("the sheaf executable")?;
     if sh {
         print!(
             "{}",
@@ -483,7 +483,7 @@ fn gc(keep: usize, dry_run: bool) -> Result<i32> {
 
 /// `sheaf shell-init SHELL`.
 pub fn shell_init(shell: &str) -> Result<i32> {
-    let exe = std::env::current_exe().context("the sheaf executable")?;
+    let exe = crate::util::sheaf_exe().context("the sheaf executable")?;
     match shell {
         "bash" | "zsh" | "sh" => print!("{}", sheaf_pool::shell_init(&exe.display().to_string())),
         other => bail!("shell-init: {other}: supported shells are bash and zsh"),

@@ -66,7 +66,7 @@ pub struct SnapshotterArgs {
 
 /// Run `sheaf snapshotter`.
 pub fn run(a: SnapshotterArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
-    let exe = std::env::current_exe().context("finding the sheaf executable")?;
+    let exe = crate::util::sheaf_exe().context("finding the sheaf executable")?;
     if a.systemd_unit {
         let mut repos: String = a.repos.iter().map(|r| format!(" --repo {r}")).collect();
         if a.policy.require_signature {

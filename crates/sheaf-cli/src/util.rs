@@ -4,31 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Parse a size such as `1M`, `256K`, `4096`, `2MiB`.
-pub fn parse_size(s: &str) -> Result<u32, String> {
-    parse_size64(s)
-        .and_then(|n| u32::try_from(n).map_err(|_| format!("'{s}' is too large (at most 4G-1)")))
-}
-
-/// Parse a byte size with an optional K/M/G/T suffix (powers of 1024).
-pub fn parse_size64(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let t = t
-        .strip_suffix("iB")
-        .or_else(|| t.strip_suffix('B'))
-        .unwrap_or(t);
-    let (num, mul) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        Some('T' | 't') => (&t[..t.len() - 1], 1 << 40),
-        _ => (t, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("'{s}' is not a size (examples: 64K, 1M, 4M)"))
-}
+pub use sheaf_cli::options::{parse_size, parse_size64};
+pub use sheaf_cli::paths::{prefetch_blocks, read_path_list};
 
 /// An error and its causes (`source()` chain) on one line, each cause once:
 /// a message that already spells out its cause does not repeat it.
@@ -123,6 +100,29 @@ impl RemoteArgs {
             .remote)
     }
 
+    /// These settings with those given as mount options (fstab has no flags).
+    pub fn with_options(&self, o: &sheaf_cli::options::RemoteOptions) -> RemoteArgs {
+        let mut r = self.clone();
+        if o.cache_dir.is_some() {
+            r.cache_dir.clone_from(&o.cache_dir);
+        }
+        if let Some(q) = o.cache_quota {
+            r.cache_size = q;
+        }
+        r.no_cache |= o.no_cache;
+        r.mirrors.extend(o.mirrors.iter().cloned());
+        if o.proxy.is_some() {
+            r.proxy.clone_from(&o.proxy);
+        }
+        if let Some(t) = o.timeout {
+            r.timeout = t;
+        }
+        if let Some(t) = o.failback {
+            r.failback = t;
+        }
+        r
+    }
+
     /// These settings as flags, for a sheaf child process.
     pub fn to_args(&self) -> Vec<String> {
         let mut v = vec![
@@ -213,48 +213,6 @@ pub fn open_image(arg: &Path, remote: &RemoteArgs) -> anyhow::Result<sheaf_read:
     open_image_with(arg, remote, Default::default(), |s| s)
 }
 
-/// A list of paths inside an image, one per line (as `-o record=` writes):
-/// leading `/` and `./` are dropped, empty lines skipped.
-pub fn read_path_list(f: &Path) -> anyhow::Result<Vec<Vec<u8>>> {
-    let text = std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))?;
-    Ok(text
-        .split(|&b| b == b'\n')
-        .map(|l| {
-            let mut l = l.strip_suffix(b"\r").unwrap_or(l);
-            loop {
-                if let Some(r) = l.strip_prefix(b"/") {
-                    l = r;
-                } else if let Some(r) = l.strip_prefix(b"./") {
-                    l = r;
-                } else {
-                    break l.to_vec();
-                }
-            }
-        })
-        .filter(|l| !l.is_empty())
-        .collect())
-}
-
-/// The data blocks of the files listed in `list` (one path per line, as
-/// `-o record=` writes), in order, each once; unknown paths are skipped.
-pub fn prefetch_blocks(img: &sheaf_read::Image, list: &Path) -> anyhow::Result<Vec<u32>> {
-    let mut seen = std::collections::HashSet::new();
-    let mut blocks = Vec::new();
-    for path in read_path_list(list)? {
-        let Ok(ino) = img.resolve(&path) else {
-            continue;
-        };
-        if ino.file_type() == sheaf_format::FileType::Regular {
-            for b in img.file_blocks(&ino)? {
-                if seen.insert(b) {
-                    blocks.push(b);
-                }
-            }
-        }
-    }
-    Ok(blocks)
-}
-
 /// "3 h", "2 d": an age for messages.
 pub fn human_duration(secs: u64) -> String {
     match secs {
@@ -262,20 +220,6 @@ pub fn human_duration(secs: u64) -> String {
         s if s < 7200 => format!("{} min", s / 60),
         s if s < 172_800 => format!("{} h", s / 3600),
         s => format!("{} d", s / 86400),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("1M"), Ok(1 << 20));
-        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("8G").is_err());
-        assert!(parse_size("x").is_err());
     }
 }
 
@@ -304,5 +248,14 @@ impl PolicyArgs {
             self.signers.clone(),
             self.identity.clone(),
         )?)
+    }
+}
+
+/// The path of the `sheaf` program (the small front that ran this one, when
+/// it did), for paths printed into shell functions, modulefiles and units.
+pub fn sheaf_exe() -> std::io::Result<PathBuf> {
+    match std::env::var_os(sheaf_cli::front::EXE_ENV) {
+        Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
+        _ => std::env::current_exe(),
     }
 }

@@ -569,12 +569,16 @@ fn exclude_leaves_out_matching_files_and_whole_directories() {
     );
 }
 
-/// Run sheaf as nobody (65534), from a copy of the binary any user can run.
+/// Run sheaf as nobody (65534), from a copy of the programs (`sheaf` and
+/// the `sheaf-full` it runs) any user can run.
 fn as_nobody(bin_dir: &Path, args: &[&std::ffi::OsStr]) -> Out {
     let bin = bin_dir.join("sheaf");
     if !bin.exists() {
-        fs::copy(common::bin(), &bin).unwrap();
-        chmod(&bin, 0o755);
+        for name in ["sheaf", "sheaf-full"] {
+            let to = bin_dir.join(name);
+            fs::copy(Path::new(common::bin()).with_file_name(name), &to).unwrap();
+            chmod(&to, 0o755);
+        }
     }
     run_cmd(
         Command::new("setpriv")

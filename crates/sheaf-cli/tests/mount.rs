@@ -453,6 +453,80 @@ fn every_refusal_is_one_line_and_leaves_nothing() {
     assert!(o.one_err_line().contains("not the root of a sheaf mount"));
 }
 
+/// `sheaf` is a small program that mounts one local image itself (a cold
+/// mount loads 2 MB, not the whole tool) and runs `sheaf-full` for the rest:
+/// the serving process is `sheaf` for a local image and `sheaf-full` for a
+/// stack; a refusal reads the same from both; without `sheaf-full` beside
+/// it, local mounts still work and everything else names what is missing.
+#[test]
+fn the_small_sheaf_mounts_local_images_and_hands_the_rest_over() {
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    let full = Path::new(bin()).with_file_name("sheaf-full");
+    assert!(full.is_file(), "{} is not built", full.display());
+    let exe_of = |mp: &Path| -> String {
+        let pids = servers(mp);
+        assert_eq!(pids.len(), 1, "servers of {}", mp.display());
+        let exe = fs::read_link(format!("/proc/{}/exe", pids[0])).unwrap();
+        exe.file_name().unwrap().to_string_lossy().into_owned()
+    };
+    let mp = t.path().join("mnt");
+    {
+        let _m = mount(&img, &mp, &["cache_size=32M"]);
+        assert_eq!(exe_of(&mp), "sheaf");
+        same_content(&src.join("big2.bin"), &mp.join("big2.bin")).unwrap();
+    }
+    {
+        let mut c = cmd();
+        c.arg("mount").arg(&img).arg(&img).arg(&mp);
+        let _m = Mounted::run(&mut c, &mp);
+        assert_eq!(exe_of(&mp), "sheaf-full");
+        same_content(&src.join("big1.bin"), &mp.join("big1.bin")).unwrap();
+    }
+    // The same refusal, word for word, from either program.
+    let bad = t.path().join("bad.sheaf");
+    fs::write(&bad, &fs::read(&img).unwrap()[..5000]).unwrap();
+    let nowhere = t.path().join("nowhere");
+    for args in [
+        vec![bad.as_os_str(), mp.as_os_str()],
+        vec![img.as_os_str(), nowhere.as_os_str()],
+        vec![
+            "-o".as_ref(),
+            "threads=0".as_ref(),
+            img.as_os_str(),
+            mp.as_os_str(),
+        ],
+    ] {
+        let a = sheaf(std::iter::once("mount".as_ref()).chain(args.clone())).fails_with(1);
+        let b = run_cmd(Command::new(&full).arg("mount").args(&args)).fails_with(1);
+        assert_eq!(a.one_err_line(), b.one_err_line());
+        assert!(!is_mounted(&mp));
+    }
+    // Alone: a local mount still works; other commands say what is missing.
+    let alone = t.path().join("alone");
+    fs::create_dir(&alone).unwrap();
+    fs::copy(bin(), alone.join("sheaf")).unwrap();
+    let mut c = Command::new(alone.join("sheaf"));
+    c.arg("mount").arg(&img).arg(&mp);
+    {
+        let _m = Mounted::run(&mut c, &mp);
+        same_content(&src.join("big0.bin"), &mp.join("big0.bin")).unwrap();
+    }
+    let o = run_cmd(Command::new(alone.join("sheaf")).arg("--version")).fails_with(127);
+    let line = o.one_err_line();
+    assert!(line.contains("sheaf-full is missing"), "{line}");
+    let o = run_cmd(
+        Command::new(alone.join("sheaf"))
+            .arg("mount")
+            .arg(&img)
+            .arg(&img)
+            .arg(&mp),
+    )
+    .fails_with(127);
+    assert!(o.one_err_line().contains("sheaf-full is missing"));
+    assert!(!is_mounted(&mp));
+}
+
 #[test]
 fn no_fuse_device_is_refused_clearly() {
     if !prerequisite(is_root(), "root, to hide /dev/fuse in a private namespace") {

@@ -1,0 +1,162 @@
+//! Serving a mount: in the foreground, or from a background process that
+//! tells the waiting command whether the mount came up; and how a single
+//! image is served.
+
+use crate::options::MountOptions;
+use anyhow::{bail, Context, Result};
+use sheaf_mount::serve::MountConfig;
+use sheaf_mount::{logging, FsConfig, SheafFs};
+use sheaf_read::{CountingSource, Image};
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The settings of a single-image mount completed from its image:
+/// metadata prefetch (default: for URLs) and the blocks to fetch first
+/// (`-o prefetch=FILE`'s files, none for `prefetch=none`, else the list
+/// stored in the image).
+pub fn image_fs(
+    img: &Image,
+    mut fs: FsConfig,
+    prefetch_metadata: Option<bool>,
+    prefetch: Option<&Path>,
+    remote: bool,
+) -> Result<FsConfig> {
+    fs.prefetch_metadata = prefetch_metadata.unwrap_or(remote);
+    fs.prefetch_list = match prefetch {
+        Some(f) if f.as_os_str() == "none" => Vec::new(),
+        Some(f) => crate::paths::prefetch_blocks(img, f)?,
+        None => img.prefetch_list()?,
+    };
+    Ok(fs)
+}
+
+/// Serve one image read-only ([`serve_mount`]). `SheafFs::new` runs where
+/// the mount is served, after the fork that daemonises it: it starts threads.
+#[allow(clippy::too_many_arguments)]
+pub fn serve_image(
+    mut cfg: MountConfig,
+    p: &MountOptions,
+    signer: &str,
+    started: Instant,
+    foreground: bool,
+    img: Arc<Image>,
+    src: Arc<CountingSource>,
+    fs: FsConfig,
+) -> Result<i32> {
+    cfg.fs = fs.clone();
+    serve_mount(&cfg, p, signer, started, foreground, move || {
+        SheafFs::new(img, src, fs)
+    })
+}
+
+/// Mount the filesystem `make` builds and serve it: in the foreground, or
+/// from a background process once the mount is ready. `signer` is appended
+/// to the log line that says the mount is up.
+pub fn serve_mount<F: sheaf_mount::Filesystem>(
+    cfg: &MountConfig,
+    p: &MountOptions,
+    signer: &str,
+    started: Instant,
+    foreground: bool,
+    make: impl FnOnce() -> F,
+) -> Result<i32> {
+    let mp = cfg.mountpoint.clone();
+    let prefix = format!("{}: ", mp.display());
+    let log_target = |stderr: bool| -> Result<logging::Target> {
+        Ok(match &p.log {
+            Some(f) => {
+                logging::open_file(f).with_context(|| format!("log file {}", f.display()))?
+            }
+            None if stderr => logging::Target::Stderr,
+            None => logging::Target::Syslog,
+        })
+    };
+    if foreground {
+        logging::init(log_target(true)?, prefix, p.debug);
+        let m = sheaf_mount::serve::mount(cfg, make)?;
+        log::info!(
+            "mounted {} in {:.1} ms{signer}",
+            cfg.fsname,
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        m.serve().context("serving the mount")?;
+        return Ok(0);
+    }
+    let target = log_target(false)?;
+    // A pipe tells the waiting parent whether the mount came up.
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just returned these descriptors.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: for a local image nothing above starts threads. For a URL the
+    // HTTP client that opened the image owns a runtime thread, which the
+    // child does not get: the child never touches that client (sheaf-net
+    // builds one per process id and forgets an inherited one without
+    // joining its thread), and no lock is held across the fork, so the
+    // child only runs code that does not rely on the parent's threads.
+    match unsafe { libc::fork() } {
+        -1 => bail!("fork: {}", std::io::Error::last_os_error()),
+        0 => {
+            drop(rd);
+            let mut wr = std::fs::File::from(wr);
+            detach();
+            logging::init(target, prefix, p.debug);
+            match sheaf_mount::serve::mount(cfg, make) {
+                Ok(m) => {
+                    log::info!("mounted {}{signer}", cfg.fsname);
+                    let _ = wr.write_all(b"K");
+                    drop(wr);
+                    let code = match m.serve() {
+                        Ok(()) => 0,
+                        Err(e) => {
+                            log::error!("serving failed: {e}");
+                            1
+                        }
+                    };
+                    std::process::exit(code);
+                }
+                Err(e) => {
+                    let _ = write!(wr, "E{e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        _child => {
+            drop(wr);
+            let mut msg = String::new();
+            std::fs::File::from(rd).read_to_string(&mut msg)?;
+            match msg.split_at_checked(1) {
+                Some(("K", _)) => Ok(0),
+                Some(("E", e)) => bail!("{e}"),
+                _ => bail!(
+                    "the mount process for {} exited before the mount was ready (see its log)",
+                    mp.display()
+                ),
+            }
+        }
+    }
+}
+
+/// Become a background process: own session, no terminal, cwd `/`.
+fn detach() {
+    // SAFETY: plain syscalls on descriptors this process owns.
+    unsafe {
+        libc::setsid();
+        let _ = libc::chdir(c"/".as_ptr());
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        }
+    }
+}
