@@ -2,7 +2,8 @@
 # HCP scale (issue 15 §4): a 16M-entry image built from a tar stream that
 # bench/gen-tar.py generates on the fly (this disk has too few inodes for such
 # a directory), against squashfs-tools-ng's tar2sqfs on the same stream; then
-# reading it: mount time (warm and after drop_caches, median of 5) against
+# reading it: mount time (warm and after drop_caches, medians of 5: returned,
+# root listed, with ls) against
 # squashfuse_ll on the tar2sqfs image, server RSS after a full walk, warm
 # `find` rate (kernel squashfs beside it), and `sheaf find` with no mount.
 # Builder memory per entry is the slope between a SMALL and the full build:
@@ -90,18 +91,30 @@ mnt() {
     esac
     CUR=$1
 }
-mount_time() { # KIND [cold]: median of 5 mount cycles, ns (mount returns once the fs answers)
-    local v=() s e
+# mount_time KIND [cold]: "RET LIST LS", medians of 5 cycles (ns) of the
+# mount command returning, of that plus the root listed by the shell (a glob:
+# no program is started, whose own cold load would count), and, in 5 more
+# cycles, of the mount plus `ls` of the root (the figure of runs before
+# 2026-11-25 14:00, which includes ls loading: 5-8 ms after drop_caches).
+mount_time() {
+    local a=() b=() c=() l s m g e
+    for _ in 1 2 3 4 5; do
+        [ "${2:-}" = cold ] && drop_caches
+        s=$(now_ns); mnt "$1"; m=$(now_ns); l=("$MP"/*); g=$(now_ns)
+        [ -e "${l[0]}" ] || die "$1: the root of the mount lists nothing"
+        a+=($((m - s))); b+=($((g - s))); umnt
+    done
     for _ in 1 2 3 4 5; do
         [ "${2:-}" = cold ] && drop_caches
         s=$(now_ns); mnt "$1"; ls "$MP" >/dev/null; e=$(now_ns)
-        v+=($((e - s))); umnt
+        c+=($((e - s))); umnt
     done
-    median "${v[@]}"
+    echo "$(median "${a[@]}") $(median "${b[@]}") $(median "${c[@]}")"
 }
 for k in sheaf squashfuse_ll; do
     log "$k: mount time"
-    R[$k,mount]=$(mount_time $k); R[$k,mount_cold]=$(mount_time $k cold)
+    read -r "R[$k,mount_ret]" "R[$k,mount]" "R[$k,mount_ls]" < <(mount_time $k)
+    read -r "R[$k,mount_cold_ret]" "R[$k,mount_cold]" "R[$k,mount_cold_ls]" < <(mount_time $k cold)
 done
 
 log "sheaf: walk (cold: fresh mount after drop_caches; then warm)"
@@ -166,8 +179,9 @@ SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="
     echo
     echo "| | sheaf | squashfuse_ll (tar2sqfs image) | kernel squashfs |"
     echo "|---|---:|---:|---:|"
-    echo "| mount ms, warm (median of 5) | $(ms "${R[sheaf,mount]}") | $(ms "${R[squashfuse_ll,mount]}") | |"
-    echo "| mount ms, after drop_caches | $(ms "${R[sheaf,mount_cold]}") | $(ms "${R[squashfuse_ll,mount_cold]}") | |"
+    mt() { echo "$(ms "${R[$1,$2_ret]}") / **$(ms "${R[$1,$2]}")** / $(ms "${R[$1,$2_ls]}")"; }
+    echo "| mount ms, warm: returned / **root listed** / with \`ls\` (medians of 5) | $(mt sheaf mount) | $(mt squashfuse_ll mount) | |"
+    echo "| mount ms, after drop_caches: the same three | $(mt sheaf mount_cold) | $(mt squashfuse_ll mount_cold) | |"
     echo "| cold find (fresh mount after drop_caches), K entries/s | $(rate "${R[sheaf,entries]}" "${R[sheaf,find_first]}") | | $(rate "${R[kernel,entries]}" "${R[kernel,find_first]}") |"
     echo "| warm find, K entries/s | $(rate "${R[sheaf,entries]}" "${R[sheaf,find_warm]}") | | $(rate "${R[kernel,entries]}" "${R[kernel,find_warm]}") |"
     echo "| server peak RSS after the walks, MiB | $((R[sheaf,rss] / 1024)) | | |"
@@ -191,8 +205,8 @@ SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="
     [ "$AN" = "$N" ] && echo "| build time vs tar2sqfs, same stream (no target given; reported) | ${x}× | — |"
     x=$(awk -v a="${R[sheaf,$SMALL,wall]}" -v b="${R[sqfs,$SMALL,wall]}" 'BEGIN { printf "%.2f", a / b }')
     echo "| build time vs tar2sqfs, $SMALL entries | ${x}× | — |"
-    x=$(ms "${R[sheaf,mount_cold]}"); echo "| mount ≤ 20 ms after drop_caches | $x ms | $(verdict "$x" 20) |"
-    x=$(ms "${R[sheaf,mount]}"); echo "| mount ≤ 20 ms warm | $x ms | $(verdict "$x" 20) |"
+    x=$(ms "${R[sheaf,mount_cold]}"); echo "| mount ≤ 20 ms after drop_caches (mount and its root listed by the shell; with a cold \`ls\`: $(ms "${R[sheaf,mount_cold_ls]}") ms, squashfuse_ll $(ms "${R[squashfuse_ll,mount_cold_ls]}")) | $x ms | $(verdict "$x" 20) |"
+    x=$(ms "${R[sheaf,mount]}"); echo "| mount ≤ 20 ms warm (the same) | $x ms | $(verdict "$x" 20) |"
     x=$((R[sheaf,rss] / 1024)); echo "| server RSS ≤ 64 MiB + caches (64 MiB page + 256 MiB block cache by default) | $x MiB | $(verdict "$x" $((64 + 64 + 256))) |"
     x=$(rate "${R[sheaf,entries]}" "${R[sheaf,find_warm]}"); echo "| warm find ≥ 1M entries/s | ${x}K/s | $(verdict "$x" 1000 ge) |"
     x=$(rate "${R[sfind,n]}" "${R[sfind]}"); echo "| sheaf find ≥ 2M entries/s | ${x}K/s | $(verdict "$x" 2000 ge) |"
