@@ -223,11 +223,7 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
             })
             .unwrap_or_default();
         let remote = sheaf_net::is_url(&image.to_string_lossy());
-        let fsname = if remote {
-            image.display().to_string()
-        } else {
-            sheaf_cli::options::local_fsname(image)
-        };
+        let fsname = fsname_of(std::slice::from_ref(image));
         let fs = sheaf_cli::serve::image_fs(&img, r.fs, r.prefetch_metadata, r.prefetch, remote)?;
         return Ok(Assembly {
             served: Served::Image { img, src, fs },
@@ -353,10 +349,7 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
             if sheaf_net::is_url(&i.to_string_lossy()) {
                 i.display().to_string()
             } else {
-                i.canonicalize()
-                    .unwrap_or_else(|_| i.clone())
-                    .display()
-                    .to_string()
+                sheaf_cli::options::local_fsname(i)
             }
         })
         .collect();
