@@ -21,6 +21,10 @@ Mount options (-o, comma-separated, repeatable):
   threads=N         request threads (default: 4 per core, 8..32)
   readahead=N       blocks decompressed ahead of a sequential reader (default 1; 0 = off)
   readdirplus=WHEN  list directories with attributes: auto (default), always, never
+  io_uring=auto|off take requests through FUSE over io_uring where the kernel offers
+                    it (Linux 6.14+, /sys/module/fuse/parameters/enable_uring = Y):
+                    per-CPU queues, one syscall per round trip (default auto;
+                    single-image mounts; /dev/fuse otherwise)
   uid=N, gid=N      present every entry as owned by this user / group
   allow_other       let other users in (non-root: needs user_allow_other in /etc/fuse.conf)
   allow_root        let root in

@@ -81,6 +81,9 @@ pub struct MountOptions {
     pub record: Option<PathBuf>,
     pub prefetch: Option<PathBuf>,
     pub prefetch_metadata: Option<bool>,
+    /// `io_uring=auto|off`: FUSE over io_uring for single-image mounts
+    /// when the kernel offers it.
+    pub io_uring: bool,
     pub remote: RemoteOptions,
 }
 
@@ -105,6 +108,7 @@ impl MountOptions {
             record: None,
             prefetch: None,
             prefetch_metadata: None,
+            io_uring: true,
             remote: RemoteOptions::default(),
         };
         for list in lists {
@@ -172,6 +176,13 @@ impl MountOptions {
                     v => bail!("mount option prefetch_metadata={v}: use on or off"),
                 })
             }
+            "io_uring" => {
+                p.io_uring = match need()? {
+                    "auto" | "on" | "yes" => true,
+                    "off" | "no" | "never" => false,
+                    v => bail!("mount option io_uring={v}: use auto or off"),
+                }
+            }
             "cache_dir" => p.remote.cache_dir = Some(PathBuf::from(need()?)),
             "cache_quota" => {
                 let v =
@@ -223,6 +234,7 @@ impl MountOptions {
         MountConfig {
             writable,
             direct: false,
+            io_uring: false,
             mountpoint,
             fsname,
             fs: FsConfig::default(),

@@ -783,6 +783,7 @@ fn mount_config(s: &Spec, at: &Path, direct: bool) -> MountConfig {
     MountConfig {
         writable: s.upper.is_some(),
         direct,
+        io_uring: false,
         mountpoint: at.to_path_buf(),
         fsname: fsname_of(&s.images),
         fs: FsConfig::default(),

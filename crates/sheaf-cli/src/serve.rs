@@ -47,6 +47,7 @@ pub fn serve_image(
     fs: FsConfig,
 ) -> Result<i32> {
     cfg.fs = fs.clone();
+    cfg.io_uring = p.io_uring;
     serve_mount(&cfg, p, signer, started, foreground, move || {
         SheafFs::new(img, src, fs)
     })

@@ -893,3 +893,141 @@ fn find_lists_files_without_attributes_and_stat_still_sees_them() {
     assert_same_tree(&src, &mp, Cmp::all());
     drop(m);
 }
+
+/// The `fuse` module's switch for FUSE over io_uring (Linux 6.14+).
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Turns FUSE over io_uring on for its lifetime and restores the setting.
+/// The switch is global: mounts that other tests make meanwhile may also
+/// use io_uring, which they must survive as well.
+struct UringOn(String);
+
+impl UringOn {
+    fn new() -> Self {
+        let was = fs::read_to_string(ENABLE_URING).unwrap();
+        fs::write(ENABLE_URING, "Y").unwrap();
+        UringOn(was.trim().to_string())
+    }
+}
+
+impl Drop for UringOn {
+    fn drop(&mut self) {
+        let _ = fs::write(ENABLE_URING, &self.0);
+    }
+}
+
+/// CPU time (ns, from schedstat) of the serving process's threads whose
+/// name starts with `prefix`, and how many there are.
+fn thread_time(pid: i32, prefix: &str) -> (u64, usize) {
+    let (mut ns, mut n) = (0, 0);
+    for t in fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            let s = fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            ns += s
+                .split(' ')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            n += 1;
+        }
+    }
+    (ns, n)
+}
+
+#[test]
+fn io_uring_serves_requests_when_the_kernel_offers_it() {
+    if !mounts_allowed()
+        || !prerequisite(is_root(), "root (to switch fuse.enable_uring)")
+        || !prerequisite(
+            Path::new(ENABLE_URING).exists(),
+            "a kernel with FUSE over io_uring (6.14+, CONFIG_FUSE_IO_URING)",
+        )
+    {
+        return;
+    }
+    let t = tmpdir();
+    let (src, img) = sample(t.path());
+    let mp = t.path().join("mnt");
+    let _on = UringOn::new();
+    let m = mount(&img, &mp, &[]);
+    let pid = m.pid();
+    let (ring0, rings) = thread_time(pid, "fuser-ring-");
+    let (dev0, devs) = thread_time(pid, "fuser-");
+    assert!(rings > 0, "no io_uring threads");
+    assert!(devs > rings, "the /dev/fuse threads are gone");
+    // Every entry and byte, then concurrent random reads across threads
+    // (and so across CPU queues).
+    assert_same_tree(&src, &mp, Cmp::all());
+    let files: Vec<Vec<u8>> = walk(&src)
+        .into_iter()
+        .filter(|p| fs::symlink_metadata(join(&src, p)).unwrap().is_file())
+        .collect();
+    std::thread::scope(|s| {
+        for th in 0..4u64 {
+            let (files, src, mp) = (&files, &src, &mp);
+            s.spawn(move || {
+                let mut r = Rng::new(700 + th);
+                for _ in 0..100 {
+                    let p = &files[r.below(files.len() as u64) as usize];
+                    let want = fs::read(join(src, p)).unwrap();
+                    let mut f = fs::File::open(join(mp, p)).unwrap();
+                    let off = r.below(want.len() as u64 + 1);
+                    f.seek(SeekFrom::Start(off)).unwrap();
+                    let mut got = Vec::new();
+                    f.read_to_end(&mut got).unwrap();
+                    assert!(got == want[off as usize..], "{} @{off}", lossy(p));
+                }
+            });
+        }
+    });
+    // The rings did the work: the /dev/fuse threads (whose names share the
+    // prefix) gained less CPU time than the ring threads did.
+    let (ring1, _) = thread_time(pid, "fuser-ring-");
+    let (dev1, _) = thread_time(pid, "fuser-");
+    let ring = ring1 - ring0;
+    let dev = (dev1 - dev0) - ring;
+    assert!(
+        ring > 0 && dev < ring,
+        "ring threads {ring} ns, /dev/fuse threads {dev} ns"
+    );
+    assert_eq!(m.stats()["image_errors"], 0);
+    // Unmounting ends the ring threads and the process.
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !servers(&mp).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(servers(&mp).is_empty(), "server still running after umount");
+
+    // io_uring=off: no rings, same bytes.
+    let m = mount(&img, &mp, &["io_uring=off"]);
+    assert_eq!(thread_time(m.pid(), "fuser-ring-").1, 0);
+    same_content(&src.join("big3.bin"), &mp.join("big3.bin")).unwrap();
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+
+    // kill -9 of a server with armed rings: readers get an error, the
+    // mount goes away.
+    let _m = mount(&img, &mp, &[]);
+    let pids = servers(&mp);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    unsafe { libc::kill(pids[0] as i32, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while is_mounted(&mp) && Instant::now() < deadline {
+        let _ = cmd().arg("umount").arg(&mp).output();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!is_mounted(&mp), "mount left behind after kill -9");
+
+    // A bad value is refused in one line.
+    let o = cmd()
+        .args(["mount", "-o", "io_uring=maybe"])
+        .arg(&img)
+        .arg(&mp)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("io_uring=maybe: use auto or off"), "{err}");
+    assert!(!is_mounted(&mp));
+}

@@ -464,6 +464,9 @@ impl Filesystem for SheafFs {
         let have = config.capabilities() & want;
         let _ = config.add_capabilities(have);
         let _ = config.set_max_readahead(MAX_READ);
+        // Nothing is written to an image; a small max_write keeps io_uring
+        // entries (sized by the kernel's largest argument) at MAX_READ.
+        let _ = config.set_max_write(MAX_READ);
         self.start_prefetch();
         Ok(())
     }

@@ -38,6 +38,10 @@ use crate::passthrough::BackingId;
 #[derive(Debug)]
 pub(crate) enum ReplySender {
     Channel(ChannelSender),
+    /// A request that came from an io_uring ring entry: the reply is kept
+    /// for the ring thread, which commits it.
+    #[cfg(target_os = "linux")]
+    Uring(std::sync::Arc<crate::uring::ReplySlot>),
     #[cfg(test)]
     Assert(AssertSender),
     #[cfg(test)]
@@ -49,6 +53,11 @@ impl ReplySender {
     pub(crate) fn send(&self, data: &[IoSlice<'_>]) -> std::io::Result<()> {
         match self {
             ReplySender::Channel(sender) => sender.send(data),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(slot) => {
+                slot.put(data);
+                Ok(())
+            }
             #[cfg(test)]
             ReplySender::Assert(sender) => sender.send(data),
             #[cfg(test)]
@@ -63,6 +72,8 @@ impl ReplySender {
     pub(crate) fn open_backing(&self, fd: BorrowedFd<'_>) -> std::io::Result<BackingId> {
         match self {
             ReplySender::Channel(sender) => sender.open_backing(fd),
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(slot) => slot.channel.open_backing(fd),
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]
@@ -74,6 +85,8 @@ impl ReplySender {
     pub(crate) unsafe fn wrap_backing(&self, id: u32) -> BackingId {
         match self {
             ReplySender::Channel(sender) => unsafe { sender.wrap_backing(id) },
+            #[cfg(target_os = "linux")]
+            ReplySender::Uring(slot) => unsafe { slot.channel.wrap_backing(id) },
             #[cfg(test)]
             ReplySender::Assert(_) => unreachable!(),
             #[cfg(test)]

@@ -34,6 +34,9 @@ use crate::session::SessionEventLoop;
 pub(crate) struct RequestWithSender<'a> {
     /// Channel sender for sending the reply
     ch: ChannelSender,
+    /// Where the reply goes when the request came from an io_uring entry.
+    #[cfg(target_os = "linux")]
+    uring: Option<std::sync::Arc<crate::uring::ReplySlot>>,
     /// Parsed request
     pub(crate) request: ll::AnyRequest<'a>,
 }
@@ -49,7 +52,33 @@ impl<'a> RequestWithSender<'a> {
             }
         };
 
-        Some(Self { ch, request })
+        Some(Self {
+            ch,
+            #[cfg(target_os = "linux")]
+            uring: None,
+            request,
+        })
+    }
+
+    /// A request read from an io_uring entry, answered through `slot`.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn from_uring(
+        ch: ChannelSender,
+        data: &'a [u8],
+        slot: std::sync::Arc<crate::uring::ReplySlot>,
+    ) -> Option<RequestWithSender<'a>> {
+        let mut r = Self::new(ch, data)?;
+        r.uring = Some(slot);
+        Some(r)
+    }
+
+    /// Where this request's reply is sent.
+    fn sender(&self) -> ReplySender {
+        #[cfg(target_os = "linux")]
+        if let Some(slot) = &self.uring {
+            return ReplySender::Uring(slot.clone());
+        }
+        ReplySender::Channel(self.ch.clone())
     }
 
     /// Dispatch request to the given filesystem.
@@ -304,7 +333,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectory::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -479,7 +508,7 @@ impl<'a> RequestWithSender<'a> {
                     x.offset(),
                     ReplyDirectoryPlus::new(
                         self.request.unique(),
-                        ReplySender::Channel(self.ch.clone()),
+                        self.sender(),
                         x.size() as usize,
                     ),
                 );
@@ -552,7 +581,7 @@ impl<'a> RequestWithSender<'a> {
     /// Create a reply object for this request that can be passed to the filesystem
     /// implementation and makes sure that a request is replied exactly once
     pub(crate) fn reply<T: Reply>(&self) -> T {
-        Reply::new(self.request.unique(), ReplySender::Channel(self.ch.clone()))
+        Reply::new(self.request.unique(), self.sender())
     }
 
     /// Returns a Request reference for this request

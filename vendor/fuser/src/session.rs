@@ -139,6 +139,9 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
+    /// Payload buffer size of io_uring entries, when INIT negotiated
+    /// FUSE over io_uring (sheaf patch).
+    pub(crate) uring_payload: Option<usize>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -186,6 +189,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -214,6 +218,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
+            uring_payload: None,
         };
 
         session.handshake()?;
@@ -252,6 +257,7 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
+            uring_payload,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -286,6 +292,8 @@ impl<FS: Filesystem> Session<FS> {
                 channels.push(ch.clone());
             }
         }
+        #[cfg(target_os = "linux")]
+        let ring_ch = ch.clone();
         channels.push(ch);
 
         let mut threads = Vec::with_capacity(n_threads);
@@ -305,6 +313,20 @@ impl<FS: Filesystem> Session<FS> {
                     .spawn(move || event_loop.event_loop())?,
             );
         }
+
+        #[cfg(target_os = "linux")]
+        if let Some(payload) = uring_payload {
+            threads.extend(crate::uring::spawn(crate::uring::RingParams {
+                ch: ring_ch,
+                filesystem: filesystem.clone(),
+                allowed,
+                session_owner,
+                payload,
+                per_queue: config.io_uring_threads.max(1),
+            })?);
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = uring_payload;
 
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
@@ -429,6 +451,17 @@ impl<FS: Filesystem> Session<FS> {
                 return Err(error);
             }
 
+            // FUSE over io_uring, when asked for and offered (sheaf patch).
+            if self.config.io_uring_threads > 0
+                && cfg!(target_os = "linux")
+                && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
+            {
+                config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                // The kernel refuses entries smaller than its largest
+                // argument: max_write, max_pages pages, FUSE_MIN_READ_BUFFER.
+                let pages = config.max_pages() as usize * page_size::get();
+                self.uring_payload = Some((config.max_write as usize).max(pages).max(8192));
+            }
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);
 

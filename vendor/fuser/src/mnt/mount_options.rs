@@ -18,6 +18,13 @@ pub struct Config {
     /// This enables more efficient request processing
     /// when multiple threads are used. Requires Linux 4.5+.
     pub clone_fd: bool,
+    /// FUSE over io_uring (Linux 6.14+, module parameter `fuse.enable_uring`):
+    /// when nonzero and the kernel offers it, this many threads per CPU
+    /// queue serve requests from io_uring rings, beside the `/dev/fuse`
+    /// threads (which keep serving forgets, interrupts and anything sent
+    /// before the rings are registered). 0 (the default) never asks for it.
+    /// (sheaf patch, see PATCHED.md)
+    pub io_uring_threads: usize,
 }
 
 /// Mount options accepted by the FUSE filesystem type
