@@ -5,7 +5,8 @@
 # by tar2sqfs for the squashfs mounts). Mounts: kernel squashfs (zstd),
 # squashfuse_ll, sheaf (default listing policy) and sheaf with
 # `readdirplus=always` (every file listed with attributes, the policy before
-# 2026-11-24). Targets: cold `find` ≥ 0.5× kernel and ≥ 2× squashfuse_ll.
+# 2026-11-24) and sheaf over FUSE io_uring (the `fuse` module's enable_uring
+# switched on for those mounts, then restored). Targets: cold `find` ≥ 0.5× kernel and ≥ 2× squashfuse_ll.
 # Writes bench/results/DATE-cold-scan.md.
 #
 # Usage: bench/cold-scan.sh     (run as root)
@@ -40,7 +41,10 @@ umount_any() {
     esac
     CUR=""
 }
-trap 'umount_any 2>/dev/null || true; rm -rf "$WORK"; rmdir "$MP" 2>/dev/null || true' EXIT
+URING=/sys/module/fuse/parameters/enable_uring
+URING_WAS=$(cat "$URING" 2>/dev/null || true)
+uring() { [ -n "$URING_WAS" ] && echo "$1" > "$URING"; }
+trap 'umount_any 2>/dev/null || true; uring "$URING_WAS" 2>/dev/null || true; rm -rf "$WORK"; rmdir "$MP" 2>/dev/null || true' EXIT
 
 echo "cold-scan: images of K and of a ${N}-entry HCP-like stream" >&2
 "$SHEAF" build -q "$DATA/K" -o "$WORK/K.sheaf"
@@ -54,6 +58,9 @@ mount_as() { # KIND TREE
         squashfuse_ll) squashfuse_ll "$WORK/$2.sqfs" "$MP" ;;
         sheaf) "$SHEAF" mount "$WORK/$2.sheaf" "$MP" ;;
         sheaf-always) "$SHEAF" mount -o readdirplus=always "$WORK/$2.sheaf" "$MP" ;;
+        # The switch is read when the kernel sends INIT, so it is back
+        # to its old value right after the mount.
+        sheaf-uring) uring Y; "$SHEAF" mount -o io_uring=auto "$WORK/$2.sheaf" "$MP"; uring "$URING_WAS" ;;
     esac
     CUR=$1
 }
@@ -75,6 +82,7 @@ rate() {
 }
 
 KINDS="kernel squashfuse_ll sheaf sheaf-always"
+[ -n "$URING_WAS" ] && KINDS="$KINDS sheaf-uring"
 declare -A R
 for tree in K H; do
     for kind in $KINDS; do
@@ -84,7 +92,7 @@ for tree in K H; do
     done
 done
 
-k() { echo "$(( $1 / 1000 ))K"; }
+k() { if [ -n "$1" ]; then echo "$(( $1 / 1000 ))K"; else echo "—"; fi; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 {
     echo "# Cold scans: kernel squashfs, squashfuse_ll, sheaf"
@@ -95,11 +103,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
     echo "Entries per second, fresh mount after drop_caches, median of $ROUNDS."
     echo "K: Linux source tree ($(find "$DATA/K" | wc -l) entries); H: bench/gen-tar.py $N (HCP-like)."
     echo
-    echo "| tree | tool | kernel squashfs | squashfuse_ll | sheaf | sheaf readdirplus=always | sheaf / kernel | sheaf / squashfuse_ll |"
-    echo "|---|---|---|---|---|---|---|---|"
+    echo "| tree | tool | kernel squashfs | squashfuse_ll | sheaf | sheaf readdirplus=always | sheaf io_uring | sheaf / kernel | sheaf / squashfuse_ll | io_uring / squashfuse_ll |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
     for tree in K H; do
         for t in find ls; do
-            echo "| $tree | $( [ $t = ls ] && echo 'ls -lR' || echo find ) | $(k "${R[$tree,kernel,$t]}") | $(k "${R[$tree,squashfuse_ll,$t]}") | $(k "${R[$tree,sheaf,$t]}") | $(k "${R[$tree,sheaf-always,$t]}") | $(ratio "${R[$tree,sheaf,$t]}" "${R[$tree,kernel,$t]}") | $(ratio "${R[$tree,sheaf,$t]}" "${R[$tree,squashfuse_ll,$t]}") |"
+            echo "| $tree | $( [ $t = ls ] && echo 'ls -lR' || echo find ) | $(k "${R[$tree,kernel,$t]}") | $(k "${R[$tree,squashfuse_ll,$t]}") | $(k "${R[$tree,sheaf,$t]}") | $(k "${R[$tree,sheaf-always,$t]}") | $(k "${R[$tree,sheaf-uring,$t]:-}") | $(ratio "${R[$tree,sheaf,$t]}" "${R[$tree,kernel,$t]}") | $(ratio "${R[$tree,sheaf,$t]}" "${R[$tree,squashfuse_ll,$t]}") | $( [ -n "${R[$tree,sheaf-uring,$t]:-}" ] && ratio "${R[$tree,sheaf-uring,$t]}" "${R[$tree,squashfuse_ll,$t]}" || echo "—") |"
         done
     done
     echo
