@@ -485,6 +485,14 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
     }
     println!("serving pid       {}", s.pid);
     println!("uptime            {:.1} s", s.uptime_s);
+    if s.io_uring_requests > 0 {
+        println!(
+            "transport         FUSE over io_uring ({} requests)",
+            s.io_uring_requests
+        );
+    } else {
+        println!("transport         /dev/fuse");
+    }
     if let (Some(bytes), Some(reads)) = (s.image_bytes_read, s.image_reads) {
         println!("read from image   {} in {reads} requests", human(bytes));
     }

@@ -285,6 +285,7 @@ impl SheafFs {
             remote: sheaf_read::Source::stats_json(&*self.src),
             disk_cache: self.img.store().map(|c| c.stats_json()),
             ops: s.ops_json(),
+            io_uring_requests: fuser::io_uring_requests_served(),
             ..Default::default()
         };
         serde_json::to_value(r).expect("a report serializes")

@@ -255,6 +255,10 @@ pub struct Report {
     /// Nodes the kernel holds (unions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u64>,
+    /// Requests that came through FUSE over io_uring rather than
+    /// `/dev/fuse` (0 when the kernel does not offer it or it is off).
+    #[serde(default)]
+    pub io_uring_requests: u64,
     /// Per operation: count, errors, latencies ([`Stats::ops_json`]).
     pub ops: Value,
 }

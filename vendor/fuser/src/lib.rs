@@ -103,6 +103,9 @@ mod session;
 mod time;
 #[cfg(target_os = "linux")]
 mod uring;
+/// Requests this process has served through FUSE over io_uring (sheaf patch).
+#[cfg(target_os = "linux")]
+pub use crate::uring::requests_served as io_uring_requests_served;
 
 /// We generally support async reads
 #[cfg(not(target_os = "macos"))]

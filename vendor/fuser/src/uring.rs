@@ -70,6 +70,15 @@ const IN_HEADER_LEN: usize = 40;
 /// Size of `fuse_out_header`.
 const OUT_HEADER_LEN: usize = 16;
 
+/// Requests this process has served through io_uring rings (a process
+/// serves one mount in sheaf, so this is that mount's count).
+static SERVED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Requests served through FUSE over io_uring by this process so far.
+pub fn requests_served() -> u64 {
+    SERVED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Where the reply to a ring request is left for the ring thread.
 pub(crate) struct ReplySlot {
     reply: Mutex<Option<Vec<u8>>>,
@@ -364,6 +373,7 @@ fn serve_queue<FS: Filesystem>(
             return Err(io::Error::from_raw_os_error(-res));
         }
         registered = true;
+        SERVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let commit_id = entry.u64_at(ENT_IN_OUT + 8);
         let slot = Arc::new(ReplySlot::new(se.ch.sender()));
         match entry.request() {
