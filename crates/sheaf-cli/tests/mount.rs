@@ -897,22 +897,25 @@ fn find_lists_files_without_attributes_and_stat_still_sees_them() {
 /// The `fuse` module's switch for FUSE over io_uring (Linux 6.14+).
 const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
-/// Turns FUSE over io_uring on for its lifetime and restores the setting.
-/// The switch is global: mounts that other tests make meanwhile may also
-/// use io_uring, which they must survive as well.
-struct UringOn(String);
+/// The `kernel.io_uring_disabled` sysctl (2: nobody may set up a ring).
+const URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
 
-impl UringOn {
-    fn new() -> Self {
-        let was = fs::read_to_string(ENABLE_URING).unwrap();
-        fs::write(ENABLE_URING, "Y").unwrap();
-        UringOn(was.trim().to_string())
+/// A kernel setting changed for a test's duration, restored when dropped.
+/// The settings used here are global: mounts that other tests make
+/// meanwhile may also use (or lose) io_uring, which they must survive.
+struct KernelSetting(&'static str, String);
+
+impl KernelSetting {
+    fn set(path: &'static str, value: &str) -> Self {
+        let was = fs::read_to_string(path).unwrap();
+        fs::write(path, value).unwrap();
+        KernelSetting(path, was.trim().to_string())
     }
 }
 
-impl Drop for UringOn {
+impl Drop for KernelSetting {
     fn drop(&mut self) {
-        let _ = fs::write(ENABLE_URING, &self.0);
+        let _ = fs::write(self.0, &self.1);
     }
 }
 
@@ -934,13 +937,17 @@ fn io_uring_serves_requests_when_the_kernel_offers_it() {
             Path::new(ENABLE_URING).exists(),
             "a kernel with FUSE over io_uring (6.14+, CONFIG_FUSE_IO_URING)",
         )
+        || !prerequisite(
+            Path::new(URING_DISABLED).exists(),
+            "kernel.io_uring_disabled",
+        )
     {
         return;
     }
     let t = tmpdir();
     let (src, img) = sample(t.path());
     let mp = t.path().join("mnt");
-    let _on = UringOn::new();
+    let _on = KernelSetting::set(ENABLE_URING, "Y");
     let m = mount(&img, &mp, &[]);
     let pid = m.pid();
     let rings = thread_count(pid, "fuser-ring-");
@@ -1017,6 +1024,33 @@ fn io_uring_serves_requests_when_the_kernel_offers_it() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!is_mounted(&mp), "mount left behind after kill -9");
+
+    // io_uring itself refused (sysctl kernel.io_uring_disabled=2): the
+    // mount serves through /dev/fuse and says so once in its log.
+    let off = KernelSetting::set(URING_DISABLED, "2");
+    let log = t.path().join("uring.log");
+    let logopt = format!("log={}", log.display());
+    let m = mount(&img, &mp, &[&logopt]);
+    // In a thread: a server that asked for rings it cannot make would leave
+    // this read held by the kernel forever.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (a, b) = (src.join("big4.bin"), mp.join("big4.bin"));
+    std::thread::spawn(move || tx.send(same_content(&a, &b)));
+    let served = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a read hung with io_uring refused");
+    let st = m.stats();
+    drop(off);
+    served.unwrap();
+    assert_eq!(st["io_uring_requests"], 0);
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+    let text = fs::read_to_string(&log).unwrap();
+    assert_eq!(
+        text.matches("FUSE over io_uring unavailable").count(),
+        1,
+        "{text}"
+    );
+    assert!(text.contains("serving through /dev/fuse"), "{text}");
 
     // A bad value is refused in one line.
     let o = cmd()

@@ -139,9 +139,10 @@ pub struct Session<FS: Filesystem> {
     /// The field is set to `Some` when the init message is received.
     pub(crate) proto_version: Option<Version>,
     pub(crate) config: Config,
-    /// Payload buffer size of io_uring entries, when INIT negotiated
-    /// FUSE over io_uring (sheaf patch).
-    pub(crate) uring_payload: Option<usize>,
+    /// Payload buffer size of io_uring entries and the ring made before
+    /// negotiating, when INIT negotiated FUSE over io_uring (sheaf patch).
+    #[cfg(target_os = "linux")]
+    pub(crate) uring: Option<(usize, crate::uring::Probe)>,
 }
 
 impl<FS: Filesystem> AsFd for Session<FS> {
@@ -189,7 +190,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config: options.clone(),
-            uring_payload: None,
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -218,7 +220,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner: geteuid(),
             proto_version: None,
             config,
-            uring_payload: None,
+            #[cfg(target_os = "linux")]
+            uring: None,
         };
 
         session.handshake()?;
@@ -257,7 +260,8 @@ impl<FS: Filesystem> Session<FS> {
             session_owner,
             proto_version: _,
             config,
-            uring_payload,
+            #[cfg(target_os = "linux")]
+            uring,
         } = self;
 
         let n_threads = config.n_threads.unwrap_or(1);
@@ -315,7 +319,7 @@ impl<FS: Filesystem> Session<FS> {
         }
 
         #[cfg(target_os = "linux")]
-        if let Some(payload) = uring_payload {
+        if let Some((payload, probe)) = uring {
             threads.extend(crate::uring::spawn(crate::uring::RingParams {
                 ch: ring_ch,
                 filesystem: filesystem.clone(),
@@ -323,10 +327,9 @@ impl<FS: Filesystem> Session<FS> {
                 session_owner,
                 payload,
                 per_queue: config.io_uring_threads.max(1),
+                probe,
             })?);
         }
-        #[cfg(not(target_os = "linux"))]
-        let _ = uring_payload;
 
         let mut reply: io::Result<()> = Ok(());
         for thread in threads {
@@ -452,15 +455,20 @@ impl<FS: Filesystem> Session<FS> {
             }
 
             // FUSE over io_uring, when asked for and offered (sheaf patch).
+            // Only with a ring in hand: once negotiated, the kernel holds
+            // requests until every CPU queue is registered.
+            #[cfg(target_os = "linux")]
             if self.config.io_uring_threads > 0
-                && cfg!(target_os = "linux")
                 && init.capabilities().contains(InitFlags::FUSE_OVER_IO_URING)
             {
-                config.requested |= InitFlags::FUSE_OVER_IO_URING;
-                // The kernel refuses entries smaller than its largest
-                // argument: max_write, max_pages pages, FUSE_MIN_READ_BUFFER.
-                let pages = config.max_pages() as usize * page_size::get();
-                self.uring_payload = Some((config.max_write as usize).max(pages).max(8192));
+                if let Some(probe) = crate::uring::Probe::new() {
+                    config.requested |= InitFlags::FUSE_OVER_IO_URING;
+                    // The kernel refuses entries smaller than its largest
+                    // argument: max_write, max_pages pages, FUSE_MIN_READ_BUFFER.
+                    let pages = config.max_pages() as usize * page_size::get();
+                    let payload = (config.max_write as usize).max(pages).max(8192);
+                    self.uring = Some((payload, probe));
+                }
             }
             // Remember the ABI version supported by kernel and mark the session initialized.
             self.proto_version = Some(v);

@@ -79,6 +79,16 @@ pub fn requests_served() -> u64 {
     SERVED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Whether the fallback to `/dev/fuse` has been logged (every ring thread
+/// meets the same refusal; one line says it).
+static FELL_BACK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn fall_back(why: std::fmt::Arguments<'_>) {
+    if !FELL_BACK.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        warn!("FUSE over io_uring {why}; serving through /dev/fuse");
+    }
+}
+
 /// Where the reply to a ring request is left for the ring thread.
 pub(crate) struct ReplySlot {
     reply: Mutex<Option<Vec<u8>>>,
@@ -141,6 +151,54 @@ pub(crate) fn queue_count() -> usize {
     }
 }
 
+/// The type of every ring here: 128-byte SQEs (`IORING_SETUP_SQE128`), as
+/// FUSE's commands need.
+type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
+
+/// A ring made before FUSE over io_uring is negotiated. Once negotiated,
+/// the kernel holds every request until all CPU queues are registered, so
+/// a server that cannot make rings (`kernel.io_uring_disabled`, a seccomp
+/// policy such as a container runtime's default) must not ask for it; and
+/// if a queue fails later, this ring tells the kernel to give up on rings
+/// for the connection ([`Probe::abandon`]).
+pub(crate) struct Probe(Ring);
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Probe")
+    }
+}
+
+impl Probe {
+    /// A ring, or why none can be made (logged once).
+    pub(crate) fn new() -> Option<Probe> {
+        match IoUring::builder().build(2) {
+            Ok(r) => Some(Probe(r)),
+            Err(e) => {
+                fall_back(format_args!("unavailable ({e})"));
+                None
+            }
+        }
+    }
+
+    /// Make the kernel stop waiting for rings on this connection: a
+    /// registration it must refuse (a queue that does not exist) turns
+    /// io_uring off for the connection and releases the requests held for
+    /// it, which `/dev/fuse` then serves.
+    fn abandon(mut self, fd: i32) {
+        let mut cmd = [0u8; 80];
+        cmd[16..18].copy_from_slice(&u16::MAX.to_ne_bytes());
+        let sqe = opcode::UringCmd80::new(types::Fd(fd), CMD_REGISTER)
+            .cmd(cmd)
+            .build();
+        // SAFETY: the command points at no buffer.
+        let pushed = unsafe { self.0.submission().push(&sqe) }.is_ok();
+        if pushed {
+            let _ = self.0.submit_and_wait(1);
+        }
+    }
+}
+
 /// What a ring thread needs of its session.
 pub(crate) struct RingParams<FS: Filesystem> {
     pub(crate) ch: Channel,
@@ -151,6 +209,8 @@ pub(crate) struct RingParams<FS: Filesystem> {
     /// request or reply argument).
     pub(crate) payload: usize,
     pub(crate) per_queue: usize,
+    /// The ring made before negotiating, to abandon rings with.
+    pub(crate) probe: Probe,
 }
 
 /// Start `per_queue` ring threads for every CPU queue.
@@ -163,7 +223,13 @@ pub(crate) fn spawn<FS: Filesystem + 'static>(
         p.per_queue
     );
     let mut threads = Vec::with_capacity(queues * p.per_queue);
-    for qid in 0..queues {
+    // Each thread says whether it made its ring; one that could not (or a
+    // thread that could not start) would leave its queue unregistered and
+    // every request held, so then rings are abandoned altogether.
+    let (tx, rx) = std::sync::mpsc::channel::<bool>();
+    let mut started = 0;
+    let mut complete = true;
+    'spawn: for qid in 0..queues {
         for t in 0..p.per_queue {
             let name = format!("fuser-ring-{qid}");
             let event_loop = SessionEventLoop {
@@ -174,12 +240,27 @@ pub(crate) fn spawn<FS: Filesystem + 'static>(
                 session_owner: p.session_owner,
             };
             let payload = p.payload;
-            threads.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || serve_queue(&event_loop, qid as u16, payload))?,
-            );
+            let tx = tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || serve_queue(&event_loop, qid as u16, payload, tx));
+            match spawned {
+                Ok(h) => {
+                    threads.push(h);
+                    started += 1;
+                }
+                Err(e) => {
+                    fall_back(format_args!("not started ({e})"));
+                    complete = false;
+                    break 'spawn;
+                }
+            }
         }
+    }
+    drop(tx);
+    let made = rx.iter().take(started).filter(|ok| *ok).count();
+    if !complete || made < started {
+        p.probe.abandon(p.ch.as_fd().as_raw_fd());
     }
     Ok(threads)
 }
@@ -323,17 +404,22 @@ fn serve_queue<FS: Filesystem>(
     se: &SessionEventLoop<FS>,
     qid: u16,
     payload: usize,
+    made: std::sync::mpsc::Sender<bool>,
 ) -> io::Result<()> {
     pin(qid as usize);
     // Before the ring, so that it is dropped after it: the kernel may write
     // into an armed entry until the ring is closed.
     let mut entry = Entry::new(payload);
-    let mut ring: IoUring<squeue::Entry128, cqueue::Entry> = match IoUring::builder().build(2) {
-        Ok(r) => r,
+    let mut ring: Ring = match IoUring::builder().build(2) {
+        Ok(r) => {
+            let _ = made.send(true);
+            r
+        }
         Err(e) => {
-            // io_uring off (sysctl kernel.io_uring_disabled, seccomp): the
-            // /dev/fuse threads serve everything.
-            warn!("FUSE over io_uring unavailable ({e}); serving through /dev/fuse");
+            // The probe worked, so this is rare (memory); `spawn` abandons
+            // rings and the /dev/fuse threads serve everything.
+            fall_back(format_args!("unavailable ({e})"));
+            let _ = made.send(false);
             return Ok(());
         }
     };
@@ -364,10 +450,10 @@ fn serve_queue<FS: Filesystem>(
             }
             if !registered {
                 // The kernel refused the ring and keeps using /dev/fuse.
-                warn!(
-                    "FUSE over io_uring refused: {}; serving through /dev/fuse",
+                fall_back(format_args!(
+                    "refused: {}",
                     io::Error::from_raw_os_error(-res)
-                );
+                ));
                 return Ok(());
             }
             return Err(io::Error::from_raw_os_error(-res));
