@@ -155,6 +155,20 @@ pub(crate) fn queue_count() -> usize {
 /// FUSE's commands need.
 type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
 
+/// A ring for one entry: one command in flight at a time.
+fn new_ring() -> io::Result<Ring> {
+    IoUring::builder().build(2)
+}
+
+/// `struct fuse_uring_cmd_req` (flags 0, the commit id, the queue), in the
+/// SQE's 80 bytes of command.
+fn cmd_req(qid: u16, commit_id: u64) -> [u8; 80] {
+    let mut cmd = [0u8; 80];
+    cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
+    cmd[16..18].copy_from_slice(&qid.to_ne_bytes());
+    cmd
+}
+
 /// A ring made before FUSE over io_uring is negotiated. Once negotiated,
 /// the kernel holds every request until all CPU queues are registered, so
 /// a server that cannot make rings (`kernel.io_uring_disabled`, a seccomp
@@ -172,7 +186,7 @@ impl std::fmt::Debug for Probe {
 impl Probe {
     /// A ring, or why none can be made (logged once).
     pub(crate) fn new() -> Option<Probe> {
-        match IoUring::builder().build(2) {
+        match new_ring() {
             Ok(r) => Some(Probe(r)),
             Err(e) => {
                 fall_back(format_args!("unavailable ({e})"));
@@ -186,10 +200,8 @@ impl Probe {
     /// io_uring off for the connection and releases the requests held for
     /// it, which `/dev/fuse` then serves.
     fn abandon(mut self, fd: i32) {
-        let mut cmd = [0u8; 80];
-        cmd[16..18].copy_from_slice(&u16::MAX.to_ne_bytes());
         let sqe = opcode::UringCmd80::new(types::Fd(fd), CMD_REGISTER)
-            .cmd(cmd)
+            .cmd(cmd_req(u16::MAX, 0))
             .build();
         // SAFETY: the command points at no buffer.
         let pushed = unsafe { self.0.submission().push(&sqe) }.is_ok();
@@ -371,10 +383,7 @@ impl Entry {
 
 /// The SQE of a command on queue `qid` (`commit_id` 0 for a registration).
 fn command(fd: i32, op: u32, qid: u16, commit_id: u64, entry: &Entry) -> squeue::Entry128 {
-    let mut cmd = [0u8; 80];
-    cmd[8..16].copy_from_slice(&commit_id.to_ne_bytes());
-    cmd[16..18].copy_from_slice(&qid.to_ne_bytes());
-    let mut b = opcode::UringCmd80::new(types::Fd(fd), op).cmd(cmd);
+    let mut b = opcode::UringCmd80::new(types::Fd(fd), op).cmd(cmd_req(qid, commit_id));
     if op == CMD_REGISTER {
         b = b.addr(Some(entry.iov.as_ptr() as u64));
     }
@@ -410,7 +419,7 @@ fn serve_queue<FS: Filesystem>(
     // Before the ring, so that it is dropped after it: the kernel may write
     // into an armed entry until the ring is closed.
     let mut entry = Entry::new(payload);
-    let mut ring: Ring = match IoUring::builder().build(2) {
+    let mut ring = match new_ring() {
         Ok(r) => {
             let _ = made.send(true);
             r
@@ -426,6 +435,9 @@ fn serve_queue<FS: Filesystem>(
     let fd = se.ch.as_fd().as_raw_fd();
     let mut last = command(fd, CMD_REGISTER, qid, 0, &entry);
     let mut registered = false;
+    // One slot for the thread's requests: each reply is taken before the
+    // next request is read.
+    let slot = Arc::new(ReplySlot::new(se.ch.sender()));
     loop {
         // SAFETY: the entry's buffers outlive the ring (declared before it).
         unsafe { ring.submission().push(&last) }
@@ -461,7 +473,6 @@ fn serve_queue<FS: Filesystem>(
         registered = true;
         SERVED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let commit_id = entry.u64_at(ENT_IN_OUT + 8);
-        let slot = Arc::new(ReplySlot::new(se.ch.sender()));
         match entry.request() {
             Some(buf) => {
                 // SAFETY: a [u64] viewed as the bytes it holds.
