@@ -12,7 +12,7 @@
 //! as the object named by that digest.
 
 use crate::{digest, Cursor, Digest, FormatError};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// Largest dictionary a reader accepts.
 pub const MAX_DICT_LEN: usize = 1 << 20;
@@ -21,12 +21,10 @@ pub const MAX_DICTS: u32 = 64;
 /// Bytes a dictionary-compressed block starts with: the dictionary's digest.
 pub const DICT_PREFIX_LEN: usize = 32;
 
-/// One dictionary: its bytes, named by their BLAKE3 digest, and the zstd
-/// decoding tables built from them on first use.
+/// One dictionary: its bytes, named by their BLAKE3 digest.
 pub struct Dictionary {
     digest: Digest,
     bytes: Arc<[u8]>,
-    ddict: OnceLock<zstd::zstd_safe::DDict<'static>>,
 }
 
 impl std::fmt::Debug for Dictionary {
@@ -50,7 +48,6 @@ impl Dictionary {
         Ok(Dictionary {
             digest: digest(&bytes),
             bytes: bytes.into(),
-            ddict: OnceLock::new(),
         })
     }
     /// BLAKE3 of the bytes: the name blocks use.
@@ -60,10 +57,6 @@ impl Dictionary {
     /// The dictionary's bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes
-    }
-    pub(crate) fn ddict(&self) -> &zstd::zstd_safe::DDict<'static> {
-        self.ddict
-            .get_or_init(|| zstd::zstd_safe::DDict::create(&self.bytes))
     }
 }
 
