@@ -260,7 +260,7 @@ impl Codec {
                 }
             };
             let mut output = zstd::zstd_safe::OutBuffer::around(out);
-            window::until(d, data, &mut output, end).map_err(zerr)?;
+            window::until(d, data, &mut output, Some(end)).map_err(zerr)?;
             let got = output.pos();
             if got < end || got > ulen {
                 return Err(
@@ -292,6 +292,7 @@ impl Codec {
                     format!("dictionary {} is not one zstd accepts", crate::hex(&name))
                 }
                 window::Failure::Zstd(e) => e.to_string(),
+                window::Failure::Unended => format!("frame goes on past {ulen} bytes"),
                 window::Failure::Length(got) if end >= ulen => {
                     format!("expanded to {got} bytes, expected {ulen}")
                 }

@@ -94,6 +94,8 @@ pub(super) enum Failure {
     Zstd(&'static str),
     /// The frame decoded to a length outside `[end, ulen]`.
     Length(usize),
+    /// Decoding whole, the frame went on after `ulen` bytes.
+    Unended,
 }
 
 /// Decode `frame` (compressed with `dict`) into `out`: the first `end`
@@ -144,10 +146,16 @@ fn decode_in(
     w.dctx.ref_ddict(ddict).map_err(zerr)?;
     let room = w.room(ulen);
     let mut output = OutBuffer::around(&mut room[..]);
-    until(&mut w.dctx, frame, &mut output, end.min(ulen)).map_err(zerr)?;
+    let whole = end >= ulen;
+    let ended = until(&mut w.dctx, frame, &mut output, (!whole).then_some(end)).map_err(zerr)?;
     let got = output.pos();
-    if got < end.min(ulen) || (end >= ulen && got != ulen) {
+    // Whole: the frame must end, and at `ulen` (a longer one fails in zstd
+    // for want of room).
+    if got < end.min(ulen) || whole && got != ulen {
         return Err(Failure::Length(got));
+    }
+    if whole && !ended {
+        return Err(Failure::Unended);
     }
     out.clear();
     out.extend_from_slice(&room[..got]);
@@ -156,15 +164,16 @@ fn decode_in(
 
 /// Feed `frame` to `d` one zstd block at a time (its hint says how many
 /// bytes that is: with a stable output zstd decodes all the input it is
-/// given) until the output reaches `end` or the frame ends.
+/// given) until the output reaches `end` or the frame ends; `None` for
+/// `end` decodes to the frame's end. Whether the frame ended.
 pub(super) fn until<C: WriteBuf + ?Sized>(
     d: &mut DCtx<'_>,
     frame: &[u8],
     output: &mut OutBuffer<'_, C>,
-    end: usize,
-) -> Result<(), usize> {
+    end: Option<usize>,
+) -> Result<bool, usize> {
     let (mut pos, mut hint) = (0, FRAME_HEADER_MAX);
-    while output.pos() < end {
+    while end.is_none_or(|e| output.pos() < e) {
         let upto = frame.len().min(pos + hint.max(1));
         let mut input = InBuffer {
             src: &frame[..upto],
@@ -177,5 +186,5 @@ pub(super) fn until<C: WriteBuf + ?Sized>(
             break; // the frame ended, or its bytes did
         }
     }
-    Ok(())
+    Ok(hint == 0)
 }
