@@ -21,7 +21,8 @@ pub type Visitor<'a> = dyn FnMut(&[u8], &Inode, usize) -> Result<Step, ReadError
 
 /// One directory being listed by the walk.
 struct Frame {
-    path: Vec<u8>,
+    /// Length of its path in the walk's path buffer.
+    len: usize,
     kids: std::vec::IntoIter<(Vec<u8>, Inode)>,
     depth: usize,
 }
@@ -60,8 +61,13 @@ impl Image {
         }
         seen.enter(self, &start)?;
         let kids = self.children(&start)?.into_iter();
+        // One path buffer for the whole walk: each entry's path is its
+        // directory's (a prefix kept by length) plus its name, so listing
+        // allocates nothing per entry (a clone per entry was a tenth of
+        // `sheaf find`'s time).
+        let mut p = path;
         let mut stack = vec![Frame {
-            path,
+            len: p.len(),
             kids,
             depth: 0,
         }];
@@ -70,7 +76,7 @@ impl Image {
                 stack.pop();
                 continue;
             };
-            let mut p = top.path.clone();
+            p.truncate(top.len);
             if !p.ends_with(b"/") {
                 p.push(b'/');
             }
@@ -80,7 +86,7 @@ impl Image {
                 seen.enter(self, &ino)?;
                 let kids = self.children(&ino)?.into_iter();
                 stack.push(Frame {
-                    path: p,
+                    len: p.len(),
                     kids,
                     depth,
                 });
