@@ -208,10 +208,7 @@ impl Codec {
             }
         }
         if out.len() != ulen {
-            return Err(err(format!(
-                "expanded to {} bytes, expected {ulen}",
-                out.len()
-            )));
+            return Err(self.expanded(out.len(), ulen, ulen));
         }
         Ok(())
     }
@@ -263,9 +260,7 @@ impl Codec {
             window::until(d, data, &mut output, Some(end)).map_err(zerr)?;
             let got = output.pos();
             if got < end || got > ulen {
-                return Err(
-                    self.error(format!("expanded to {got} bytes, expected {end} to {ulen}"))
-                );
+                return Err(self.expanded(got, end, ulen));
             }
             Ok(())
         })
@@ -286,20 +281,24 @@ impl Codec {
             .dictionary(&name)
             .ok_or_else(|| FormatError::MissingDictionary(crate::hex(&name)))?;
         ready_for(out, ulen);
-        window::decode(&dict, &data[DICT_PREFIX_LEN..], ulen, end, out).map_err(|f| {
-            self.error(match f {
-                window::Failure::Dictionary => {
-                    format!("dictionary {} is not one zstd accepts", crate::hex(&name))
-                }
-                window::Failure::Zstd(e) => e.to_string(),
-                window::Failure::Unended => format!("frame goes on past {ulen} bytes"),
-                window::Failure::Length(got) if end >= ulen => {
-                    format!("expanded to {got} bytes, expected {ulen}")
-                }
-                window::Failure::Length(got) => {
-                    format!("expanded to {got} bytes, expected {end} to {ulen}")
-                }
-            })
+        window::decode(&dict, &data[DICT_PREFIX_LEN..], ulen, end, out).map_err(|f| match f {
+            window::Failure::Dictionary => self.error(format!(
+                "dictionary {} is not one zstd accepts",
+                crate::hex(&name)
+            )),
+            window::Failure::Zstd(e) => self.error(e.to_string()),
+            window::Failure::Unended => self.error(format!("frame goes on past {ulen} bytes")),
+            window::Failure::Length(got) => self.expanded(got, end, ulen),
+        })
+    }
+
+    /// A decode that gave `got` bytes where it needed `end` of at most
+    /// `ulen` (exactly `ulen` when `end >= ulen`).
+    fn expanded(self, got: usize, end: usize, ulen: usize) -> FormatError {
+        self.error(if end >= ulen {
+            format!("expanded to {got} bytes, expected {ulen}")
+        } else {
+            format!("expanded to {got} bytes, expected {end} to {ulen}")
         })
     }
 
