@@ -280,7 +280,6 @@ impl Codec {
         let dict = dicts
             .dictionary(&name)
             .ok_or_else(|| FormatError::MissingDictionary(crate::hex(&name)))?;
-        ready_for(out, ulen);
         window::decode(&dict, &data[DICT_PREFIX_LEN..], ulen, end, out).map_err(|f| match f {
             window::Failure::Dictionary => self.error(format!(
                 "dictionary {} is not one zstd accepts",
@@ -459,6 +458,13 @@ mod tests {
                 assert!(
                     out.len() >= end && out[..] == data[..out.len()],
                     "prefix {end} of {n}"
+                );
+                // The buffer is sized to the prefix (a cache counts what it
+                // pins): at most one 64 KiB zstd block past `end`.
+                assert!(
+                    out.capacity() <= 2 * (end + DICT_ZSTD_BLOCK as usize) + 4096,
+                    "prefix {end} of {n} kept {} bytes",
+                    out.capacity()
                 );
             }
         }

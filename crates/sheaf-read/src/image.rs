@@ -729,7 +729,7 @@ impl Image {
         };
         let b = self
             .blocks
-            .get_or_load_min(&r.hash, need, r.ulen as usize, |buf, prior| {
+            .get_or_load_min(&r.hash, need, need, |buf, prior| {
                 let upto = match prior {
                     None => need,
                     Some(p) if start <= p => usize::MAX,

@@ -157,7 +157,9 @@ fn decode_in(
     if whole && !ended {
         return Err(Failure::Unended);
     }
-    out.clear();
+    // Sized to what was decoded, not to the whole block: a cache counts
+    // what its values pin, so prefixes that size fit twice as many.
+    super::ready_for(out, got);
     out.extend_from_slice(&room[..got]);
     Ok(())
 }
