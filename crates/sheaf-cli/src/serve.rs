@@ -110,9 +110,11 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
             logging::init(target, prefix, p.debug);
             match sheaf_mount::serve::mount(cfg, make) {
                 Ok(m) => {
-                    log::info!("mounted {}{signer}", cfg.fsname);
+                    // The parent first: syslog's first line reads the time
+                    // zone files, cold after a reboot.
                     let _ = wr.write_all(b"K");
                     drop(wr);
+                    log::info!("mounted {}{signer}", cfg.fsname);
                     let code = match m.serve() {
                         Ok(()) => 0,
                         Err(e) => {
