@@ -499,19 +499,22 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
     println!("served to readers {}", human(s.bytes_served));
     let b = &s.block_cache;
     println!(
-        "block cache       {} of {}; {} hits, {} misses (blocks decompressed), {} waits, {} evictions",
+        "block cache       {} of {}; {} hits, {} misses (blocks decompressed: {}, {} of them a prefix decoded further), {} waits, {} evictions",
         human(b.size),
         human(b.capacity.unwrap_or(0)),
         b.hits,
         b.misses,
+        human(b.loaded_bytes),
+        b.extensions,
         b.waits,
         b.evictions.unwrap_or(0)
     );
     if let Some(p) = &s.prefetch {
         println!(
-            "readahead         {} blocks queued, {} dropped; background prefetch {}",
+            "readahead         {} blocks queued, {} dropped, {} read in part finished on a spare CPU; background prefetch {}",
             p.queued,
             p.dropped,
+            p.completions,
             human(p.background_bytes)
         );
     }

@@ -280,6 +280,7 @@ impl SheafFs {
             prefetch: Some(PrefetchReport {
                 queued: s.prefetch_queued.load(Relaxed),
                 dropped: s.prefetch_dropped.load(Relaxed),
+                completions: s.prefetch_completions.load(Relaxed),
                 background_bytes: s.prefetch_bytes.load(Relaxed),
             }),
             remote: sheaf_read::Source::stats_json(&*self.src),
@@ -563,15 +564,21 @@ impl Filesystem for SheafFs {
                 }
             }
         }
+        let _reading = self.readahead.reading();
+        let mut used: Vec<u32> = Vec::with_capacity(2);
         let r = self.inode(ino).and_then(|i| {
             self.img.read_with(&i, offset, &mut buf, &mut |b, more| {
+                if used.last() != Some(&b) {
+                    used.push(b);
+                }
                 self.readahead.observe(b, more)
             })
         });
         match r {
             Ok(n) => {
                 self.stats.bytes_served.fetch_add(n as u64, Relaxed);
-                reply.data(&buf[..n])
+                reply.data(&buf[..n]);
+                self.readahead.complete(&used);
             }
             Err(e) => reply.error(self.errno(Op::Read, &e)),
         }

@@ -129,6 +129,9 @@ pub struct Stats {
     pub prefetch_queued: AtomicU64,
     /// Prefetches dropped because the queue was full.
     pub prefetch_dropped: AtomicU64,
+    /// Blocks a read left decoded in part, queued to be decoded whole on a
+    /// spare CPU.
+    pub prefetch_completions: AtomicU64,
     /// Bytes fetched by the background prefetch at mount.
     pub prefetch_bytes: AtomicU64,
     /// Errors reading the image (I/O or a failed hash check).
@@ -285,6 +288,12 @@ pub struct CacheReport {
     /// Items evicted (absent for the page cache).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evictions: Option<u64>,
+    /// Bytes the misses decompressed.
+    #[serde(default)]
+    pub loaded_bytes: u64,
+    /// Misses that decoded a held prefix of a block again, further.
+    #[serde(default)]
+    pub extensions: u64,
 }
 
 /// Readahead and prefetch counters.
@@ -294,6 +303,9 @@ pub struct PrefetchReport {
     pub queued: u64,
     /// Blocks not queued because the queue was full.
     pub dropped: u64,
+    /// Blocks read in part, queued to be decoded whole on a spare CPU.
+    #[serde(default)]
+    pub completions: u64,
     /// Bytes fetched by background prefetch (metadata, listed blocks).
     pub background_bytes: u64,
 }
@@ -308,6 +320,8 @@ impl CacheReport {
             misses: c.stats.misses.load(Relaxed),
             waits: c.stats.waits.load(Relaxed),
             evictions: Some(c.stats.evictions.load(Relaxed)),
+            loaded_bytes: c.stats.loaded_bytes.load(Relaxed),
+            extensions: c.stats.extensions.load(Relaxed),
         }
     }
 
@@ -322,6 +336,8 @@ impl CacheReport {
                 misses: a.misses + b.misses,
                 waits: a.waits + b.waits,
                 evictions: Some(a.evictions.unwrap_or(0) + b.evictions.unwrap_or(0)),
+                loaded_bytes: a.loaded_bytes + b.loaded_bytes,
+                extensions: a.extensions + b.extensions,
             })
     }
 }

@@ -23,14 +23,29 @@ pub struct CacheStats {
     pub waits: AtomicU64,
     /// Entries evicted.
     pub evictions: AtomicU64,
+    /// Bytes the loads produced (decompressed), a re-decoded prefix again.
+    pub loaded_bytes: AtomicU64,
+    /// Loads that replaced a shorter value (a block's prefix decoded again,
+    /// further).
+    pub extensions: AtomicU64,
 }
 
 /// A cached value.
 pub type Value = Arc<Vec<u8>>;
 
+/// One key's value, and the lock a load holds: a value held stays readable
+/// while another thread loads a longer one (a prefix decoded further), so a
+/// reader of bytes already decoded never waits for that decode.
 #[derive(Default)]
 struct Slot {
     value: Mutex<Option<Value>>,
+    load: Mutex<()>,
+}
+
+impl Slot {
+    fn held(&self) -> Option<Value> {
+        self.value.lock().expect("slot lock").clone()
+    }
 }
 
 struct Entry {
@@ -88,6 +103,20 @@ impl Cache {
         self.inner.lock().expect("cache lock").map.contains_key(key)
     }
 
+    /// The length of the value held for `key` (a block's prefix, perhaps),
+    /// if any; does not touch the LRU order.
+    pub fn held_len(&self, key: &Digest) -> Option<usize> {
+        let slot = self
+            .inner
+            .lock()
+            .expect("cache lock")
+            .map
+            .get(key)?
+            .slot
+            .clone();
+        slot.held().map(|d| d.len())
+    }
+
     /// Return the value for `key`, calling `load` at most once across threads.
     /// `load` gets an empty buffer to fill (possibly recycled, with capacity).
     /// A failed load is not cached; the next request tries again.
@@ -138,21 +167,29 @@ impl Cache {
                 }
             }
         };
-        let mut v = match slot.value.try_lock() {
-            Ok(v) => v,
+        let long_enough = |held: Option<Value>| held.filter(|d| d.len() >= min_len);
+        if let Some(d) = long_enough(slot.held()) {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(d);
+        }
+        let _loading = match slot.load.try_lock() {
+            Ok(g) => g,
             Err(_) => {
                 self.stats.waits.fetch_add(1, Ordering::Relaxed);
-                slot.value.lock().expect("slot lock")
+                slot.load.lock().expect("slot load lock")
             }
         };
-        let prior = match &*v {
-            Some(d) if d.len() >= min_len => {
-                self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(d.clone());
-            }
-            held => held.as_ref().map(|d| d.len()),
-        };
+        // Another thread's load may have made it long enough meanwhile.
+        let held = slot.held();
+        let prior = held.as_ref().map(|d| d.len());
+        if let Some(d) = long_enough(held) {
+            self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(d);
+        }
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        if prior.is_some() {
+            self.stats.extensions.fetch_add(1, Ordering::Relaxed);
+        }
         let buf = {
             // A buffer that fits: decoders drop one far too large (it would
             // pin memory) and grow one too small, and a fresh allocation of
@@ -168,9 +205,10 @@ impl Cache {
         };
         match load(buf, prior) {
             Ok(data) => {
+                let loaded = data.len() as u64;
+                self.stats.loaded_bytes.fetch_add(loaded, Ordering::Relaxed);
                 let d: Value = Arc::new(data);
-                *v = Some(d.clone());
-                drop(v);
+                *slot.value.lock().expect("slot lock") = Some(d.clone());
                 let mut g = self.inner.lock().expect("cache lock");
                 let inner = &mut *g;
                 if let Some(e) = inner
@@ -187,13 +225,14 @@ impl Cache {
                 Ok(d)
             }
             Err(e) => {
-                drop(v);
                 let mut g = self.inner.lock().expect("cache lock");
                 let inner = &mut *g;
-                let stale = inner.map.get(key).is_some_and(|e| {
-                    Arc::ptr_eq(&e.slot, &slot)
-                        && e.slot.value.try_lock().is_ok_and(|v| v.is_none())
-                });
+                // An entry that never got a value goes (this thread still
+                // holds its load lock: no other load can be filling it).
+                let stale = inner
+                    .map
+                    .get(key)
+                    .is_some_and(|e| Arc::ptr_eq(&e.slot, &slot) && slot.held().is_none());
                 if stale {
                     let t = inner.map.remove(key).expect("present").tick;
                     inner.lru.remove(&t);
@@ -205,10 +244,8 @@ impl Cache {
 
     /// Keep the buffer of an evicted value if nobody else holds it.
     fn recycle(&self, slot: &Slot) {
-        let Ok(mut v) = slot.value.try_lock() else {
-            return;
-        };
-        if let Some(mut buf) = v.take().and_then(|a| Arc::try_unwrap(a).ok()) {
+        let taken = slot.value.lock().expect("slot lock").take();
+        if let Some(mut buf) = taken.and_then(|a| Arc::try_unwrap(a).ok()) {
             buf.clear();
             let mut spare = self.spare.lock().expect("spare lock");
             let held: usize = spare.iter().map(|b| b.capacity()).sum();
@@ -310,6 +347,40 @@ mod tests {
             assert_eq!(t.join().unwrap().len(), 1000);
         }
         assert_eq!(loads.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_held_prefix_is_served_while_a_longer_load_runs() {
+        let c = Arc::new(Cache::new(1 << 20));
+        let k = [5; 32];
+        c.get_or_load_min::<()>(&k, 10, 10, |_, _| Ok(vec![1; 10]))
+            .unwrap();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let (finish, finish_rx) = std::sync::mpsc::channel::<()>();
+        let longer = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                c.get_or_load_min::<()>(&k, 100, 100, |_, prior| {
+                    assert_eq!(prior, Some(10));
+                    started_tx.send(()).unwrap();
+                    finish_rx.recv().unwrap();
+                    Ok(vec![1; 100])
+                })
+                .unwrap()
+                .len()
+            })
+        };
+        started.recv().unwrap();
+        // The longer load is under way: bytes already held come at once
+        // (before the fix this waited for it, here forever).
+        let v = c
+            .get_or_load_min::<()>(&k, 5, 5, |_, _| panic!("held"))
+            .unwrap();
+        assert_eq!(v.len(), 10);
+        assert_eq!(c.stats.waits.load(Ordering::Relaxed), 0);
+        finish.send(()).unwrap();
+        assert_eq!(longer.join().unwrap(), 100);
+        assert_eq!(c.held_len(&k), Some(100));
     }
 
     #[test]

@@ -740,6 +740,16 @@ impl Image {
         Ok((b, r.ulen))
     }
 
+    /// Whether data block `id` is held in the block cache only as a prefix
+    /// (decoded as far as reads needed so far, not whole).
+    pub fn block_is_prefix(&self, id: u32) -> bool {
+        self.block_ref(id).is_ok_and(|r| {
+            self.blocks
+                .held_len(&r.hash)
+                .is_some_and(|n| n < r.ulen as usize)
+        })
+    }
+
     /// The ref of data block `id`.
     pub fn block_ref(&self, id: u32) -> Result<BlockRef, ReadError> {
         if id as u64 >= self.sb.block_count {
