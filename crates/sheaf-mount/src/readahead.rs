@@ -10,8 +10,9 @@
 //! A read decodes a block only as far as it needs (sheaf_read's
 //! `Image::block_upto`), and a later read further into it decodes it again
 //! from its start. So when a read leaves a block decoded in part and a CPU
-//! would otherwise sit idle (fewer reads in progress than CPUs, the
-//! prefetch threads idle), the rest is decoded there, after the reply: the
+//! would otherwise sit idle (fewer reads in progress and prefetches than
+//! CPUs, and fewer tasks running on the machine), the rest is decoded
+//! there, after the reply: the
 //! dynamic loader faulting in a library's pages, one at a time and out of
 //! order, then finds them decoded, while concurrent random readers, who
 //! keep the CPUs busy, are left the cheaper prefix decodes.
