@@ -371,14 +371,21 @@ mod tests {
             })
         };
         started.recv().unwrap();
-        // The longer load is under way: bytes already held come at once
-        // (before the fix this waited for it, here forever).
-        let v = c
-            .get_or_load_min::<()>(&k, 5, 5, |_, _| panic!("held"))
-            .unwrap();
-        assert_eq!(v.len(), 10);
-        assert_eq!(c.stats.waits.load(Ordering::Relaxed), 0);
+        // The longer load is parked: bytes already held must come at once,
+        // not after it (a reader that waited would wait until the timeout).
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let reader = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let v = c.get_or_load_min::<()>(&k, 5, 5, |_, _| panic!("held"));
+                done_tx.send(v.unwrap().len()).unwrap();
+            })
+        };
+        let got = done.recv_timeout(std::time::Duration::from_secs(10));
         finish.send(()).unwrap();
+        assert_eq!(got, Ok(10), "a held prefix waited for a longer load");
+        reader.join().unwrap();
+        assert_eq!(c.stats.waits.load(Ordering::Relaxed), 0);
         assert_eq!(longer.join().unwrap(), 100);
         assert_eq!(c.held_len(&k), Some(100));
     }
