@@ -12,10 +12,10 @@
 //! from its start. So when a read leaves a block decoded in part and a CPU
 //! would otherwise sit idle (fewer reads in progress and prefetches than
 //! CPUs, and fewer tasks running on the machine), the rest is decoded
-//! there, after the reply: the
-//! dynamic loader faulting in a library's pages, one at a time and out of
-//! order, then finds them decoded, while concurrent random readers, who
-//! keep the CPUs busy, are left the cheaper prefix decodes.
+//! there, after the reply: the dynamic loader faulting in a library's
+//! pages, one at a time and out of order, then finds them decoded, while
+//! concurrent random readers, who keep the CPUs busy, are left the cheaper
+//! prefix decodes.
 //!
 //! On a lazy mount (an image with a node cache: its blocks come over the
 //! network) a block read ahead costs fetched bytes, not only CPU, so there
@@ -114,16 +114,19 @@ impl Readahead {
         }
     }
 
-    /// Whether a CPU would sit idle: fewer reads in progress and prefetches
-    /// under way than CPUs, and (where the kernel says) fewer tasks running
-    /// or ready to run on the machine, this one included. A reader that
-    /// waits on its own read, like Python importing, leaves one spare; four
-    /// readers on two CPUs, between their reads, do not.
-    fn spare_cpu(&self, queued: usize) -> bool {
-        let ours = self.reading.load(Relaxed) + self.busy.load(Relaxed) + queued;
-        if ours >= self.cpus {
-            return false;
-        }
+    /// Whether fewer reads are in progress and prefetches under way (with
+    /// `queued` waiting) than there are CPUs: the first test of a spare
+    /// CPU, a few atomic loads.
+    fn spare_here(&self, queued: usize) -> bool {
+        self.reading.load(Relaxed) + self.busy.load(Relaxed) + queued < self.cpus
+    }
+
+    /// The second test of a spare CPU, one `pread`: (where the kernel says)
+    /// fewer tasks running or ready to run on the machine than CPUs, this
+    /// one included. A reader that waits on its own read, like Python
+    /// importing, leaves one spare; four readers on two CPUs, between their
+    /// reads, do not.
+    fn spare_on_machine(&self, queued: usize) -> bool {
         let Some(f) = &self.loadavg else { return true };
         let mut buf = [0u8; 128];
         let n = std::os::unix::fs::FileExt::read_at(f, &mut buf, 0).unwrap_or(0);
@@ -141,10 +144,16 @@ impl Readahead {
     pub fn complete(&self, blocks: &[u32]) {
         let Some(tx) = &self.tx else { return };
         for &b in blocks {
+            // Cheapest first: while reads keep the CPUs busy (the common
+            // case under concurrent readers) the block's ref is not looked
+            // up again, nor the machine's load read.
+            if !self.spare_here(tx.len()) {
+                return;
+            }
             if !self.img.block_is_prefix(b) {
                 continue;
             }
-            if !self.spare_cpu(tx.len()) {
+            if !self.spare_on_machine(tx.len()) {
                 return;
             }
             match tx.try_send(b) {
