@@ -1,17 +1,22 @@
-//! Talking to the kernel about mounts: `fusermount3` to mount and unmount
-//! (it is setuid root, so the same path works for root and for users), and
+//! Talking to the kernel about mounts: mounting and unmounting, and
 //! `/proc/self/mountinfo` to see what is mounted where.
 //!
-//! Mounting asks `fusermount3` for `auto_unmount`: it then stays alive
-//! holding one end of a socket whose other end this process keeps; when this
-//! process dies for any reason (kill -9 included) the socket closes and
-//! `fusermount3` unmounts, so no "Transport endpoint is not connected" is
-//! left behind.
+//! A user's mount goes through `fusermount3` (it is setuid root), asked for
+//! `auto_unmount`: it then stays alive holding one end of a socket whose
+//! other end this process keeps; when this process dies for any reason
+//! (kill -9 included) the socket closes and `fusermount3` unmounts, so no
+//! "Transport endpoint is not connected" is left behind.
+//!
+//! Root mounts with mount(2) itself, as libfuse does, which saves starting
+//! a program on every mount (most of what a cold mount waits for besides
+//! its own binary: docs/mount.md). The watchdog is then a forked child of
+//! this process holding the same kind of socket ([`Helper::Forked`]).
 
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use std::ffi::CString;
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, IoSliceMut, Read};
+use std::io::{self, IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
@@ -42,15 +47,66 @@ pub struct Connection {
     pub fd: OwnedFd,
     /// Our end of the auto-unmount socket; dropping it (or dying) unmounts.
     pub watchdog: UnixStream,
-    /// The `fusermount3` process that watches the socket.
-    pub helper: Child,
+    /// The process that watches the socket.
+    pub helper: Helper,
+}
+
+/// The process that unmounts when a [`Connection`]'s socket closes with
+/// the mount still there.
+pub enum Helper {
+    /// `fusermount3`, which also made the mount.
+    Fusermount(Child),
+    /// A forked child of this process (a root mount made with mount(2)).
+    Forked(libc::pid_t),
+}
+
+impl Helper {
+    /// Wait for the watchdog to exit (after the socket was closed).
+    fn wait(&mut self) {
+        match self {
+            Helper::Fusermount(c) => {
+                let _ = c.wait();
+            }
+            Helper::Forked(pid) => {
+                let mut status = 0;
+                // SAFETY: our own child; a plain wait.
+                while unsafe { libc::waitpid(*pid, &mut status, 0) } < 0
+                    && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+                {
+                }
+            }
+        }
+    }
 }
 
 impl Connection {
+    /// End the connection once its server is done: close the device, and
+    /// let the watchdog go. `unmounted`: the server saw the mount go (its
+    /// session ended normally). A forked watchdog is then told so, and
+    /// leaves alone a later mount at the same place, which may already be
+    /// there with the same device number (`umount` does not wait for the
+    /// server); otherwise it unmounts as it would after a crash.
+    pub fn close(self, unmounted: bool) {
+        let Connection {
+            fd,
+            watchdog,
+            mut helper,
+        } = self;
+        drop(fd);
+        if unmounted && matches!(helper, Helper::Forked(_)) {
+            let _ = (&watchdog).write_all(&[DISARM]);
+        }
+        drop(watchdog);
+        helper.wait();
+    }
+
     /// Log what the watchdog says from now on (a thread: call it once the
     /// process may have threads, i.e. not before entering a namespace).
     pub fn relay_messages(&mut self) {
-        if let Some(mut err) = self.helper.stderr.take() {
+        let Helper::Fusermount(helper) = &mut self.helper else {
+            return;
+        };
+        if let Some(mut err) = helper.stderr.take() {
             std::thread::spawn(move || {
                 let mut s = String::new();
                 let _ = err.read_to_string(&mut s);
@@ -89,6 +145,14 @@ fn escape_opt(s: &str) -> String {
 /// Mount a FUSE filesystem at `mountpoint` with kernel/fusermount options
 /// `opts` (already comma-joined; `fsname=` is escaped here).
 pub fn mount(mountpoint: &Path, fsname: &str, opts: &[String]) -> Result<Connection, KernelError> {
+    // SAFETY: plain getter.
+    if unsafe { libc::geteuid() } == 0 {
+        match mount_watched(mountpoint, fsname, opts) {
+            // Root without CAP_SYS_ADMIN (a container): fusermount3 decides.
+            Err(KernelError::Io(e)) if e.raw_os_error() == Some(libc::EPERM) => {}
+            r => return r,
+        }
+    }
     let (ours, theirs) = UnixStream::pair()?;
     let mut all = vec![format!("fsname={}", escape_opt(fsname))];
     all.extend(opts.iter().cloned());
@@ -124,7 +188,7 @@ pub fn mount(mountpoint: &Path, fsname: &str, opts: &[String]) -> Result<Connect
         Ok(Some(fd)) => Ok(Connection {
             fd,
             watchdog: ours,
-            helper: child,
+            helper: Helper::Fusermount(child),
         }),
         Ok(None) | Err(_) => {
             let mut msg = String::new();
@@ -200,6 +264,136 @@ pub fn mount_direct(
         return Err(KernelError::Io(io::Error::last_os_error()));
     }
     Ok(OwnedFd::from(dev))
+}
+
+/// [`mount_direct`] with a forked watchdog standing in for fusermount3's
+/// `auto_unmount`. The child is forked before the mount, so there is no
+/// moment when the mount exists without it; it learns the mount's device
+/// number once the mount is made, and when the socket closes it unmounts
+/// `mountpoint` only if that device is still mounted there.
+fn mount_watched(
+    mountpoint: &Path,
+    fsname: &str,
+    opts: &[String],
+) -> Result<Connection, KernelError> {
+    use std::os::unix::fs::MetadataExt;
+    let before = std::fs::metadata(mountpoint)?.dev();
+    let target = CString::new(mountpoint.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let (ours, theirs) = UnixStream::pair()?;
+    // SAFETY: the child only makes async-signal-safe calls (this process
+    // may have threads) and never returns (`watch` ends in `_exit`).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error().into());
+    }
+    if pid == 0 {
+        // SAFETY: in the forked child, as `watch` requires.
+        unsafe { watch(theirs.as_raw_fd(), &target, before) }
+    }
+    drop(theirs);
+    match mount_direct(mountpoint, fsname, opts) {
+        Ok(fd) => {
+            // SAFETY: a stat call on a valid C string.
+            let dev = unsafe { mounted_dev(&target) }.unwrap_or(0);
+            // If this fails the watchdog falls back to `before`.
+            let _ = (&ours).write_all(&dev.to_ne_bytes());
+            log::debug!(
+                "mounted {} with mount(2); watchdog {pid}",
+                mountpoint.display()
+            );
+            Ok(Connection {
+                fd,
+                watchdog: ours,
+                helper: Helper::Forked(pid),
+            })
+        }
+        Err(e) => {
+            // Disarmed: nothing was mounted.
+            let _ = (&ours)
+                .write_all(&[0; 8])
+                .and_then(|_| (&ours).write_all(&[DISARM]));
+            drop(ours);
+            Helper::Forked(pid).wait();
+            Err(e)
+        }
+    }
+}
+
+/// The byte that tells a forked watchdog, after the device number, that
+/// the mount is gone and it has nothing to do.
+const DISARM: u8 = 1;
+
+/// The device of what is mounted at `target`, without asking a FUSE
+/// server (`AT_STATX_DONT_SYNC`: a dead or not yet serving one never
+/// answers). While a dead server's mount stays, no other mount can have
+/// its device number, so the watchdog's comparison is exact.
+///
+/// # Safety
+/// Only a syscall: callable in a forked child.
+unsafe fn mounted_dev(target: &CString) -> Option<u64> {
+    let mut x: libc::statx = std::mem::zeroed();
+    let r = libc::statx(
+        libc::AT_FDCWD,
+        target.as_ptr(),
+        libc::AT_STATX_DONT_SYNC,
+        libc::STATX_TYPE,
+        &mut x,
+    );
+    (r == 0).then(|| libc::makedev(x.stx_dev_major, x.stx_dev_minor))
+}
+
+/// The watchdog's life: hold socket `fd` (and nothing else) until its other
+/// end closes, then, unless the server disarmed it first (a byte after the
+/// device number), detach the mount at `target` if it is still ours: the
+/// device the server sent, or, if it died before sending one, anything
+/// other than `before`, what `target` was before the mount.
+///
+/// # Safety
+/// Call only in a freshly forked child; never returns.
+unsafe fn watch(fd: RawFd, target: &CString, before: u64) -> ! {
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    // A stop signal for the server's process group is not for it.
+    libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    libc::prctl(libc::PR_SET_NAME, c"sheaf-watchdog".as_ptr());
+    // Hold nothing of the server's: not its image, not its end of the
+    // socket (or it would wait for itself), not the caller's pipes.
+    if fd > 0 {
+        libc::syscall(libc::SYS_close_range, 0, fd - 1, 0);
+    }
+    libc::syscall(libc::SYS_close_range, fd + 1, u32::MAX, 0);
+    let mut dev = [0u8; 8];
+    let (mut got, mut disarmed) = (0, false);
+    loop {
+        let mut b = [0u8; 8];
+        let n = libc::read(fd, b.as_mut_ptr().cast(), b.len());
+        if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
+            break;
+        }
+        for &x in &b[..n.max(0) as usize] {
+            if got < dev.len() {
+                dev[got] = x;
+                got += 1;
+            } else {
+                disarmed |= x == DISARM;
+            }
+        }
+    }
+    if disarmed {
+        libc::_exit(0)
+    }
+    let ours = |d: u64| {
+        if got == dev.len() && u64::from_ne_bytes(dev) != 0 {
+            d == u64::from_ne_bytes(dev)
+        } else {
+            d != before
+        }
+    };
+    if mounted_dev(target).is_some_and(ours) {
+        libc::umount2(target.as_ptr(), libc::MNT_DETACH);
+    }
+    libc::_exit(0)
 }
 
 /// Receive the `/dev/fuse` descriptor that fusermount3 sends (SCM_RIGHTS);

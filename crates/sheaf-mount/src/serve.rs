@@ -272,14 +272,14 @@ impl<F: Filesystem> Mounted<F> {
                 }
                 log::info!("signal {sig}: unmounting {}", mp.display());
                 if let Err(e) = kernel::unmount(&mp, true) {
-                    // Exiting closes the watchdog socket: fusermount3 unmounts.
+                    // Exiting closes the watchdog socket: the watchdog unmounts.
                     log::error!("unmount of {} failed: {e}; exiting", mp.display());
                     std::process::exit(1);
                 }
             })?;
         log::info!("serving {}", mountpoint.display());
         let r = session.run();
-        finish(conn);
+        finish(conn, r.is_ok());
         log::info!("unmounted {}", mountpoint.display());
         r
     }
@@ -293,23 +293,16 @@ impl<F: Filesystem> Mounted<F> {
             .name("sheaf-session".into())
             .spawn(move || {
                 let r = session.run();
-                finish(conn);
+                finish(conn, r.is_ok());
                 r
             })
     }
 }
 
-/// Close a fusermount3 connection and reap the watchdog.
-fn finish(conn: Option<Connection>) {
-    if let Some(Connection {
-        fd,
-        watchdog,
-        mut helper,
-    }) = conn
-    {
-        drop(fd);
-        drop(watchdog);
-        let _ = helper.wait();
+/// Close a watched connection and reap the watchdog.
+fn finish(conn: Option<Connection>, unmounted: bool) {
+    if let Some(c) = conn {
+        c.close(unmounted);
     }
 }
 
