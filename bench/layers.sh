@@ -40,6 +40,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 SHEAF_SRC=${SHEAF:-$ROOT/target/release/sheaf}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
 LD=$DATA/layers
@@ -526,7 +528,7 @@ ovl_mount() { # KIND MP UPPER WORKDIR
 }
 ovl_umount() { do_umount "$1"; [ -d "$1.lower" ] && do_umount "$1.lower"; return 0; }
 ovl_pid() { # the serving process of a sheaf overlay (for its fd count)
-    pgrep -f -- "sheaf mount .* $1 --upper" | head -n 1
+    server_pid "sheaf mount .* $1 --upper"
 }
 rotate() { # rotate N WORDS...: the words, starting at the N-th (mod count)
     local n=$1; shift; local words=("$@") i

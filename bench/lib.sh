@@ -27,3 +27,13 @@ EOF
     done
     BASE=http://127.0.0.1:$PORT
 }
+
+# server_pid PATTERN: the pid of the sheaf server whose command line matches
+# PATTERN (pgrep -f), not its watchdog: a root mount's watchdog is a fork of
+# the server with the same command line, named sheaf-watchdog.
+server_pid() {
+    local p
+    for p in $(pgrep -f -- "$1" || true); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sheaf-watchdog ] || { echo "$p"; return 0; }
+    done
+}

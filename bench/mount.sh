@@ -14,6 +14,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
 IMAGES=$DATA/images
@@ -85,7 +87,7 @@ umount_any() {
 }
 server_pid() {
     case $CUR in
-        sheaf|sheaf-p128k) pgrep -f "sheaf mount .* $MP\$" | head -1 ;;
+        sheaf|sheaf-p128k) server_pid "sheaf mount .* $MP\$" ;;
         squashfuse_ll) pgrep -f "squashfuse_ll .* $MP\$" | head -1 ;;
         *) echo "" ;;
     esac

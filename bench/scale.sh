@@ -20,6 +20,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
 N=${SCALE_ENTRIES:-16000000}
@@ -121,7 +123,7 @@ log "sheaf: walk (cold: fresh mount after drop_caches; then warm)"
 drop_caches; mnt sheaf
 s=$(now_ns); R[sheaf,entries]=$(cd "$MP" && find . | wc -l); e=$(now_ns); R[sheaf,find_first]=$((e - s))
 s=$(now_ns); (cd "$MP" && find . >/dev/null); e=$(now_ns); R[sheaf,find_warm]=$((e - s))
-pid=$(pgrep -f "sheaf mount .* $MP\$" | head -1)
+pid=$(server_pid "sheaf mount .* $MP\$")
 R[sheaf,rss]=$(awk '/VmHWM/ { print $2 }' "/proc/$pid/status")
 umnt
 log "kernel squashfs: walk"
