@@ -366,7 +366,14 @@ fn root_mounts_without_fusermount3_and_its_watchdog_spares_later_mounts() {
     let up = || sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
     up();
     assert!(named("fusermount3", &mp).is_empty(), "fusermount3 started");
-    assert_eq!(named("sheaf-watchdog", &mp).len(), 1, "one watchdog");
+    let dogs = named("sheaf-watchdog", &mp);
+    assert_eq!(dogs.len(), 1, "one watchdog");
+    // Its socket and nothing else (not the image, not a pipe that
+    // `sheaf mount` waits on).
+    let held = fs::read_dir(format!("/proc/{}/fd", dogs[0]))
+        .unwrap()
+        .count();
+    assert_eq!(held, 1, "descriptors the watchdog holds");
     // umount(8) returns before the server has exited, so its watchdog
     // wakes while the next mount, which may get the same device number,
     // is already there: it must leave that one alone.

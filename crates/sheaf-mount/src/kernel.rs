@@ -148,9 +148,13 @@ pub fn mount(mountpoint: &Path, fsname: &str, opts: &[String]) -> Result<Connect
     // SAFETY: plain getter.
     if unsafe { libc::geteuid() } == 0 {
         match mount_watched(mountpoint, fsname, opts) {
+            Ok(Some(c)) => return Ok(c),
+            // No statx (Linux before 4.11): the watchdog could not tell
+            // its mount; fusermount3's does.
+            Ok(None) => {}
             // Root without CAP_SYS_ADMIN (a container): fusermount3 decides.
             Err(KernelError::Io(e)) if e.raw_os_error() == Some(libc::EPERM) => {}
-            r => return r,
+            Err(e) => return Err(e),
         }
     }
     let (ours, theirs) = UnixStream::pair()?;
@@ -270,16 +274,19 @@ pub fn mount_direct(
 /// `auto_unmount`. The child is forked before the mount, so there is no
 /// moment when the mount exists without it; it learns the mount's device
 /// number once the mount is made, and when the socket closes it unmounts
-/// `mountpoint` only if that device is still mounted there.
+/// `mountpoint` only if that device is still mounted there. `None` (nothing
+/// done) where the kernel has no statx to tell devices apart with.
 fn mount_watched(
     mountpoint: &Path,
     fsname: &str,
     opts: &[String],
-) -> Result<Connection, KernelError> {
-    use std::os::unix::fs::MetadataExt;
-    let before = std::fs::metadata(mountpoint)?.dev();
+) -> Result<Option<Connection>, KernelError> {
     let target = CString::new(mountpoint.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a stat call on a valid C string.
+    let Some(before) = (unsafe { mounted_dev(&target) }) else {
+        return Ok(None);
+    };
     let (ours, theirs) = UnixStream::pair()?;
     // SAFETY: the child only makes async-signal-safe calls (this process
     // may have threads) and never returns (`watch` ends in `_exit`).
@@ -289,7 +296,7 @@ fn mount_watched(
     }
     if pid == 0 {
         // SAFETY: in the forked child, as `watch` requires.
-        unsafe { watch(theirs.as_raw_fd(), &target, before) }
+        unsafe { watch(theirs.as_raw_fd(), ours.as_raw_fd(), &target, before) }
     }
     drop(theirs);
     match mount_direct(mountpoint, fsname, opts) {
@@ -302,11 +309,11 @@ fn mount_watched(
                 "mounted {} with mount(2); watchdog {pid}",
                 mountpoint.display()
             );
-            Ok(Connection {
+            Ok(Some(Connection {
                 fd,
                 watchdog: ours,
                 helper: Helper::Forked(pid),
-            })
+            }))
         }
         Err(e) => {
             // Disarmed: nothing was mounted.
@@ -327,18 +334,21 @@ const DISARM: u8 = 1;
 /// The device of what is mounted at `target`, without asking a FUSE
 /// server (`AT_STATX_DONT_SYNC`: a dead or not yet serving one never
 /// answers). While a dead server's mount stays, no other mount can have
-/// its device number, so the watchdog's comparison is exact.
+/// its device number, so the watchdog's comparison is exact. `None` where
+/// the kernel has no statx: the system call itself, as glibc's wrapper
+/// would fall back to a stat that asks the server.
 ///
 /// # Safety
 /// Only a syscall: callable in a forked child.
 unsafe fn mounted_dev(target: &CString) -> Option<u64> {
     let mut x: libc::statx = std::mem::zeroed();
-    let r = libc::statx(
+    let r = libc::syscall(
+        libc::SYS_statx,
         libc::AT_FDCWD,
         target.as_ptr(),
         libc::AT_STATX_DONT_SYNC,
         libc::STATX_TYPE,
-        &mut x,
+        &mut x as *mut libc::statx,
     );
     (r == 0).then(|| libc::makedev(x.stx_dev_major, x.stx_dev_minor))
 }
@@ -351,18 +361,31 @@ unsafe fn mounted_dev(target: &CString) -> Option<u64> {
 ///
 /// # Safety
 /// Call only in a freshly forked child; never returns.
-unsafe fn watch(fd: RawFd, target: &CString, before: u64) -> ! {
+unsafe fn watch(fd: RawFd, server_end: RawFd, target: &CString, before: u64) -> ! {
     let mut all: libc::sigset_t = std::mem::zeroed();
     libc::sigfillset(&mut all);
     // A stop signal for the server's process group is not for it.
     libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
     libc::prctl(libc::PR_SET_NAME, c"sheaf-watchdog".as_ptr());
-    // Hold nothing of the server's: not its image, not its end of the
-    // socket (or it would wait for itself), not the caller's pipes.
-    if fd > 0 {
-        libc::syscall(libc::SYS_close_range, 0, fd - 1, 0);
+    // Hold nothing of the server's: not its end of the socket (or it would
+    // wait for itself), not its image, not the caller's readiness pipe (or
+    // `sheaf mount` would wait for it). close_range is Linux 5.9; before
+    // that, one close per possible descriptor.
+    libc::close(server_end);
+    let keep = fd as libc::c_uint;
+    let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0, keep - 1, 0) == 0;
+    let above = libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0) == 0;
+    if !(below && above) {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        let n = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 16) as RawFd
+        } else {
+            1024
+        };
+        for i in (0..n).filter(|&i| i != fd) {
+            libc::close(i);
+        }
     }
-    libc::syscall(libc::SYS_close_range, fd + 1, u32::MAX, 0);
     let mut dev = [0u8; 8];
     let (mut got, mut disarmed) = (0, false);
     loop {
