@@ -38,8 +38,7 @@ pub fn parse_size64(s: &str) -> Result<u64, String> {
 /// cores: with 2 per core, 4 readers of cold small files on 2 cores left
 /// every lookup queued behind their reads (p99 8 ms; bench/default-image.sh).
 pub fn default_threads() -> usize {
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (cores * 4).clamp(8, 32)
+    (sheaf_mount::serve::cpus() * 4).clamp(8, 32)
 }
 
 /// The remote flags given as mount options (for fstab, where there are no

@@ -109,7 +109,7 @@ impl Readahead {
             stats,
             reading: AtomicUsize::new(0),
             busy,
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: crate::serve::cpus(),
             loadavg: std::fs::File::open("/proc/loadavg").ok(),
         }
     }

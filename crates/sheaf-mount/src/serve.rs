@@ -173,6 +173,15 @@ fn one_arena() {
     unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
 }
 
+/// CPUs this process may use, found once: the standard library reads the
+/// cgroup's quota files each time it is asked, and a mount asks on its
+/// way to the kernel (a caller asking before it forks the server hands
+/// the answer down).
+pub fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
+
 /// The kernel half of [`mount`]: mount at `cfg.mountpoint` and return the
 /// connection. Starts no thread (a caller may still enter a namespace).
 pub fn connect(cfg: &MountConfig) -> Result<Connected, MountError> {
@@ -249,8 +258,7 @@ pub fn attach<F: Filesystem>(
     fc.clone_fd = true;
     if cfg.io_uring {
         // The same number of threads, spread over the kernel's per-CPU queues.
-        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
-        fc.io_uring_threads = cfg.threads.div_ceil(cpus).max(1);
+        fc.io_uring_threads = cfg.threads.div_ceil(cpus()).max(1);
     }
     let session = Session::from_fd(fs, fd, acl, fc).map_err(|cause| MountError::Handshake {
         path: cfg.mountpoint.clone(),

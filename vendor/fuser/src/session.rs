@@ -279,30 +279,8 @@ impl<FS: Filesystem> Session<FS> {
 
         let mut filesystem = Arc::new(filesystem);
 
-        let mut channels = Vec::with_capacity(n_threads);
-
-        for _ in 0..n_threads_minus_one {
-            if config.clone_fd {
-                #[cfg(target_os = "linux")]
-                {
-                    channels.push(ch.clone_fd()?);
-                    continue;
-                }
-                #[cfg(not(target_os = "linux"))]
-                {
-                    return Err(io::Error::other("clone_fd is only supported on Linux"));
-                }
-            } else {
-                channels.push(ch.clone());
-            }
-        }
-        #[cfg(target_os = "linux")]
-        let ring_ch = ch.clone();
-        channels.push(ch);
-
         let mut threads = Vec::with_capacity(n_threads);
-
-        for (i, ch) in channels.into_iter().enumerate() {
+        let spawn = |i: usize, ch: Channel| {
             let thread_name = format!("fuser-{i}");
             let event_loop = SessionEventLoop {
                 thread_name: thread_name.clone(),
@@ -311,12 +289,31 @@ impl<FS: Filesystem> Session<FS> {
                 allowed,
                 session_owner,
             };
-            threads.push(
-                thread::Builder::new()
-                    .name(thread_name)
-                    .spawn(move || event_loop.event_loop())?,
-            );
+            thread::Builder::new()
+                .name(thread_name)
+                .spawn(move || event_loop.event_loop())
+        };
+        // sheaf: the first thread serves the original channel before the
+        // others are cloned and started, so the first requests after a
+        // mount (the `ls` that follows it) do not wait for every clone.
+        threads.push(spawn(0, ch.clone())?);
+        for i in 1..=n_threads_minus_one {
+            let c = if config.clone_fd {
+                #[cfg(target_os = "linux")]
+                {
+                    ch.clone_fd()?
+                }
+                #[cfg(not(target_os = "linux"))]
+                {
+                    return Err(io::Error::other("clone_fd is only supported on Linux"));
+                }
+            } else {
+                ch.clone()
+            };
+            threads.push(spawn(i, c)?);
         }
+        #[cfg(target_os = "linux")]
+        let ring_ch = ch;
 
         #[cfg(target_os = "linux")]
         if let Some((payload, probe)) = uring {
