@@ -28,33 +28,52 @@ fn mount(img: &Path, mp: &Path, opts: &[&str]) -> Mounted {
 }
 
 /// Process ids of `sheaf mount` processes serving `mp`.
-fn servers(mp: &Path) -> Vec<u32> {
-    let mut v = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cl) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cl.split(|&b| b == 0).filter(|a| !a.is_empty()).collect();
+/// A process as /proc shows it: pid, name (`comm`), arguments, whether a zombie.
+struct Proc {
+    pid: u32,
+    comm: String,
+    args: Vec<Vec<u8>>,
+    zombie: bool,
+}
+
+fn procs() -> impl Iterator<Item = Proc> {
+    fs::read_dir("/proc").unwrap().flatten().filter_map(|e| {
+        let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+        let cl = fs::read(e.path().join("cmdline")).ok()?;
+        let args = cl
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
         let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(')')
-            .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
-        // A root mount's watchdog is a fork of its server (same command line).
-        let watchdog = stat.contains("(sheaf-watchdog)");
-        let mp_s = mp.as_os_str().as_encoded_bytes();
-        if !zombie
-            && !watchdog
-            && args.iter().any(|a| *a == b"mount")
-            && args.iter().any(|a| a.ends_with(mp_s) || mp_s.ends_with(a))
-            && args.first().is_some_and(|a| a.ends_with(b"sheaf"))
-        {
-            v.push(pid);
-        }
-    }
-    v
+        // "pid (comm) state ...": comm may hold spaces and parentheses.
+        let (head, rest) = stat.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_string();
+        let zombie = rest.trim_start().starts_with('Z');
+        Some(Proc {
+            pid,
+            comm,
+            args,
+            zombie,
+        })
+    })
+}
+
+fn servers(mp: &Path) -> Vec<u32> {
+    let mp_s = mp.as_os_str().as_encoded_bytes();
+    procs()
+        .filter(|p| {
+            // A root mount's watchdog is a fork of its server (same command line).
+            !p.zombie
+                && p.comm != "sheaf-watchdog"
+                && p.args.iter().any(|a| a == b"mount")
+                && p.args
+                    .iter()
+                    .any(|a| a.ends_with(mp_s) || mp_s.ends_with(a))
+                && p.args.first().is_some_and(|a| a.ends_with(b"sheaf"))
+        })
+        .map(|p| p.pid)
+        .collect()
 }
 
 fn stats(mp: &Path) -> serde_json::Value {
@@ -340,18 +359,10 @@ fn kill_9_gives_an_error_not_a_hang_and_the_mountpoint_recovers() {
 /// Pids of processes named `comm` whose command line mentions `mp`.
 fn named(comm: &str, mp: &Path) -> Vec<u32> {
     let mp = mp.as_os_str().as_encoded_bytes();
-    let mut v = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let name = fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        let cl = fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if name.trim_end() == comm && cl.split(|&b| b == 0).any(|a| a == mp) {
-            v.push(pid);
-        }
-    }
-    v
+    procs()
+        .filter(|p| p.comm == comm && p.args.iter().any(|a| a == mp))
+        .map(|p| p.pid)
+        .collect()
 }
 
 #[test]

@@ -22,10 +22,10 @@
 //! image's root owns the parent (e.g. `$HOME` under `/home`): such an
 //! optional mount is left out, and [`assemble`] says which.
 
+use crate::kernel::cpath;
 use crate::namespace::NamespaceError;
 use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// What to put around the image.
@@ -61,10 +61,6 @@ fn step(what: String) -> impl FnOnce(io::Error) -> NamespaceError {
     move |cause| NamespaceError::Step { what, cause }
 }
 
-fn c(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("NUL in path"))
-}
-
 fn mount(
     src: Option<&Path>,
     target: &Path,
@@ -72,8 +68,8 @@ fn mount(
     flags: libc::c_ulong,
     data: Option<&str>,
 ) -> io::Result<()> {
-    let src = src.map(c).transpose()?;
-    let target = c(target)?;
+    let src = src.map(cpath).transpose()?;
+    let target = cpath(target)?;
     let fstype = fstype.map(|f| CString::new(f).expect("no NUL"));
     let data = data.map(|d| CString::new(d).expect("no NUL"));
     // SAFETY: valid C strings or null pointers.

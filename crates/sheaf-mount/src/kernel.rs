@@ -245,14 +245,11 @@ pub fn mount_direct(
             s => data.push(s.to_string()),
         }
     }
-    let c = |s: &[u8]| {
-        std::ffi::CString::new(s).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-    };
     let (src, target, fstype, data) = (
-        c(fsname.as_bytes())?,
-        c(mountpoint.as_os_str().as_bytes())?,
-        c(b"fuse.sheaf")?,
-        c(data.join(",").as_bytes())?,
+        c_string(fsname.as_bytes())?,
+        cpath(mountpoint)?,
+        c_string(b"fuse.sheaf")?,
+        c_string(data.join(",").as_bytes())?,
     );
     // SAFETY: valid C strings.
     let r = unsafe {
@@ -270,6 +267,17 @@ pub fn mount_direct(
     Ok(OwnedFd::from(dev))
 }
 
+/// A C string for a system call; an inner NUL is EINVAL, as the kernel
+/// would say of such a path.
+pub(crate) fn c_string(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// [`c_string`] of a path.
+pub(crate) fn cpath(p: &Path) -> io::Result<CString> {
+    c_string(p.as_os_str().as_bytes())
+}
+
 /// [`mount_direct`] with a forked watchdog standing in for fusermount3's
 /// `auto_unmount`. The child is forked before the mount, so there is no
 /// moment when the mount exists without it; it learns the mount's device
@@ -281,8 +289,7 @@ fn mount_watched(
     fsname: &str,
     opts: &[String],
 ) -> Result<Option<Connection>, KernelError> {
-    let target = CString::new(mountpoint.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let target = cpath(mountpoint)?;
     // SAFETY: a stat call on a valid C string.
     let Some(before) = (unsafe { mounted_dev(&target) }) else {
         return Ok(None);

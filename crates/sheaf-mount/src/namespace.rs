@@ -13,6 +13,7 @@
 //! directories are created in the tmpfs. FUSE mounts inside the namespace
 //! use [`crate::kernel::mount_direct`].
 
+use crate::kernel::cpath;
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -58,10 +59,6 @@ pub struct Identity {
     pub uid: Option<u32>,
     /// Group id inside (default: the same as outside).
     pub gid: Option<u32>,
-}
-
-fn cpath(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 fn check(r: libc::c_int) -> io::Result<()> {
