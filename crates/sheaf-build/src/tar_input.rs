@@ -23,7 +23,7 @@ pub fn decompressor<'a>(r: impl Read + 'a) -> std::io::Result<Box<dyn Read + 'a>
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         Box::new(zstd::stream::read::Decoder::with_buffer(br)?)
     } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        Box::new(xz2::read::XzDecoder::new_multi_decoder(br))
+        Box::new(liblzma::read::XzDecoder::new_multi_decoder(br))
     } else if head.starts_with(b"BZh") {
         Box::new(bzip2::read::MultiBzDecoder::new(br))
     } else {

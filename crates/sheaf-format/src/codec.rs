@@ -140,7 +140,7 @@ impl Codec {
             Codec::Lz4 => lz4_flex::block::compress(data),
             Codec::Xz => {
                 let mut out = Vec::with_capacity(data.len() / 3);
-                let mut enc = xz2::read::XzEncoder::new(data, level as u32);
+                let mut enc = liblzma::read::XzEncoder::new(data, level as u32);
                 enc.read_to_end(&mut out)
                     .expect("xz compression from memory cannot fail");
                 out
@@ -201,7 +201,7 @@ impl Codec {
                 out.truncate(n);
             }
             Codec::Xz => {
-                xz2::read::XzDecoder::new(data)
+                liblzma::read::XzDecoder::new(data)
                     .take(ulen as u64 + 1)
                     .read_to_end(out)
                     .map_err(|e| err(e.to_string()))?;
