@@ -132,11 +132,24 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
         }
         _child => {
             drop(wr);
-            let mut msg = String::new();
-            std::fs::File::from(rd).read_to_string(&mut msg)?;
-            match msg.split_at_checked(1) {
-                Some(("K", _)) => Ok(0),
-                Some(("E", e)) => bail!("{e}"),
+            // "K" is all there is to read: return on it rather than wait
+            // for the end of the pipe, which comes only once the server
+            // (and its watchdog, forked holding a copy) got to close it.
+            let mut rd = std::fs::File::from(rd);
+            let mut first = [0u8; 1];
+            let n = loop {
+                match rd.read(&mut first) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    r => break r?,
+                }
+            };
+            match (n, first[0]) {
+                (1, b'K') => Ok(0),
+                (1, b'E') => {
+                    let mut msg = String::new();
+                    rd.read_to_string(&mut msg)?;
+                    bail!("{msg}")
+                }
                 _ => bail!(
                     "the mount process for {} exited before the mount was ready (see its log)",
                     mp.display()
