@@ -2,7 +2,8 @@
 # HCP scale (issue 15 §4): a 16M-entry image built from a tar stream that
 # bench/gen-tar.py generates on the fly (this disk has too few inodes for such
 # a directory), against squashfs-tools-ng's tar2sqfs on the same stream; then
-# reading it: mount time (warm and after drop_caches, medians of 5: returned,
+# reading it: mount time (warm and after drop_caches, medians of
+# SCALE_MOUNT_ROUNDS rounds alternating with the anchor: returned,
 # root listed, with ls) against
 # squashfuse_ll on the tar2sqfs image, server RSS after a full walk, warm
 # `find` rate (kernel squashfs beside it), and `sheaf find` with no mount.
@@ -16,6 +17,7 @@
 # Env:   SCALE_ENTRIES (default 16000000), SCALE_SMALL (default 1000000),
 #        SCALE_ANCHOR_ENTRIES (default SCALE_ENTRIES: the size of the stream
 #        tar2sqfs builds; smaller saves time, about 80 s per 1M entries here),
+#        SCALE_MOUNT_ROUNDS (default 15),
 #        SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), PYTHON
 set -euo pipefail
 
@@ -93,31 +95,43 @@ mnt() {
     esac
     CUR=$1
 }
-# mount_time KIND [cold]: "RET LIST LS", medians of 5 cycles (ns) of the
-# mount command returning, of that plus the root listed by the shell (a glob:
-# no program is started, whose own cold load would count), and, in 5 more
-# cycles, of the mount plus `ls` of the root (the figure of runs before
-# 2026-11-25 14:00, which includes ls loading: 5-8 ms after drop_caches).
-mount_time() {
-    local a=() b=() c=() l s m g e
-    for _ in 1 2 3 4 5; do
-        [ "${2:-}" = cold ] && drop_caches
-        s=$(now_ns); mnt "$1"; m=$(now_ns); l=("$MP"/*); g=$(now_ns)
-        [ -e "${l[0]}" ] || die "$1: the root of the mount lists nothing"
-        a+=($((m - s))); b+=($((g - s))); umnt
+# mount_times [cold]: sets R[KIND,mount_ret], R[KIND,mount] and
+# R[KIND,mount_ls] (mount_cold_* with "cold", after drop_caches each time)
+# for sheaf and squashfuse_ll, medians (ns) over MOUNT_ROUNDS rounds in which
+# the two alternate, so that both see the same spells of a noisy machine
+# (one binary's cold mounts spread over 10 ms here): the mount command
+# returning, that plus the root listed by the shell (a glob: no program is
+# started, whose own cold load would count), and, in a second cycle, the
+# mount plus `ls` of the root (the figure of runs before 2026-11-25 14:00,
+# which includes ls loading: 5-8 ms after drop_caches).
+MOUNT_ROUNDS=${SCALE_MOUNT_ROUNDS:-15}
+mount_times() {
+    local cold=${1:-} sfx="" k l s m g e
+    [ -n "$cold" ] && sfx=_cold
+    local -A a=() b=() c=()
+    for _ in $(seq "$MOUNT_ROUNDS"); do
+        for k in sheaf squashfuse_ll; do
+            [ -n "$cold" ] && drop_caches
+            s=$(now_ns); mnt "$k"; m=$(now_ns); l=("$MP"/*); g=$(now_ns)
+            [ -e "${l[0]}" ] || die "$k: the root of the mount lists nothing"
+            a[$k]+=" $((m - s))"; b[$k]+=" $((g - s))"; umnt
+            [ -n "$cold" ] && drop_caches
+            s=$(now_ns); mnt "$k"; ls "$MP" >/dev/null; e=$(now_ns)
+            c[$k]+=" $((e - s))"; umnt
+        done
     done
-    for _ in 1 2 3 4 5; do
-        [ "${2:-}" = cold ] && drop_caches
-        s=$(now_ns); mnt "$1"; ls "$MP" >/dev/null; e=$(now_ns)
-        c+=($((e - s))); umnt
+    for k in sheaf squashfuse_ll; do
+        # shellcheck disable=SC2086 # the lists are words
+        R[$k,mount${sfx}_ret]=$(median ${a[$k]})
+        # shellcheck disable=SC2086
+        R[$k,mount$sfx]=$(median ${b[$k]})
+        # shellcheck disable=SC2086
+        R[$k,mount${sfx}_ls]=$(median ${c[$k]})
     done
-    echo "$(median "${a[@]}") $(median "${b[@]}") $(median "${c[@]}")"
 }
-for k in sheaf squashfuse_ll; do
-    log "$k: mount time"
-    read -r "R[$k,mount_ret]" "R[$k,mount]" "R[$k,mount_ls]" < <(mount_time $k)
-    read -r "R[$k,mount_cold_ret]" "R[$k,mount_cold]" "R[$k,mount_cold_ls]" < <(mount_time $k cold)
-done
+log "mount time: sheaf and squashfuse_ll alternating, $MOUNT_ROUNDS rounds, warm then cold"
+mount_times
+mount_times cold
 
 log "sheaf: walk (cold: fresh mount after drop_caches; then warm)"
 drop_caches; mnt sheaf
@@ -182,7 +196,7 @@ SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="
     echo "| | sheaf | squashfuse_ll (tar2sqfs image) | kernel squashfs |"
     echo "|---|---:|---:|---:|"
     mt() { echo "$(ms "${R[$1,$2_ret]}") / **$(ms "${R[$1,$2]}")** / $(ms "${R[$1,$2_ls]}")"; }
-    echo "| mount ms, warm: returned / **root listed** / with \`ls\` (medians of 5) | $(mt sheaf mount) | $(mt squashfuse_ll mount) | |"
+    echo "| mount ms, warm: returned / **root listed** / with \`ls\` (medians of $MOUNT_ROUNDS rounds, alternating with squashfuse_ll) | $(mt sheaf mount) | $(mt squashfuse_ll mount) | |"
     echo "| mount ms, after drop_caches: the same three | $(mt sheaf mount_cold) | $(mt squashfuse_ll mount_cold) | |"
     echo "| cold find (fresh mount after drop_caches), K entries/s | $(rate "${R[sheaf,entries]}" "${R[sheaf,find_first]}") | | $(rate "${R[kernel,entries]}" "${R[kernel,find_first]}") |"
     echo "| warm find, K entries/s | $(rate "${R[sheaf,entries]}" "${R[sheaf,find_warm]}") | | $(rate "${R[kernel,entries]}" "${R[kernel,find_warm]}") |"
