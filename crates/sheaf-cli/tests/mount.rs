@@ -27,7 +27,6 @@ fn mount(img: &Path, mp: &Path, opts: &[&str]) -> Mounted {
     Mounted::run(&mut c, mp)
 }
 
-/// Process ids of `sheaf mount` processes serving `mp`.
 /// A process as /proc shows it: pid, name (`comm`), arguments, whether a zombie.
 struct Proc {
     pid: u32,
@@ -59,6 +58,7 @@ fn procs() -> impl Iterator<Item = Proc> {
     })
 }
 
+/// Process ids of `sheaf mount` processes serving `mp`.
 fn servers(mp: &Path) -> Vec<u32> {
     let mp_s = mp.as_os_str().as_encoded_bytes();
     procs()
