@@ -4,8 +4,8 @@
 use crate::util::{human, RemoteArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+pub(crate) use sheaf_cli::options::absolute;
 use sheaf_cli::options::MountOptions;
-pub(crate) use sheaf_cli::options::{absolute, default_threads};
 use sheaf_cli::serve::{serve_image, serve_mount};
 use sheaf_mount::serve::check_mountpoint;
 use sheaf_mount::{kernel, FsConfig, UnionConfig, UnionFs};

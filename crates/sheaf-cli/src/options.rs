@@ -34,13 +34,6 @@ pub fn parse_size64(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("'{s}' is not a size (examples: 64K, 1M, 4M)"))
 }
 
-/// Request threads block on disk or network reads, so there are more than
-/// cores: with 2 per core, 4 readers of cold small files on 2 cores left
-/// every lookup queued behind their reads (p99 8 ms; bench/default-image.sh).
-pub fn default_threads() -> usize {
-    (sheaf_mount::serve::cpus() * 4).clamp(8, 32)
-}
-
 /// The remote flags given as mount options (for fstab, where there are no
 /// flags); each overrides its flag.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -65,6 +58,8 @@ pub struct RemoteOptions {
 #[derive(Debug, Clone)]
 pub struct MountOptions {
     pub cache_size: usize,
+    /// `threads=`; 0 for the default, counted by the server once the mount
+    /// is ready (`sheaf_mount::serve::default_threads`).
     pub threads: usize,
     pub readahead: u32,
     pub readdirplus: Readdirplus,
@@ -92,7 +87,7 @@ impl MountOptions {
     pub fn parse(lists: &[String], from_fstab: bool) -> Result<MountOptions> {
         let mut p = MountOptions {
             cache_size: 256 << 20,
-            threads: default_threads(),
+            threads: 0,
             readahead: 1,
             readdirplus: Readdirplus::default(),
             uid: None,

@@ -13,7 +13,7 @@
 //! instead, and their paths are given to the command in environment
 //! variables.
 
-use crate::mount::{default_threads, fsname_of, split_layers};
+use crate::mount::{fsname_of, split_layers};
 use anyhow::{anyhow, bail, Context, Result};
 use sheaf_mount::namespace::{self, Identity, Scratch};
 use sheaf_mount::serve::{Connected, MountConfig};
@@ -787,7 +787,7 @@ fn mount_config(s: &Spec, at: &Path, direct: bool) -> MountConfig {
         mountpoint: at.to_path_buf(),
         fsname: fsname_of(&s.images),
         fs: FsConfig::default(),
-        threads: default_threads(),
+        threads: 0,
         allow_other: false,
         allow_root: false,
         suid: false,

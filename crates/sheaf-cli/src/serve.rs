@@ -77,7 +77,7 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
     };
     if foreground {
         logging::init(log_target(true)?, prefix, p.debug);
-        let m = sheaf_mount::serve::mount(cfg, make)?;
+        let m = sheaf_mount::serve::mount(cfg, make, || ())?;
         log::info!(
             "mounted {} in {:.1} ms{signer}",
             cfg.fsname,
@@ -105,15 +105,19 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
         -1 => bail!("fork: {}", std::io::Error::last_os_error()),
         0 => {
             drop(rd);
-            let mut wr = std::fs::File::from(wr);
+            let mut wr = Some(std::fs::File::from(wr));
             detach();
             logging::init(target, prefix, p.debug);
-            match sheaf_mount::serve::mount(cfg, make) {
+            // "K" once the kernel has the mount (requests wait for the
+            // handshake that follows), before the first log line: syslog's
+            // first line reads the time zone files, cold after a reboot.
+            let ready = || {
+                if let Some(mut w) = wr.take() {
+                    let _ = w.write_all(b"K");
+                }
+            };
+            match sheaf_mount::serve::mount(cfg, make, ready) {
                 Ok(m) => {
-                    // The parent first: syslog's first line reads the time
-                    // zone files, cold after a reboot.
-                    let _ = wr.write_all(b"K");
-                    drop(wr);
                     log::info!("mounted {}{signer}", cfg.fsname);
                     let code = match m.serve() {
                         Ok(()) => 0,
@@ -125,7 +129,14 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
                     std::process::exit(code);
                 }
                 Err(e) => {
-                    let _ = write!(wr, "E{e}");
+                    match wr {
+                        Some(mut wr) => {
+                            let _ = write!(wr, "E{e}");
+                        }
+                        // The parent has returned: the log has it, and
+                        // exiting unmounts (the watchdog).
+                        None => log::error!("{e}"),
+                    }
                     std::process::exit(1);
                 }
             }

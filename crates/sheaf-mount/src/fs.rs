@@ -63,10 +63,9 @@ pub struct FsConfig {
 
 /// Read the root's first listing and its entries' attributes in the
 /// background. The first thing done with a new mount is listing its root,
-/// and `new` runs before the kernel mount (a few ms through fusermount3,
-/// less for root's own mount(2)), so after drop_caches those reads are
-/// mostly done by the time the first request comes (a 1M-entry image: mount plus first listing 17-19 ms,
-/// 2-5 ms of it the listing, docs/mount.md).
+/// and `new` runs just before the FUSE handshake, which the kernel waits
+/// for before it sends that listing, so after drop_caches its reads are
+/// under way by the time the request comes (docs/mount.md).
 fn warm_root(img: &Arc<Image>) {
     let img = img.clone();
     let _ = std::thread::Builder::new()

@@ -542,6 +542,12 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
 
 /// The mount at exactly `path` (the last one, if stacked), if any.
 pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
+    // One statx answers the common "no" without reading the mount table,
+    // which has hundreds of lines on a cluster node (0.2 ms of a warm
+    // `sheaf mount` even here).
+    if is_mount_root(path) == Some(false) {
+        return Ok(None);
+    }
     let mut s = String::new();
     File::open("/proc/self/mountinfo")?.read_to_string(&mut s)?;
     Ok(parse_mountinfo(&s)
@@ -550,9 +556,46 @@ pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
         .find(|m| m.mountpoint.as_os_str().as_bytes() == path.as_os_str().as_bytes()))
 }
 
+/// Whether `path` is the root of a mount, where the kernel says
+/// (`STATX_ATTR_MOUNT_ROOT`, Linux 5.8+); `None` if it cannot tell.
+fn is_mount_root(path: &Path) -> Option<bool> {
+    let target = cpath(path).ok()?;
+    let root = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    // SAFETY: a statx call on a valid C string into a zeroed buffer.
+    let x = unsafe {
+        let mut x: libc::statx = std::mem::zeroed();
+        let r = libc::syscall(
+            libc::SYS_statx,
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            libc::AT_NO_AUTOMOUNT | libc::AT_STATX_DONT_SYNC,
+            0,
+            &mut x as *mut libc::statx,
+        );
+        (r == 0).then_some(x)?
+    };
+    (x.stx_attributes_mask & root != 0).then_some(x.stx_attributes & root != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_roots_are_told_by_statx() {
+        // Expected values from the mount table itself.
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mounted = |p: &str| {
+            parse_mountinfo(&table)
+                .iter()
+                .any(|m| m.mountpoint == Path::new(p))
+        };
+        for p in ["/", "/proc", "/etc"] {
+            let root = is_mount_root(Path::new(p)).expect("Linux 5.8+ tells mount roots");
+            assert_eq!(root, mounted(p), "{p}");
+        }
+        assert_eq!(is_mount_root(Path::new("/no/such/dir")), None);
+    }
 
     #[test]
     fn mountinfo_lines_are_parsed_and_unescaped() {
