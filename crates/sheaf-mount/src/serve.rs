@@ -151,10 +151,10 @@ pub struct Connected {
 /// `ready` runs as soon as the kernel has the mount, before `make` and the
 /// FUSE handshake: the kernel holds every request until the handshake
 /// answers INIT, so a caller waiting for the mount may go on (libfuse's
-/// daemonised servers return at the same point). Measured on a 16M-entry
-/// image, 30 alternating rounds after drop_caches: `sheaf mount` returned
-/// 18.55 ms against 20.3 with `ready` after the handshake, root listed
-/// 22.35 against 23.0 (docs/mount.md). If the handshake fails after
+/// daemonised servers return at the same point). A 16M-entry image, 40
+/// alternating rounds, medians, `sheaf mount` returned / root listed:
+/// warm 7.15 / 9.95 ms against 8.2 / 10.65 with `ready` after the
+/// handshake (docs/mount.md, seventh stop). If the handshake fails after
 /// `ready`, the caller's error ends the server and the watchdog (or
 /// fusermount3's auto_unmount) takes the mount away.
 pub fn mount<F: Filesystem>(
@@ -194,9 +194,9 @@ pub fn default_threads() -> usize {
 }
 
 /// CPUs this process may use, found once: the standard library reads the
-/// cgroup's quota files each time it is asked, and a mount asks on its
-/// way to the kernel (a caller asking before it forks the server hands
-/// the answer down).
+/// cgroup's quota files each time it is asked, and a server asks several
+/// times as it starts (after the mount is ready, so the waiting `sheaf
+/// mount` does not wait for those reads).
 pub fn cpus() -> usize {
     static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
