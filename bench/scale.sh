@@ -18,6 +18,9 @@
 #        SCALE_ANCHOR_ENTRIES (default SCALE_ENTRIES: the size of the stream
 #        tar2sqfs builds; smaller saves time, about 80 s per 1M entries here),
 #        SCALE_MOUNT_ROUNDS (default 15),
+#        SCALE_IMAGES=DIR: keep the two images read (hcp-N.sheaf, hcp-AN.sqfs)
+#        in DIR, and if both are there already, build nothing and time only
+#        the reading (the builder's figures are then left out of the report),
 #        SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), PYTHON
 set -euo pipefail
 
@@ -61,6 +64,12 @@ median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int(
 verdict() { awk -v x="$1" -v t="$2" -v d="${3:-le}" 'BEGIN { ok = (d == "le") ? x <= t : x >= t; print ok ? "met" : "MISSED" }'; }
 
 declare -A R
+KEEP=${SCALE_IMAGES:-}
+REUSE=""
+if [ -n "$KEEP" ]; then
+    mkdir -p "$KEEP"
+    [ -s "$KEEP/hcp-$N.sheaf" ] && [ -s "$KEEP/hcp-$AN.sqfs" ] && REUSE=1
+fi
 # build KIND COUNT: wall ns and peak RSS KiB of one build from the generated stream.
 build() {
     local kind=$1 n=$2 img s e
@@ -78,15 +87,20 @@ build() {
     R[$kind,$n,wall]=$((e - s)); R[$kind,$n,rss]=$(tail -1 "$WORK/time"); R[$kind,$n,size]=$(stat -c %s "$img")
     log "$kind $n entries: $(secs $((e - s))) s, peak RSS $((R[$kind,$n,rss] / 1024)) MiB, $(mb "${R[$kind,$n,size]}") MB"
 }
-log "generator alone, $SMALL entries"
-s=$(now_ns); "$PYTHON" "$GEN" "$SMALL" | wc -c > "$WORK/genbytes"; e=$(now_ns)
-R[gen,wall]=$((e - s)); R[gen,bytes]=$(cat "$WORK/genbytes")
-for n in "$SMALL" "$N"; do build sheaf "$n"; done
-for n in $(printf '%s\n' "$SMALL" "$AN" | sort -nu); do build sqfs "$n"; done
-rm -f "$WORK/hcp-$SMALL.sheaf"
-[ "$SMALL" = "$AN" ] || rm -f "$WORK/hcp-$SMALL.sqfs"
+if [ -n "$REUSE" ]; then
+    log "reusing $KEEP/hcp-$N.sheaf and $KEEP/hcp-$AN.sqfs: no builds"
+else
+    log "generator alone, $SMALL entries"
+    s=$(now_ns); "$PYTHON" "$GEN" "$SMALL" | wc -c > "$WORK/genbytes"; e=$(now_ns)
+    R[gen,wall]=$((e - s)); R[gen,bytes]=$(cat "$WORK/genbytes")
+    for n in "$SMALL" "$N"; do build sheaf "$n"; done
+    for n in $(printf '%s\n' "$SMALL" "$AN" | sort -nu); do build sqfs "$n"; done
+    rm -f "$WORK/hcp-$SMALL.sheaf"
+    [ "$SMALL" = "$AN" ] || rm -f "$WORK/hcp-$SMALL.sqfs"
+    [ -z "$KEEP" ] || mv "$WORK/hcp-$N.sheaf" "$WORK/hcp-$AN.sqfs" "$KEEP/"
+fi
 
-IMG=$WORK/hcp-$N.sheaf SQ=$WORK/hcp-$AN.sqfs
+IMG=${KEEP:-$WORK}/hcp-$N.sheaf SQ=${KEEP:-$WORK}/hcp-$AN.sqfs
 mnt() {
     case $1 in
         sheaf) "$SHEAF" mount "$IMG" "$MP" ;;
@@ -167,14 +181,18 @@ if [ -d "$DATA/M" ]; then
     done
 fi
 
-PER_ENTRY=$(awk -v a="${R[sheaf,$N,rss]}" -v b="${R[sheaf,$SMALL,rss]}" -v n="$N" -v m="$SMALL" 'BEGIN { printf "%.0f", (a - b) * 1024 / (n - m) }')
+[ -n "$REUSE" ] || PER_ENTRY=$(awk -v a="${R[sheaf,$N,rss]}" -v b="${R[sheaf,$SMALL,rss]}" -v n="$N" -v m="$SMALL" 'BEGIN { printf "%.0f", (a - b) * 1024 / (n - m) }')
 # (No slope for tar2sqfs when it built one size only.)
-SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="$AN" -v m="$SMALL" 'BEGIN { if (n == m) print "n/a"; else printf "%.0f", (a - b) * 1024 / (n - m) }')
+[ -n "$REUSE" ] || SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="$AN" -v m="$SMALL" 'BEGIN { if (n == m) print "n/a"; else printf "%.0f", (a - b) * 1024 / (n - m) }')
 {
     echo "# HCP scale: $N entries, $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r); load at end $(cut -d' ' -f1-3 /proc/loadavg)."
     echo "sheaf $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates 2>/dev/null || echo ' (+ uncommitted changes)'); $(tar2sqfs --version 2>&1 | head -1); squashfuse $(dpkg-query -W -f '${Version}' squashfuse 2>/dev/null)."
+    if [ -n "$REUSE" ]; then
+    echo "Input: the images of an earlier run of \`bench/gen-tar.py $N\` (and $AN for the anchors), kept in $KEEP (SCALE_IMAGES): nothing was built this run."
+    echo
+    else
     echo "Input: \`bench/gen-tar.py $N\` (HCP-like: subjects of ~14.5K entries, 48 files per directory, files 12 B–1 KiB, all different); the generator alone makes $SMALL entries ($(mb "${R[gen,bytes]}") MB of tar) in $(secs "${R[gen,wall]}") s."
     echo "Builds read the stream from a pipe (generation time included), page cache dropped before each, one run each: sheaf default options; tar2sqfs \`-c zstd\`."
     echo
@@ -189,6 +207,7 @@ SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="
     echo
     echo "Builder memory per entry (slope between the two builds): sheaf **$PER_ENTRY B**, tar2sqfs ${SQ_PER_ENTRY/%[0-9]/& B}."
     echo
+    fi
     echo "## Reading the $N-entry image"
     echo
     [ "$AN" = "$N" ] || echo "The anchors (tar2sqfs, squashfuse_ll, kernel squashfs) use the $AN-entry stream's image (SCALE_ANCHOR_ENTRIES); rates are per entry."
@@ -216,11 +235,13 @@ SQ_PER_ENTRY=$(awk -v a="${R[sqfs,$AN,rss]}" -v b="${R[sqfs,$SMALL,rss]}" -v n="
     echo
     echo "| target | measured | |"
     echo "|---|---|---|"
+    if [ -z "$REUSE" ]; then
     echo "| builder ≤ 150 B per entry | $PER_ENTRY B | $(verdict "$PER_ENTRY" 150) |"
     x=$(awk -v a="${R[sheaf,$AN,wall]:-${R[sheaf,$SMALL,wall]}}" -v b="${R[sqfs,$AN,wall]}" 'BEGIN { printf "%.2f", a / b }')
     [ "$AN" = "$N" ] && echo "| build time vs tar2sqfs, same stream (no target given; reported) | ${x}× | — |"
     x=$(awk -v a="${R[sheaf,$SMALL,wall]}" -v b="${R[sqfs,$SMALL,wall]}" 'BEGIN { printf "%.2f", a / b }')
     echo "| build time vs tar2sqfs, $SMALL entries | ${x}× | — |"
+    fi
     x=$(ms "${R[sheaf,mount_cold]}"); echo "| mount ≤ 20 ms after drop_caches (mount and its root listed by the shell; with a cold \`ls\`: $(ms "${R[sheaf,mount_cold_ls]}") ms, squashfuse_ll $(ms "${R[squashfuse_ll,mount_cold_ls]}")) | $x ms | $(verdict "$x" 20) |"
     x=$(ms "${R[sheaf,mount]}"); echo "| mount ≤ 20 ms warm (the same) | $x ms | $(verdict "$x" 20) |"
     x=$((R[sheaf,rss] / 1024)); echo "| server RSS ≤ 64 MiB + caches (64 MiB page + 256 MiB block cache by default) | $x MiB | $(verdict "$x" $((64 + 64 + 256))) |"

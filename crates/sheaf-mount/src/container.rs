@@ -22,9 +22,8 @@
 //! image's root owns the parent (e.g. `$HOME` under `/home`): such an
 //! optional mount is left out, and [`assemble`] says which.
 
-use crate::kernel::cpath;
+use crate::kernel::{c_string, cpath};
 use crate::namespace::NamespaceError;
-use std::ffi::CString;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -70,8 +69,8 @@ fn mount(
 ) -> io::Result<()> {
     let src = src.map(cpath).transpose()?;
     let target = cpath(target)?;
-    let fstype = fstype.map(|f| CString::new(f).expect("no NUL"));
-    let data = data.map(|d| CString::new(d).expect("no NUL"));
+    let fstype = fstype.map(|f| c_string(f.as_bytes())).transpose()?;
+    let data = data.map(|d| c_string(d.as_bytes())).transpose()?;
     // SAFETY: valid C strings or null pointers.
     let r = unsafe {
         libc::mount(
