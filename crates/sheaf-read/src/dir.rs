@@ -49,10 +49,32 @@ impl Image {
     /// order), the names in one range too: a listing costs a few page-cache
     /// lookups, not several per entry.
     pub fn read_dir(&self, dir: &Inode, from: u64, max: usize) -> Result<Vec<DirEntry>, ReadError> {
+        let mut v = Vec::new();
+        self.read_dir_each(dir, from, max, &mut |name, ino, file_type| {
+            v.push(DirEntry {
+                name: name.to_vec(),
+                ino,
+                file_type,
+            })
+        })?;
+        Ok(v)
+    }
+
+    /// [`Image::read_dir`] without a `Vec` per name: `each` gets every
+    /// entry's name (borrowed), inode number and type, in name order, each
+    /// checked before it is given. A walk of 16M entries allocated and
+    /// freed a name per entry, a tenth of `sheaf find`'s time.
+    pub fn read_dir_each(
+        &self,
+        dir: &Inode,
+        from: u64,
+        max: usize,
+        each: &mut dyn FnMut(&[u8], u32, FileType),
+    ) -> Result<(), ReadError> {
         let (start, n) = self.dir_range(dir)?;
         let end = n.min(from.saturating_add(max as u64));
         if from >= end {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let count = (end - from) as usize;
         let recs = self.records(
@@ -75,23 +97,31 @@ impl Image {
         } else {
             None
         };
-        let mut v: Vec<DirEntry> = Vec::with_capacity(count);
+        // The previous name, for the order check, in one reused buffer.
+        let mut prev: Option<Vec<u8>> = None;
         for d in recs {
+            let read;
             let name = match &names {
                 Some(h) => {
                     let s = (d.name_offset - lo) as usize;
-                    h[s..s + d.name_len as usize].to_vec()
+                    &h[s..s + d.name_len as usize]
                 }
-                None => self.dirent_name(&d)?,
+                None => {
+                    read = self.dirent_name(&d)?;
+                    &read[..]
+                }
             };
-            self.check_listed_name(dir, v.last().map(|p| p.name.as_slice()), &name)?;
-            v.push(DirEntry {
+            self.check_listed_name(dir, prev.as_deref(), name)?;
+            each(
                 name,
-                ino: d.inode,
-                file_type: FileType::from_dtype(d.dtype).expect("validated"),
-            });
+                d.inode,
+                FileType::from_dtype(d.dtype).expect("validated"),
+            );
+            let p = prev.get_or_insert_with(Vec::new);
+            p.clear();
+            p.extend_from_slice(name);
         }
-        Ok(v)
+        Ok(())
     }
 
     /// Find `name` in a directory by binary search: the inode number it
