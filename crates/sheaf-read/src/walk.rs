@@ -39,10 +39,10 @@ impl Image {
     /// against the tree rules; a directory's children are stat'ed in runs).
     fn children(&self, dir: &Inode) -> Result<Kids, ReadError> {
         let n = self.dir_len(dir)? as usize;
-        let mut names = Vec::new();
-        let mut spans = Vec::with_capacity(n);
-        let mut inos = Vec::with_capacity(n);
-        let mut types = Vec::with_capacity(n);
+        // No room reserved for `n` entries: it is the image's word until
+        // the listing has read them.
+        let (mut names, mut spans, mut inos, mut types) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         self.read_dir_each(dir, 0, n, &mut |name, ino, t| {
             spans.push((names.len(), name.len()));
             names.extend_from_slice(name);
