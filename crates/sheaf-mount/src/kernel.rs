@@ -338,26 +338,41 @@ fn mount_watched(
 /// the mount is gone and it has nothing to do.
 const DISARM: u8 = 1;
 
-/// The device of what is mounted at `target`, without asking a FUSE
-/// server (`AT_STATX_DONT_SYNC`: a dead or not yet serving one never
-/// answers). While a dead server's mount stays, no other mount can have
-/// its device number, so the watchdog's comparison is exact. `None` where
-/// the kernel has no statx: the system call itself, as glibc's wrapper
-/// would fall back to a stat that asks the server.
+/// statx(2) of `target` without asking a FUSE server
+/// (`AT_STATX_DONT_SYNC`: a dead or not yet serving one never answers),
+/// with `flags` besides. `None` if it fails, also where the kernel has no
+/// statx: this is the system call itself, as glibc's wrapper would fall
+/// back to a stat that asks the server.
 ///
 /// # Safety
 /// Only a syscall: callable in a forked child.
-unsafe fn mounted_dev(target: &CString) -> Option<u64> {
+unsafe fn statx_nosync(
+    target: &CString,
+    flags: libc::c_int,
+    mask: libc::c_uint,
+) -> Option<libc::statx> {
     let mut x: libc::statx = std::mem::zeroed();
     let r = libc::syscall(
         libc::SYS_statx,
         libc::AT_FDCWD,
         target.as_ptr(),
-        libc::AT_STATX_DONT_SYNC,
-        libc::STATX_TYPE,
+        libc::AT_STATX_DONT_SYNC | flags,
+        mask,
         &mut x as *mut libc::statx,
     );
-    (r == 0).then(|| libc::makedev(x.stx_dev_major, x.stx_dev_minor))
+    (r == 0).then_some(x)
+}
+
+/// The device of what is mounted at `target` ([`statx_nosync`]). While a
+/// dead server's mount stays, no other mount can have its device number,
+/// so the watchdog's comparison is exact. `None` where the kernel has no
+/// statx.
+///
+/// # Safety
+/// Only a syscall: callable in a forked child.
+unsafe fn mounted_dev(target: &CString) -> Option<u64> {
+    statx_nosync(target, 0, libc::STATX_TYPE)
+        .map(|x| libc::makedev(x.stx_dev_major, x.stx_dev_minor))
 }
 
 /// The watchdog's life: hold socket `fd` (and nothing else) until its other
@@ -561,19 +576,8 @@ pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
 fn is_mount_root(path: &Path) -> Option<bool> {
     let target = cpath(path).ok()?;
     let root = libc::STATX_ATTR_MOUNT_ROOT as u64;
-    // SAFETY: a statx call on a valid C string into a zeroed buffer.
-    let x = unsafe {
-        let mut x: libc::statx = std::mem::zeroed();
-        let r = libc::syscall(
-            libc::SYS_statx,
-            libc::AT_FDCWD,
-            target.as_ptr(),
-            libc::AT_NO_AUTOMOUNT | libc::AT_STATX_DONT_SYNC,
-            0,
-            &mut x as *mut libc::statx,
-        );
-        (r == 0).then_some(x)?
-    };
+    // SAFETY: a statx call on a valid C string.
+    let x = unsafe { statx_nosync(&target, libc::AT_NO_AUTOMOUNT, 0) }?;
     (x.stx_attributes_mask & root != 0).then_some(x.stx_attributes & root != 0)
 }
 

@@ -41,20 +41,18 @@ impl Image {
         let n = self.dir_len(dir)? as usize;
         // No room reserved for `n` entries: it is the image's word until
         // the listing has read them.
-        let (mut names, mut spans, mut inos, mut types) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Per entry: where its name lies in `names`, and its type.
+        let (mut names, mut spans, mut inos) = (Vec::new(), Vec::new(), Vec::new());
         self.read_dir_each(dir, 0, n, &mut |name, ino, t| {
-            spans.push((names.len(), name.len()));
+            spans.push((names.len(), name.len(), t));
             names.extend_from_slice(name);
             inos.push(ino);
-            types.push(t);
         })?;
         let inodes = self.inodes(&inos)?;
         let list = spans
             .into_iter()
-            .zip(types)
             .zip(inodes)
-            .map(|(((at, len), t), i)| {
+            .map(|((at, len, t), i)| {
                 self.check_child(dir, &i, t)?;
                 Ok((at, len, i))
             })
