@@ -872,9 +872,18 @@ impl Sshd {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
-        // Sessions first, while the listener is alive to reap its children:
-        // SIGTERM lets a remote command (e.g. `sheaf run`) clean up.
-        let desc = descendants(self.child.id());
+        // The listener stopped first, so that no session is forked after the
+        // list below is taken (one that was survived the listener and served
+        // a client that had just connected: a read meant to fail passed).
+        let pid = self.child.id();
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+        let t0 = Instant::now();
+        while !stopped(pid) && t0.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Then the sessions: SIGTERM lets a remote command (e.g. `sheaf run`)
+        // clean up.
+        let desc = descendants(pid);
         for &p in &desc {
             unsafe { libc::kill(p as libc::pid_t, libc::SIGTERM) };
         }
@@ -1000,6 +1009,14 @@ fn alive(pid: u32) -> bool {
             .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
         Err(_) => false,
     }
+}
+
+/// Whether `pid` is stopped by a signal (state `T` in /proc).
+fn stopped(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('T'))
+    })
 }
 
 /// Every process descended from `pid` (not `pid` itself), by /proc.
