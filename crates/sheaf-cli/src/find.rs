@@ -38,7 +38,9 @@ pub struct FindArgs {
 
 /// Arguments of `sheaf du`.
 #[derive(clap::Args, Debug)]
+// `-h` is du's human-readable flag, as in du(1): help is `--help` only.
 #[command(
+    disable_help_flag = true,
     after_help = "Sizes are apparent: bytes of files and symlink targets, a hardlinked file \
 counted once (directories' own sizes are not counted).\n\nExamples:\n  sheaf du -s -h data.sheaf\n  sheaf du -d 1 img.sheaf /usr"
 )]
@@ -60,6 +62,9 @@ pub struct DuArgs {
     /// Machine-readable output.
     #[arg(long)]
     json: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -392,9 +397,8 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
     let e = parse_expr(tokens)?;
     let img = crate::util::open_image(&a.image, remote)?;
     let start = start_path(&path);
-    let ino = img
-        .resolve(&start)
-        .with_context(|| format!("{}: {path}", a.image.display()))?;
+    // The error names the path (and the image, where the image is at fault).
+    let ino = img.resolve(&start)?;
     let (now_s, _) = now();
     let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let mut out_err: Option<anyhow::Error> = None;
@@ -448,9 +452,7 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
 pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
     let img = crate::util::open_image(&a.image, remote)?;
     let start = start_path(&a.path);
-    let ino = img
-        .resolve(&start)
-        .with_context(|| format!("{}: {}", a.image.display(), a.path))?;
+    let ino = img.resolve(&start)?;
     let show_depth = if a.summarize {
         0
     } else {

@@ -249,3 +249,39 @@ fn finish(r: anyhow::Result<i32>) -> ! {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// No command has two options with one name (clap checks that only in
+    /// debug builds, and the tests run the release build): `sheaf du -h`
+    /// once listed `-h` for both help and human-readable sizes.
+    #[test]
+    fn option_names_are_unique_in_every_command() {
+        fn walk(c: &mut clap::Command, path: &str, bad: &mut Vec<String>) {
+            c.build();
+            let mut seen = std::collections::HashMap::new();
+            for a in c.get_arguments() {
+                let names = a
+                    .get_short()
+                    .map(|s| format!("-{s}"))
+                    .into_iter()
+                    .chain(a.get_long().map(|l| format!("--{l}")));
+                for n in names {
+                    if let Some(prev) = seen.insert(n.clone(), a.get_id().to_string()) {
+                        bad.push(format!("{path}: {n} is both {prev} and {}", a.get_id()));
+                    }
+                }
+            }
+            for s in c.get_subcommands_mut() {
+                let p = format!("{path} {}", s.get_name());
+                walk(s, &p, bad);
+            }
+        }
+        let mut bad = Vec::new();
+        walk(&mut Cli::command(), "sheaf", &mut bad);
+        assert!(bad.is_empty(), "{bad:#?}");
+    }
+}

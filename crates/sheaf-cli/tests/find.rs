@@ -118,8 +118,18 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         assert_ne!(o.code, 0, "{bad:?}");
         assert_eq!(o.err_lines().len(), 1, "{bad:?}: {}", o.describe());
     }
-    let o = run_cmd(cmd().arg("find").arg(&img).args(["/nonexistent"]));
-    assert_eq!(o.code, 1, "{}", o.describe());
+    for sub in ["find", "du"] {
+        let o = run_cmd(cmd().arg(sub).arg(&img).args(["/nonexistent"]));
+        assert_eq!(o.code, 1, "{}", o.describe());
+        // One line, naming the path once.
+        assert_eq!(o.err_lines().len(), 1, "{}", o.describe());
+        assert_eq!(
+            o.stderr.matches("/nonexistent").count(),
+            1,
+            "{}",
+            o.describe()
+        );
+    }
 }
 
 #[test]
