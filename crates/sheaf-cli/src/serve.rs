@@ -78,12 +78,12 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
     if foreground {
         logging::init(log_target(true)?, prefix, p.debug);
         let m = sheaf_mount::serve::mount(cfg, make, || ())?;
-        log::info!(
+        let announce = format!(
             "mounted {} in {:.1} ms{signer}",
             cfg.fsname,
             started.elapsed().as_secs_f64() * 1e3
         );
-        m.serve().context("serving the mount")?;
+        m.serve(announce).context("serving the mount")?;
         return Ok(0);
     }
     let target = log_target(false)?;
@@ -118,8 +118,7 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
             };
             match sheaf_mount::serve::mount(cfg, make, ready) {
                 Ok(m) => {
-                    log::info!("mounted {}{signer}", cfg.fsname);
-                    let code = match m.serve() {
+                    let code = match m.serve(format!("mounted {}{signer}", cfg.fsname)) {
                         Ok(()) => 0,
                         Err(e) => {
                             log::error!("serving failed: {e}");

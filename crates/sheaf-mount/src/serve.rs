@@ -299,7 +299,12 @@ pub fn attach<F: Filesystem>(
 impl<F: Filesystem> Mounted<F> {
     /// Serve requests until the filesystem is unmounted. SIGINT, SIGTERM and
     /// SIGHUP unmount it (lazily, so open files do not keep it alive).
-    pub fn serve(self) -> io::Result<()> {
+    /// `announce` (if not empty) is logged, then "serving MOUNTPOINT", from
+    /// the thread that waits for signals while the request threads start:
+    /// a first syslog line reads the time zone and connects to the log
+    /// socket, and the first requests (the `ls` after a mount) must not wait
+    /// for that.
+    pub fn serve(self, announce: String) -> io::Result<()> {
         let Mounted {
             session,
             conn,
@@ -310,6 +315,10 @@ impl<F: Filesystem> Mounted<F> {
         std::thread::Builder::new()
             .name("sheaf-signals".into())
             .spawn(move || {
+                if !announce.is_empty() {
+                    log::info!("{announce}");
+                }
+                log::info!("serving {}", mp.display());
                 let mut sig: libc::c_int = 0;
                 // SAFETY: `signals` is an initialised set; `sig` is valid.
                 if unsafe { libc::sigwait(&signals, &mut sig) } != 0 {
@@ -322,7 +331,6 @@ impl<F: Filesystem> Mounted<F> {
                     std::process::exit(1);
                 }
             })?;
-        log::info!("serving {}", mountpoint.display());
         let r = session.run();
         finish(conn, r.is_ok());
         log::info!("unmounted {}", mountpoint.display());

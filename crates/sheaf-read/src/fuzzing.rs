@@ -150,7 +150,10 @@ pub fn image(data: &[u8]) {
         let mut visits = 0u64;
         let _ = img.walk(root, b"/".to_vec(), &mut |_, _, _| {
             visits += 1;
-            assert!(visits <= limit + 1, "the walk visited more than {limit} entries");
+            assert!(
+                visits <= limit + 1,
+                "the walk visited more than {limit} entries"
+            );
             Ok(crate::Step::Continue)
         });
     }
