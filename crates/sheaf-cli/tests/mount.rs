@@ -828,6 +828,19 @@ fn a_corrupt_block_is_eio_with_a_log_line() {
         text.contains("one.sheaf") && text.contains("data block 0"),
         "log:\n{text}"
     );
+    // The start is announced, in this order, by the thread that waits for
+    // signals while requests are already served (so it may come a moment
+    // after the first replies).
+    let announced = |text: &str| {
+        let mounted = text.find(&format!("mounted {}", img.display()));
+        mounted.is_some() && mounted < text.find(&format!("serving {}", mp.display()))
+    };
+    let t0 = Instant::now();
+    while !announced(&fs::read_to_string(&log).unwrap()) && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(announced(&text), "log:\n{text}");
     assert!(stats(&mp)["image_errors"].as_u64().unwrap() >= 1);
 }
 
