@@ -187,13 +187,7 @@ fn main() {
                 eprintln!("{}", Cli::command().render_help());
                 std::process::exit(2);
             }
-            // One line: clap's first, plus where to look.
-            let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments");
-            eprintln!(
-                "sheaf: {} (see 'sheaf --help')",
-                first.trim_start_matches("error: ").trim()
-            );
+            eprintln!("sheaf: {}", one_line_usage_error(&e.render().to_string()));
             std::process::exit(2);
         }
     };
@@ -250,6 +244,39 @@ fn finish(r: anyhow::Result<i32>) -> ! {
     }
 }
 
+/// clap's error text as one line: its first line, with the items clap
+/// lists under it (the missing arguments) appended, and the help of the
+/// command it came from (from its usage line) named.
+fn one_line_usage_error(text: &str) -> String {
+    let mut lines = text.lines();
+    let mut msg = lines
+        .next()
+        .unwrap_or("bad arguments")
+        .trim_start_matches("error: ")
+        .trim()
+        .to_string();
+    let items: Vec<&str> = lines
+        .clone()
+        .take_while(|l| l.starts_with("  "))
+        .map(str::trim)
+        .collect();
+    if msg.ends_with(':') && !items.is_empty() {
+        msg = format!("{msg} {}", items.join(", "));
+    }
+    let command = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: "))
+        .map(|u| {
+            u.split_whitespace()
+                .take_while(|w| !w.starts_with(['[', '<', '-']))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "sheaf".into());
+    format!("{msg} (see '{command} --help')")
+}
+
 #[cfg(test)]
 mod tests {
     use super::Cli;
@@ -283,5 +310,24 @@ mod tests {
         let mut bad = Vec::new();
         walk(&mut Cli::command(), "sheaf", &mut bad);
         assert!(bad.is_empty(), "{bad:#?}");
+    }
+
+    /// A usage error is one line that says what is wrong and whose help to read.
+    #[test]
+    fn usage_errors_name_what_is_missing_and_where_to_look() {
+        use clap::Parser;
+        let line = |args: &[&str]| {
+            let e = Cli::try_parse_from(args).expect_err("bad arguments");
+            super::one_line_usage_error(&e.render().to_string())
+        };
+        assert_eq!(
+            line(&["sheaf", "du"]),
+            "the following required arguments were not provided: <IMAGE> (see 'sheaf du --help')"
+        );
+        let l = line(&["sheaf", "du", "-x", "img"]);
+        assert!(l.starts_with("unexpected argument '-x' found"), "{l}");
+        assert!(l.ends_with("(see 'sheaf du --help')"), "{l}");
+        let l = line(&["sheaf", "pool", "nosuch"]);
+        assert!(l.ends_with("--help')") && !l.contains('\n'), "{l}");
     }
 }
