@@ -217,6 +217,14 @@ fn every_command_fails_cleanly_on_every_kind_of_damage() {
             let o = sheaf(["info".as_ref(), img.as_os_str()]);
             if d.unopenable() {
                 assert_clean_failure(&o, &img, &format!("{d:?}: info"));
+                if matches!(d, Damage::TruncateBy1 | Damage::TruncateToHalf) {
+                    // Said in those words, not as a bad magic number.
+                    assert!(
+                        o.stderr.contains("truncated or not completely written"),
+                        "{d:?}: info:\n{}",
+                        o.describe()
+                    );
+                }
             } else {
                 o.no_panic();
                 assert_eq!(o.code, 0, "{d:?}: info:\n{}", o.describe());

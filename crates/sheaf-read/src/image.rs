@@ -181,8 +181,21 @@ impl Image {
         } else {
             len
         };
-        let trailer = Trailer::decode(&tail[tail.len() - TRAILER_LEN..], len)
-            .map_err(|e| fmt("trailer", e))?;
+        let trailer = Trailer::decode(&tail[tail.len() - TRAILER_LEN..], len).map_err(|e| {
+            // The header was a sheaf image's: most likely a copy or a build
+            // that stopped short, which is worth saying in those words.
+            let e = match e {
+                FormatError::BadMagic(_) => FormatError::invalid(
+                    "image",
+                    format!(
+                        "truncated or not completely written: it begins as a sheaf image, \
+                         but its {len} bytes do not end with a trailer"
+                    ),
+                ),
+                e => e,
+            };
+            fmt("trailer", e)
+        })?;
         // Bytes [off, off+n) from the tail buffer if there, else from the source.
         let mut fetch = |off: u64, n: usize| -> Result<Vec<u8>, ReadError> {
             if off >= tail_start {
