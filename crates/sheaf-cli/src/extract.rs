@@ -6,7 +6,7 @@ use crate::util::open_image as open_path;
 use anyhow::Result;
 use sheaf_read::ExtractOptions;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `sheaf extract`.
 #[derive(clap::Args, Debug)]
@@ -31,6 +31,17 @@ pub struct ExtractArgs {
 /// `sheaf extract`.
 pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let img = open_path(&a.image, remote)?;
+    if a.dir == Path::new(".") {
+        if let Some(p) = a.paths.iter().find(|p| meant_as_target(&img, p)) {
+            anyhow::bail!(
+                "{}: no such file or directory in the image (PATHS are inside the image; \
+                 to extract into that directory: sheaf extract -C {} {})",
+                p.to_string_lossy(),
+                p.to_string_lossy(),
+                a.image.display()
+            );
+        }
+    }
     let opts = ExtractOptions {
         target: a.dir.clone(),
         paths: a.paths.iter().map(|p| p.as_bytes().to_vec()).collect(),
@@ -58,4 +69,21 @@ pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Whether `p`, missing from the image, looks like a directory to extract
+/// into (`sheaf extract IMG DIR`, as `unsquashfs -d DIR` users would write):
+/// it is a directory here, or could be created in one.
+fn meant_as_target(img: &sheaf_read::Image, p: &std::ffi::OsStr) -> bool {
+    if !matches!(
+        img.resolve(p.as_bytes()),
+        Err(sheaf_read::ReadError::NotFound(_))
+    ) {
+        return false;
+    }
+    let host = Path::new(p);
+    host.is_dir()
+        || host
+            .parent()
+            .is_some_and(|q| q.as_os_str().is_empty() || q.is_dir())
 }

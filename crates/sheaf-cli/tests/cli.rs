@@ -814,6 +814,19 @@ fn json_reports_have_the_expected_keys() {
         &["directory", "entries", "bytes", "unrestored_attributes"],
         "extract",
     );
+    // `extract IMG DIR` (unsquashfs -d habits): DIR is not in the image, and
+    // the one line says how to extract into it.
+    let dir = t.path().join("into");
+    let o = run_cmd(cmd().arg("extract").arg(&img).arg(&dir));
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert_eq!(o.err_lines().len(), 1, "{}", o.describe());
+    assert!(
+        o.stderr
+            .contains(&format!("sheaf extract -C {}", dir.display())),
+        "{}",
+        o.describe()
+    );
+    assert!(!dir.exists());
     // check --json of a damaged image: still JSON, ok=false, exit 1.
     let mut bytes = fs::read(&img).unwrap();
     let im = sheaf_read::open_path(&img).unwrap();
