@@ -256,7 +256,6 @@ fn one_line_usage_error(text: &str) -> String {
         .trim()
         .to_string();
     let items: Vec<&str> = lines
-        .clone()
         .take_while(|l| l.starts_with("  "))
         .map(str::trim)
         .collect();

@@ -18,8 +18,8 @@ const BUFFER_SIZE: usize = MAX_WRITE_SIZE + 4096;
 /// started.
 #[derive(Debug)]
 pub(crate) struct FuseReadBuf {
+    /// The start of a mapping of `BUFFER_SIZE` bytes.
     ptr: *mut u8,
-    len: usize,
 }
 
 // SAFETY: the mapping is owned by this value and only reached through it.
@@ -45,25 +45,22 @@ impl FuseReadBuf {
                 std::alloc::Layout::from_size_align(BUFFER_SIZE, 4096).expect("valid layout"),
             );
         }
-        Self {
-            ptr: p.cast(),
-            len: BUFFER_SIZE,
-        }
+        Self { ptr: p.cast() }
     }
 
     /// Returns a mutable reference to the aligned portion of the buffer (a
     /// mapping is page-aligned, so that is all of it).
     pub(crate) fn as_mut(&mut self) -> &mut [u8] {
         debug_assert_eq!(self.ptr as usize % align_of::<abi::fuse_in_header>(), 0);
-        // SAFETY: `ptr` maps `len` readable, writable bytes for as long as
-        // `self` lives, and `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+        // SAFETY: `ptr` maps `BUFFER_SIZE` readable, writable bytes for as
+        // long as `self` lives, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, BUFFER_SIZE) }
     }
 }
 
 impl Drop for FuseReadBuf {
     fn drop(&mut self) {
         // SAFETY: unmaps exactly the mapping `new` made, no longer referenced.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        unsafe { libc::munmap(self.ptr.cast(), BUFFER_SIZE) };
     }
 }

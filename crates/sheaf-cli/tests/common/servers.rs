@@ -1001,22 +1001,22 @@ fn current_user() -> String {
         .into_owned()
 }
 
+/// The state letter of process `pid` in /proc (`R`, `S`, `T`, `Z`, …), or
+/// None if there is no such process.
+fn proc_state(pid: u32) -> Option<char> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name in parentheses may itself hold spaces and parentheses.
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// Whether process `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s
-            .rsplit_once(')')
-            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
+    proc_state(pid).is_some_and(|c| c != 'Z')
 }
 
 /// Whether `pid` is stopped by a signal (state `T` in /proc).
 fn stopped(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, r)| r.trim_start().starts_with('T'))
-    })
+    proc_state(pid) == Some('T')
 }
 
 /// Every process descended from `pid` (not `pid` itself), by /proc.
