@@ -13,16 +13,19 @@ use std::path::PathBuf;
 
 /// Arguments of `sheaf find`.
 #[derive(clap::Args, Debug)]
-#[command(
-    after_help = "Expression (find(1) syntax; tests are ANDed, `!`/-not negates the next):\n  \
-  -name PAT  -iname PAT  -path PAT   (shell patterns, as find's)\n  \
-  -type [fdlcbps]  -size [+-]N[cwbkMG]  -empty  -newer FILE  -mtime [+-]N  -mmin [+-]N\n  \
-  -maxdepth N  -mindepth N\n  \
-  -print (default)  -print0  -printf FMT (%p %P %f %h %s %m %M %y %l %U %G %i %n %T@ %%; \\n \\t \\0)\n\n\
+#[command(after_help = "Expression (find(1) syntax and meaning):\n  \
+  tests    -name PAT  -iname PAT  -path PAT   (shell patterns, as find's)\n  \
+           -type [fdlcbps]  -size [+-]N[cwbkMG]  -empty  -newer FILE  -mtime [+-]N  -mmin [+-]N\n  \
+           -uid [+-]N  -gid [+-]N  -links [+-]N  -true  -false\n  \
+  actions  -print (the default)  -print0  -printf FMT (%p %P %f %h %s %m %M %y %l %U %G %i %n %T@ %%; \\n \\t \\0)\n  \
+           -prune (do not enter this directory)  -quit (stop)\n  \
+  options  -maxdepth N  -mindepth N\n  \
+  operators  ( EXPR )  ! EXPR  EXPR [-a] EXPR  EXPR -o EXPR  EXPR , EXPR   (quote the parentheses from the shell)\n\n\
 Examples:\n  sheaf find data.sheaf / -name '*.nii.gz' -size +10M\n  \
 sheaf find https://host/stack.sheaf /lib -type f -printf '%s %p\\n'\n  \
-sheaf find img.sheaf /sub -maxdepth 1 -type d -print0 | xargs -0 ..."
-)]
+sheaf find img.sheaf /sub -maxdepth 1 -type d -print0 | xargs -0 ...\n  \
+sheaf find src.sheaf \\( -name '*.c' -o -name '*.h' \\) -size +100k\n  \
+sheaf find stack.sheaf -name __pycache__ -prune -o -name '*.py' -print")]
 pub struct FindArgs {
     /// The image (file or URL).
     image: PathBuf,
@@ -78,17 +81,52 @@ enum Test {
     NewerThan(i64, u32),
     /// (sign, n, seconds per unit): age in whole units.
     Age(i8, u64, i64),
-    Not(Box<Test>),
+    /// A number of the inode compared with n (sign as for Size).
+    Number(Field, i8, u64),
 }
 
-enum Action {
+#[derive(Debug, Clone, Copy)]
+enum Field {
+    Uid,
+    Gid,
+    Links,
+}
+
+/// An expression in find(1)'s grammar. Operators by precedence, loosest
+/// first: `,` (both evaluated, the value is the right one's), `-o`, `-a`
+/// (or nothing between two terms), `!`; parentheses group.
+#[derive(Debug)]
+enum Node {
+    Test(Test),
+    Bool(bool),
+    Not(Box<Node>),
+    And(Box<Node>, Box<Node>),
+    Or(Box<Node>, Box<Node>),
+    List(Box<Node>, Box<Node>),
+    /// `-print` / `-print0`: the path, then this byte.
     Print(u8),
     Printf(Vec<u8>),
+    /// True; a directory's entries are not visited.
+    Prune,
+    /// True; the walk ends after this entry.
+    Quit,
+}
+
+impl Node {
+    /// Whether the expression does something itself: if not, find(1) prints
+    /// every entry it is true for (`-prune` does not count).
+    fn acts(&self) -> bool {
+        match self {
+            Node::Print(_) | Node::Printf(_) | Node::Quit => true,
+            Node::Not(n) => n.acts(),
+            Node::And(a, b) | Node::Or(a, b) | Node::List(a, b) => a.acts() || b.acts(),
+            Node::Test(_) | Node::Bool(_) | Node::Prune => false,
+        }
+    }
 }
 
 struct Expr {
-    tests: Vec<Test>,
-    actions: Vec<Action>,
+    root: Node,
     min_depth: usize,
     max_depth: usize,
 }
@@ -105,36 +143,146 @@ fn cstring(s: &OsString) -> Result<CString> {
     CString::new(s.as_bytes()).context("a pattern with a NUL byte")
 }
 
-fn parse_expr(tokens: &[OsString]) -> Result<Expr> {
-    let mut e = Expr {
-        tests: Vec::new(),
-        actions: Vec::new(),
-        min_depth: 0,
-        max_depth: usize::MAX,
-    };
-    let mut negate = false;
-    let mut it = tokens.iter();
-    while let Some(t) = it.next() {
-        let t = t.to_string_lossy();
-        let mut arg = |what: &str| {
-            it.next()
-                .cloned()
-                .with_context(|| format!("{what} needs an argument"))
+/// A recursive-descent parser over the expression's words.
+struct Parser<'a> {
+    words: &'a [OsString],
+    at: usize,
+    min_depth: usize,
+    max_depth: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.words.get(self.at).map(|w| w.to_string_lossy())
+    }
+
+    fn next(&mut self) -> Option<std::borrow::Cow<'_, str>> {
+        let w = self.words.get(self.at)?;
+        self.at += 1;
+        Some(w.to_string_lossy())
+    }
+
+    /// The argument of option `what`.
+    fn arg(&mut self, what: &str) -> Result<OsString> {
+        let w = self.words.get(self.at).cloned();
+        self.at += 1;
+        w.with_context(|| format!("{what} needs an argument"))
+    }
+
+    /// `a , b , ...`
+    fn list(&mut self) -> Result<Node> {
+        let mut n = self.or()?;
+        while self.peek().as_deref() == Some(",") {
+            self.at += 1;
+            let r = self.or_after(",")?;
+            n = Node::List(Box::new(n), Box::new(r));
+        }
+        Ok(n)
+    }
+
+    /// `a -o b -o ...`
+    fn or(&mut self) -> Result<Node> {
+        let mut n = self.and()?;
+        while matches!(self.peek().as_deref(), Some("-o" | "-or")) {
+            let op = self.next().unwrap_or_default().into_owned();
+            let r = self.and_after(&op)?;
+            n = Node::Or(Box::new(n), Box::new(r));
+        }
+        Ok(n)
+    }
+
+    fn or_after(&mut self, op: &str) -> Result<Node> {
+        self.expect_term(op)?;
+        self.or()
+    }
+
+    fn and_after(&mut self, op: &str) -> Result<Node> {
+        self.expect_term(op)?;
+        self.and()
+    }
+
+    /// A binary operator must be followed by a term.
+    fn expect_term(&self, op: &str) -> Result<()> {
+        match self.peek().as_deref() {
+            None | Some(")" | "-o" | "-or" | "," | "-a" | "-and") => {
+                bail!("find expression: '{op}' needs an expression after it")
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// `a -a b`, `a b`
+    fn and(&mut self) -> Result<Node> {
+        let mut n = self.unary()?;
+        loop {
+            match self.peek().as_deref() {
+                None | Some(")" | "-o" | "-or" | ",") => return Ok(n),
+                Some("-a" | "-and") => {
+                    let op = self.next().unwrap_or_default().into_owned();
+                    self.expect_term(&op)?;
+                }
+                Some(_) => {}
+            }
+            let r = self.unary()?;
+            n = Node::And(Box::new(n), Box::new(r));
+        }
+    }
+
+    /// `! a`, `( a )`, or a primary.
+    fn unary(&mut self) -> Result<Node> {
+        let Some(w) = self.next().map(|w| w.into_owned()) else {
+            bail!("find expression: ends where a test was expected")
         };
-        let test = match t.as_ref() {
+        match w.as_str() {
             "!" | "-not" => {
-                negate = !negate;
-                continue;
+                self.expect_term(&w)?;
+                Ok(Node::Not(Box::new(self.unary()?)))
             }
-            "-a" | "-and" => continue,
-            "-o" | "-or" | "(" | ")" | "," => {
-                bail!("'{t}': only ANDed tests and ! are supported (run find on a mount for more)")
+            "(" => {
+                if self.peek().as_deref() == Some(")") {
+                    bail!("find expression: empty parentheses")
+                }
+                let n = self.list()?;
+                match self.next().as_deref() {
+                    Some(")") => Ok(n),
+                    _ => bail!("find expression: '(' without a matching ')'"),
+                }
             }
-            "-name" => Test::Name(cstring(&arg("-name")?)?, false),
-            "-iname" => Test::Name(cstring(&arg("-iname")?)?, true),
-            "-path" | "-wholename" => Test::Path(cstring(&arg("-path")?)?),
+            ")" => bail!("find expression: ')' without a matching '('"),
+            "-o" | "-or" | "-a" | "-and" | "," => {
+                bail!("find expression: '{w}' with nothing before it")
+            }
+            _ => self.primary(&w),
+        }
+    }
+
+    fn primary(&mut self, t: &str) -> Result<Node> {
+        let test = match t {
+            "-true" => return Ok(Node::Bool(true)),
+            "-false" => return Ok(Node::Bool(false)),
+            "-print" => return Ok(Node::Print(b'\n')),
+            "-print0" => return Ok(Node::Print(0)),
+            "-printf" => return Ok(Node::Printf(self.arg("-printf")?.as_bytes().to_vec())),
+            "-prune" => return Ok(Node::Prune),
+            "-quit" => return Ok(Node::Quit),
+            // Options, not tests (find(1) takes them anywhere): true.
+            "-maxdepth" | "-mindepth" => {
+                let v = self.arg(t)?.to_string_lossy().into_owned();
+                let n = v
+                    .parse()
+                    .with_context(|| format!("{t} {v}: not a number"))?;
+                if t == "-maxdepth" {
+                    self.max_depth = n;
+                } else {
+                    self.min_depth = n;
+                }
+                return Ok(Node::Bool(true));
+            }
+            "-name" => Test::Name(cstring(&self.arg(t)?)?, false),
+            "-iname" => Test::Name(cstring(&self.arg(t)?)?, true),
+            "-path" | "-wholename" => Test::Path(cstring(&self.arg(t)?)?),
             "-type" => {
-                let v = arg("-type")?;
+                let v = self.arg(t)?;
                 let mut types = Vec::new();
                 for c in v.to_string_lossy().split(',') {
                     types.push(match c {
@@ -151,7 +299,7 @@ fn parse_expr(tokens: &[OsString]) -> Result<Expr> {
                 Test::Type(types)
             }
             "-size" => {
-                let v = arg("-size")?.to_string_lossy().into_owned();
+                let v = self.arg(t)?.to_string_lossy().into_owned();
                 let (sign, rest) = signed(&v);
                 let (num, unit) = match rest.char_indices().last() {
                     Some((i, c)) if c.is_ascii_alphabetic() => (&rest[..i], c),
@@ -173,62 +321,58 @@ fn parse_expr(tokens: &[OsString]) -> Result<Expr> {
             }
             "-empty" => Test::Empty,
             "-newer" => {
-                let f = arg("-newer")?;
+                let f = self.arg(t)?;
                 let md = std::fs::metadata(&f)
                     .with_context(|| format!("-newer {}", f.to_string_lossy()))?;
                 use std::os::unix::fs::MetadataExt;
                 Test::NewerThan(md.mtime(), md.mtime_nsec() as u32)
             }
-            "-mtime" | "-mmin" => {
-                let v = arg(&t)?.to_string_lossy().into_owned();
+            "-mtime" | "-mmin" | "-uid" | "-gid" | "-links" => {
+                let v = self.arg(t)?.to_string_lossy().into_owned();
                 let (sign, rest) = signed(&v);
                 let n = rest
                     .parse()
                     .with_context(|| format!("{t} {v}: not a number"))?;
-                Test::Age(sign, n, if t == "-mtime" { 86_400 } else { 60 })
-            }
-            "-maxdepth" | "-mindepth" => {
-                let v = arg(&t)?.to_string_lossy().into_owned();
-                let n = v
-                    .parse()
-                    .with_context(|| format!("{t} {v}: not a number"))?;
-                if t == "-maxdepth" {
-                    e.max_depth = n;
-                } else {
-                    e.min_depth = n;
+                match t {
+                    "-mtime" => Test::Age(sign, n, 86_400),
+                    "-mmin" => Test::Age(sign, n, 60),
+                    "-uid" => Test::Number(Field::Uid, sign, n),
+                    "-gid" => Test::Number(Field::Gid, sign, n),
+                    _ => Test::Number(Field::Links, sign, n),
                 }
-                continue;
-            }
-            "-print" => {
-                e.actions.push(Action::Print(b'\n'));
-                continue;
-            }
-            "-print0" => {
-                e.actions.push(Action::Print(0));
-                continue;
-            }
-            "-printf" => {
-                let f = arg("-printf")?;
-                e.actions.push(Action::Printf(f.as_bytes().to_vec()));
-                continue;
             }
             other => {
                 bail!("unknown or unsupported find expression '{other}' (see sheaf find --help)")
             }
         };
-        e.tests.push(if std::mem::take(&mut negate) {
-            Test::Not(Box::new(test))
-        } else {
-            test
-        });
+        Ok(Node::Test(test))
     }
-    if negate {
-        bail!("'!' at the end of the expression");
+}
+
+fn parse_expr(words: &[OsString]) -> Result<Expr> {
+    let mut p = Parser {
+        words,
+        at: 0,
+        min_depth: 0,
+        max_depth: usize::MAX,
+    };
+    let mut root = if words.is_empty() {
+        Node::Bool(true)
+    } else {
+        p.list()?
+    };
+    if p.at < words.len() {
+        // Only a ')' stops the top level before the end.
+        bail!("find expression: ')' without a matching '('")
     }
-    if e.actions.is_empty() {
-        e.actions.push(Action::Print(b'\n'));
+    if !root.acts() {
+        root = Node::And(Box::new(root), Box::new(Node::Print(b'\n')));
     }
-    Ok(e)
+    Ok(Expr {
+        root,
+        min_depth: p.min_depth,
+        max_depth: p.max_depth,
+    })
 }
 
 fn fnmatch(pat: &CString, s: &[u8], fold: bool) -> bool {
@@ -282,7 +426,14 @@ fn matches(t: &Test, img: &Image, path: &[u8], ino: &Inode, now: i64) -> Result<
                 _ => age == n,
             }
         }
-        Test::Not(t) => !matches(t, img, path, ino, now)?,
+        Test::Number(f, sign, n) => {
+            let v = match f {
+                Field::Uid => r.uid as u64,
+                Field::Gid => r.gid as u64,
+                Field::Links => r.nlink as u64,
+            };
+            v.cmp(n) == sign.cmp(&0)
+        }
     })
 }
 
@@ -400,41 +551,27 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
     // The error names the path (and the image, where the image is at fault).
     let ino = img.resolve(&start)?;
     let (now_s, _) = now();
-    let mut o = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let mut ev = Eval {
+        img: &img,
+        start: &start,
+        now: now_s,
+        out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock()),
+        prune: false,
+        quit: false,
+    };
     let mut out_err: Option<anyhow::Error> = None;
     img.walk(ino, start.clone(), &mut |p, ino, depth| {
+        ev.prune = false;
         if depth >= e.min_depth && depth <= e.max_depth {
-            let mut all = true;
-            for t in &e.tests {
-                match matches(t, &img, p, ino, now_s) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        all = false;
-                        break;
-                    }
-                    Err(err) => {
-                        out_err.get_or_insert(err);
-                        return Ok(Step::Prune);
-                    }
-                }
-            }
-            if all {
-                for act in &e.actions {
-                    let r = match act {
-                        Action::Print(end) => o
-                            .write_all(p)
-                            .and_then(|_| o.write_all(&[*end]))
-                            .map_err(anyhow::Error::from),
-                        Action::Printf(f) => printf(&mut o, f, &img, &start, p, ino),
-                    };
-                    if let Err(err) = r {
-                        out_err.get_or_insert(err);
-                        return Ok(Step::Prune);
-                    }
-                }
+            if let Err(err) = ev.eval(&e.root, p, ino) {
+                // A closed pipe (`| head`) or a damaged entry: stop here.
+                out_err.get_or_insert(err);
+                return Ok(Step::Stop);
             }
         }
-        Ok(if depth >= e.max_depth {
+        Ok(if ev.quit {
+            Step::Stop
+        } else if ev.prune || depth >= e.max_depth {
             Step::Prune
         } else {
             Step::Continue
@@ -444,8 +581,53 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
     if let Some(err) = out_err {
         return Err(err);
     }
-    o.flush()?;
+    ev.out.flush()?;
     Ok(0)
+}
+
+/// Evaluates the expression on one entry at a time, printing as it goes.
+struct Eval<'a, W: Write> {
+    img: &'a Image,
+    start: &'a [u8],
+    now: i64,
+    out: W,
+    /// Set by `-prune` on this entry.
+    prune: bool,
+    /// Set by `-quit`.
+    quit: bool,
+}
+
+impl<W: Write> Eval<'_, W> {
+    fn eval(&mut self, n: &Node, path: &[u8], ino: &Inode) -> Result<bool> {
+        Ok(match n {
+            Node::Test(t) => matches(t, self.img, path, ino, self.now)?,
+            Node::Bool(b) => *b,
+            Node::Not(a) => !self.eval(a, path, ino)?,
+            Node::And(a, b) => self.eval(a, path, ino)? && self.eval(b, path, ino)?,
+            Node::Or(a, b) => self.eval(a, path, ino)? || self.eval(b, path, ino)?,
+            Node::List(a, b) => {
+                self.eval(a, path, ino)?;
+                self.eval(b, path, ino)?
+            }
+            Node::Print(end) => {
+                self.out.write_all(path)?;
+                self.out.write_all(&[*end])?;
+                true
+            }
+            Node::Printf(f) => {
+                printf(&mut self.out, f, self.img, self.start, path, ino)?;
+                true
+            }
+            Node::Prune => {
+                self.prune = true;
+                true
+            }
+            Node::Quit => {
+                self.quit = true;
+                true
+            }
+        })
+    }
 }
 
 /// `sheaf du`.

@@ -51,6 +51,38 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         vec!["-mmin", "-5", "-printf", "%P\\n"],
         vec!["-newer", r, "-printf", "%P %T@\\n"],
         vec!["-not", "-newer", r, "-type", "f", "-printf", "%P\\n"],
+        // Operators, grouping and -prune, as find(1) parses them.
+        vec![
+            "(", "-name", "*.txt", "-o", "-type", "l", ")", "-printf", "%P\\n",
+        ],
+        vec!["-name", "*.txt", "-o", "-type", "d", "-printf", "D %P\\n"],
+        vec![
+            "!", "(", "-type", "d", "-o", "-name", "*.txt", ")", "-printf", "%P\\n",
+        ],
+        vec![
+            "-name", "deep", "-prune", "-o", "-type", "f", "-printf", "%P\\n",
+        ],
+        vec![
+            "-path", "*/docs", "-prune", "-printf", "P %P\\n", "-o", "-printf", "%P\\n",
+        ],
+        vec![
+            "-type", "l", "-printf", "L %P\\n", ",", "!", "-type", "d", "-size", "+1", "-printf",
+            "S %P\\n",
+        ],
+        vec![
+            "-false", "-o", "-true", "-a", "-type", "d", "-printf", "%P\\n",
+        ],
+        vec![
+            "-links",
+            "+1",
+            "-type",
+            "f",
+            "-uid",
+            "0",
+            "-printf",
+            "%P %n %U\\n",
+        ],
+        vec!["-gid", "-1", "-printf", "%P %G\\n"],
     ];
     for c in cases {
         let mut ours = cmd();
@@ -107,12 +139,37 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
             b"/bin/tool-link"
         ]
     );
+    // -quit: the first match only (which one is first is the walk's order).
+    let all_files = sorted_lines(
+        &Command::new("find")
+            .args([".", "-type", "f", "-printf", "/%P\\n"])
+            .current_dir(&out)
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    let o = run_cmd(
+        cmd()
+            .arg("find")
+            .arg(&img)
+            .args(["-type", "f", "-print", "-quit"]),
+    )
+    .ok();
+    let got = sorted_lines(&o.stdout);
+    assert_eq!(got.len(), 1, "{}", o.describe());
+    assert!(all_files.contains(&got[0]), "{got:?} not in {all_files:?}");
     // Bad input: one line, exit 1 or 2.
     for bad in [
         &["-frobnicate"][..],
         &["-type", "x"],
         &["-size", "+3q"],
         &["-o"],
+        &["-name", "x", "-o"],
+        &["(", "-name", "x"],
+        &["-name", "x", ")"],
+        &["(", ")"],
+        &["!"],
+        &["-uid", "root"],
     ] {
         let o = run_cmd(cmd().arg("find").arg(&img).args(bad));
         assert_ne!(o.code, 0, "{bad:?}");

@@ -13,6 +13,8 @@ pub enum Step {
     Continue,
     /// Do not enter this directory.
     Prune,
+    /// End the walk here (nothing more is visited or listed).
+    Stop,
 }
 
 /// A walk's visitor: called with each entry's path, inode and depth (0 for
@@ -74,7 +76,7 @@ impl Image {
         visit: &mut Visitor<'_>,
     ) -> Result<(), ReadError> {
         let mut seen = Seen::new(self);
-        if visit(&path, &start, 0)? == Step::Prune || start.file_type() != FileType::Directory {
+        if visit(&path, &start, 0)? != Step::Continue || start.file_type() != FileType::Directory {
             return Ok(());
         }
         seen.enter(self, &start)?;
@@ -100,7 +102,11 @@ impl Image {
             }
             p.extend_from_slice(&top.kids.names[at..at + len]);
             let depth = top.depth + 1;
-            if visit(&p, &ino, depth)? == Step::Continue && ino.file_type() == FileType::Directory {
+            let step = visit(&p, &ino, depth)?;
+            if step == Step::Stop {
+                break;
+            }
+            if step == Step::Continue && ino.file_type() == FileType::Directory {
                 seen.enter(self, &ino)?;
                 let kids = self.children(&ino)?;
                 stack.push(Frame {
