@@ -45,7 +45,10 @@ pub struct FindArgs {
 #[command(
     disable_help_flag = true,
     after_help = "Sizes are apparent: bytes of files and symlink targets, a hardlinked file \
-counted once (directories' own sizes are not counted).\n\nExamples:\n  sheaf du -s -h data.sheaf\n  sheaf du -d 1 img.sheaf /usr"
+counted once (directories' own sizes are not counted). --inodes counts entries instead, \
+as du --inodes does: every file, directory and link, a hardlinked file once. --json gives \
+both for each row.\n\nExamples:\n  sheaf du -s -h data.sheaf\n  sheaf du -d 1 img.sheaf /usr\n  \
+sheaf du --inodes -d 1 hcp.sheaf /subjects   # where the millions of files are"
 )]
 pub struct DuArgs {
     /// The image (file or URL).
@@ -59,6 +62,12 @@ pub struct DuArgs {
     /// Print directories at most N levels below PATH.
     #[arg(short = 'd', long, value_name = "N")]
     max_depth: Option<usize>,
+    /// Print files too, not only directories.
+    #[arg(short, long)]
+    all: bool,
+    /// Count entries (inodes) instead of bytes.
+    #[arg(long)]
+    inodes: bool,
     /// Human-readable sizes (K, M, G).
     #[arg(short = 'h', long)]
     human_readable: bool,
@@ -630,6 +639,20 @@ impl<W: Write> Eval<'_, W> {
     }
 }
 
+/// What `sheaf du` adds up under a directory.
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    bytes: u64,
+    inodes: u64,
+}
+
+impl Usage {
+    fn add(&mut self, o: Usage) {
+        self.bytes += o.bytes;
+        self.inodes += o.inodes;
+    }
+}
+
 /// `sheaf du`.
 pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
     let img = crate::util::open_image(&a.image, remote)?;
@@ -640,16 +663,16 @@ pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
     } else {
         a.max_depth.unwrap_or(usize::MAX)
     };
-    // Directories open on the walk's path: (path, depth, total).
-    let mut open: Vec<(Vec<u8>, usize, u64)> = Vec::new();
-    let mut rows: Vec<(Vec<u8>, u64)> = Vec::new();
+    // Directories open on the walk's path, with their totals so far.
+    let mut open: Vec<(Vec<u8>, usize, Usage)> = Vec::new();
+    let mut rows: Vec<(Vec<u8>, Usage)> = Vec::new();
     let mut linked = std::collections::HashSet::new();
     let close =
-        |open: &mut Vec<(Vec<u8>, usize, u64)>, rows: &mut Vec<(Vec<u8>, u64)>, to: usize| {
+        |open: &mut Vec<(Vec<u8>, usize, Usage)>, rows: &mut Vec<(Vec<u8>, Usage)>, to: usize| {
             while open.last().is_some_and(|d| d.1 >= to) {
                 let (p, depth, total) = open.pop().expect("checked");
                 if let Some(parent) = open.last_mut() {
-                    parent.2 += total;
+                    parent.2.add(total);
                 }
                 if depth <= show_depth {
                     rows.push((p, total));
@@ -658,26 +681,30 @@ pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
         };
     img.walk(ino, start, &mut |p, ino, depth| {
         close(&mut open, &mut rows, depth);
-        let size = match ino.file_type() {
-            FileType::Regular | FileType::Symlink => {
-                if ino.rec.nlink > 1
-                    && ino.file_type() == FileType::Regular
-                    && !linked.insert(ino.ino)
-                {
-                    0
-                } else {
-                    ino.rec.size
-                }
-            }
-            _ => 0,
+        let ft = ino.file_type();
+        // A hardlinked file counts once, where the walk meets it first.
+        let again = ft == FileType::Regular && ino.rec.nlink > 1 && !linked.insert(ino.ino);
+        let own = match ft {
+            _ if again => Usage::default(),
+            FileType::Regular | FileType::Symlink => Usage {
+                bytes: ino.rec.size,
+                inodes: 1,
+            },
+            _ => Usage {
+                bytes: 0,
+                inodes: 1,
+            },
         };
-        if ino.file_type() == FileType::Directory {
-            open.push((p.to_vec(), depth, 0));
-        } else if let Some(d) = open.last_mut() {
-            d.2 += size;
+        if ft == FileType::Directory {
+            open.push((p.to_vec(), depth, own));
         } else {
-            // PATH names a file: its own size.
-            rows.push((p.to_vec(), size));
+            if let Some(d) = open.last_mut() {
+                d.2.add(own);
+            }
+            // PATH names a file (its own row), or -a.
+            if open.is_empty() || (a.all && depth <= show_depth && !again) {
+                rows.push((p.to_vec(), own));
+            }
         }
         Ok(Step::Continue)
     })
@@ -687,15 +714,17 @@ pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
     if a.json {
         let v: Vec<_> = rows
             .iter()
-            .map(|(p, n)| serde_json::json!({"path": String::from_utf8_lossy(p), "bytes": n}))
+            .map(|(p, u)| {
+                serde_json::json!({"path": String::from_utf8_lossy(p), "bytes": u.bytes, "inodes": u.inodes})
+            })
             .collect();
         writeln!(o, "{}", serde_json::Value::Array(v))?;
     } else {
-        for (p, n) in rows {
-            let size = if a.human_readable {
-                crate::util::human(n)
-            } else {
-                n.to_string()
+        for (p, u) in rows {
+            let size = match (a.inodes, a.human_readable) {
+                (true, _) => u.inodes.to_string(),
+                (false, true) => crate::util::human(u.bytes),
+                (false, false) => u.bytes.to_string(),
             };
             write!(o, "{size}\t")?;
             o.write_all(&p)?;

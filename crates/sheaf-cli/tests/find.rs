@@ -270,4 +270,56 @@ fn du_totals_equal_sums_taken_from_the_source() {
     // -s: one line, the total.
     let o = run_cmd(cmd().arg("du").arg("-s").arg(&img)).ok();
     assert_eq!(o.text(), format!("{expected_root}\t/\n"));
+    // --inodes: per directory, as GNU du --inodes counts the source.
+    let gnu = Command::new("du")
+        .args(["--inodes", "."])
+        .current_dir(&src)
+        .output()
+        .unwrap();
+    assert!(gnu.status.success());
+    let gnu: BTreeMap<String, u64> = String::from_utf8_lossy(&gnu.stdout)
+        .lines()
+        .map(|l| {
+            let (n, p) = l.split_once('\t').unwrap();
+            let p = p.strip_prefix('.').unwrap();
+            let p = if p.is_empty() { "/" } else { p };
+            (p.to_string(), n.parse().unwrap())
+        })
+        .collect();
+    let o = run_cmd(cmd().arg("du").arg("--inodes").arg(&img)).ok();
+    let ours: BTreeMap<String, u64> = o
+        .text()
+        .lines()
+        .map(|l| {
+            let (n, p) = l.split_once('\t').unwrap();
+            (p.to_string(), n.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(ours, gnu, "du --inodes");
+    // -a: a row for each file too, with its own size (a hardlink once).
+    let o = run_cmd(cmd().arg("du").arg("-a").arg("--json").arg(&img)).ok();
+    let rows = json(&o);
+    let rows = rows.as_array().unwrap();
+    let file_rows = rows
+        .iter()
+        .filter(|r| {
+            let p = r["path"].as_str().unwrap();
+            std::fs::symlink_metadata(src.join(&p[1..])).is_ok_and(|m| !m.is_dir())
+        })
+        .count();
+    let mut seen = HashSet::new();
+    let files = walk(&src)
+        .iter()
+        .filter(|rel| !rel.is_empty())
+        .filter(|rel| {
+            let md = std::fs::symlink_metadata(join(&src, rel)).unwrap();
+            !md.is_dir()
+                && (md.nlink() == 1 || md.file_type().is_symlink() || seen.insert(md.ino()))
+        })
+        .count();
+    assert_eq!(file_rows, files, "{}", o.describe());
+    let readme = rows.iter().find(|r| r["path"] == "/README.txt").unwrap();
+    let md = std::fs::metadata(src.join("README.txt")).unwrap();
+    assert_eq!(readme["bytes"].as_u64(), Some(md.len()));
+    assert_eq!(readme["inodes"].as_u64(), Some(1));
 }
