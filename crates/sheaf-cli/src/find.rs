@@ -183,7 +183,8 @@ impl Parser<'_> {
         let mut n = self.or()?;
         while self.peek().as_deref() == Some(",") {
             self.at += 1;
-            let r = self.or_after(",")?;
+            self.expect_term(",")?;
+            let r = self.or()?;
             n = Node::List(Box::new(n), Box::new(r));
         }
         Ok(n)
@@ -194,20 +195,11 @@ impl Parser<'_> {
         let mut n = self.and()?;
         while matches!(self.peek().as_deref(), Some("-o" | "-or")) {
             let op = self.next().unwrap_or_default().into_owned();
-            let r = self.and_after(&op)?;
+            self.expect_term(&op)?;
+            let r = self.and()?;
             n = Node::Or(Box::new(n), Box::new(r));
         }
         Ok(n)
-    }
-
-    fn or_after(&mut self, op: &str) -> Result<Node> {
-        self.expect_term(op)?;
-        self.or()
-    }
-
-    fn and_after(&mut self, op: &str) -> Result<Node> {
-        self.expect_term(op)?;
-        self.and()
     }
 
     /// A binary operator must be followed by a term.
@@ -405,20 +397,18 @@ fn now() -> (i64, u32) {
     (d.as_secs() as i64, d.subsec_nanos())
 }
 
+/// find's `[+-]N`: more than (`+`), less than (`-`) or exactly N.
+fn compare<T: Ord>(v: T, sign: i8, n: T) -> bool {
+    v.cmp(&n) == sign.cmp(&0)
+}
+
 fn matches(t: &Test, img: &Image, path: &[u8], ino: &Inode, now: i64) -> Result<bool> {
     let r = &ino.rec;
     Ok(match t {
         Test::Name(p, fold) => fnmatch(p, base(path), *fold),
         Test::Path(p) => fnmatch(p, path, false),
         Test::Type(ts) => ts.contains(&ino.file_type()),
-        Test::Size(sign, n, unit) => {
-            let units = r.size.div_ceil(*unit);
-            match sign {
-                1 => units > *n,
-                -1 => units < *n,
-                _ => units == *n,
-            }
-        }
+        Test::Size(sign, n, unit) => compare(r.size.div_ceil(*unit), *sign, *n),
         Test::Empty => match ino.file_type() {
             FileType::Regular => r.size == 0,
             FileType::Directory => img.dir_len(ino)? == 0,
@@ -428,12 +418,7 @@ fn matches(t: &Test, img: &Image, path: &[u8], ino: &Inode, now: i64) -> Result<
         Test::Age(sign, n, unit) => {
             // find: the age in whole units, rounded down.
             let age = (now - r.mtime_sec).div_euclid(*unit);
-            let n = *n as i64;
-            match sign {
-                1 => age > n,
-                -1 => age < n,
-                _ => age == n,
-            }
+            compare(age, *sign, *n as i64)
         }
         Test::Number(f, sign, n) => {
             let v = match f {
@@ -441,7 +426,7 @@ fn matches(t: &Test, img: &Image, path: &[u8], ino: &Inode, now: i64) -> Result<
                 Field::Gid => r.gid as u64,
                 Field::Links => r.nlink as u64,
             };
-            v.cmp(n) == sign.cmp(&0)
+            compare(v, *sign, *n)
         }
     })
 }
