@@ -5,7 +5,7 @@
 use crate::util::RemoteArgs;
 use anyhow::{bail, Context, Result};
 use sheaf_format::FileType;
-use sheaf_read::{Image, Inode, Step};
+use sheaf_read::{Image, Inode, Order, Step};
 use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -13,19 +13,29 @@ use std::path::PathBuf;
 
 /// Arguments of `sheaf find`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Expression (find(1) syntax and meaning):\n  \
-  tests    -name PAT  -iname PAT  -path PAT   (shell patterns, as find's)\n  \
-           -type [fdlcbps]  -size [+-]N[cwbkMG]  -empty  -newer FILE  -mtime [+-]N  -mmin [+-]N\n  \
-           -uid [+-]N  -gid [+-]N  -links [+-]N  -true  -false\n  \
-  actions  -print (the default)  -print0  -printf FMT (%p %P %f %h %s %m %M %y %l %U %G %i %n %T@ %%; \\n \\t \\0)\n  \
-           -prune (do not enter this directory)  -quit (stop)\n  \
-  options  -maxdepth N  -mindepth N\n  \
-  operators  ( EXPR )  ! EXPR  EXPR [-a] EXPR  EXPR -o EXPR  EXPR , EXPR   (quote the parentheses from the shell)\n\n\
-Examples:\n  sheaf find data.sheaf / -name '*.nii.gz' -size +10M\n  \
-sheaf find https://host/stack.sheaf /lib -type f -printf '%s %p\\n'\n  \
-sheaf find img.sheaf /sub -maxdepth 1 -type d -print0 | xargs -0 ...\n  \
-sheaf find src.sheaf \\( -name '*.c' -o -name '*.h' \\) -size +100k\n  \
-sheaf find stack.sheaf -name __pycache__ -prune -o -name '*.py' -print")]
+#[command(after_help = concat!(
+    "Expression (find(1) syntax and meaning):\n",
+    "  tests      -name PAT  -iname PAT  -path PAT  -ipath PAT  -lname PAT  -ilname PAT  (shell patterns)\n",
+    "             -type [fdlcbps]  -size [+-]N[cwbkMG]  -empty  -perm [-/]MODE (octal, or u+x,g=r)\n",
+    "             -user NAME  -group NAME  -nouser  -nogroup  -uid N  -gid N  -links N  -inum N\n",
+    "             -mtime N  -mmin N  -newer FILE  -true  -false  (N is [+-]N: more, less, exactly)\n",
+    "  actions    -print (the default)  -print0  -ls  -printf FMT  -prune (do not enter)  -quit (stop)\n",
+    "  options    -maxdepth N  -mindepth N  -depth (a directory after its entries)\n",
+    "  operators  ( EXPR )  ! EXPR  EXPR [-a] EXPR  EXPR -o EXPR  EXPR , EXPR  (quote parentheses from the shell)\n",
+    "\n",
+    "-printf: %p %P %f %h %H %d %s %k %b %m %M %y %l %u %g %U %G %i %n %t %T@ %T+ %Tk (k: a strftime letter);\n",
+    "\\n \\t \\0 %%. An image keeps one time, the mtime: -atime, -ctime, -amin, -cmin, -anewer, -cnewer,\n",
+    "%A and %C use it, as a mount shows it.\n",
+    "\n",
+    "Examples:\n",
+    "  sheaf find data.sheaf / -name '*.nii.gz' -size +10M\n",
+    "  sheaf find https://host/stack.sheaf /lib -type f -printf '%s %p\\n'\n",
+    "  sheaf find img.sheaf /sub -maxdepth 1 -type d -print0 | xargs -0 ...\n",
+    "  sheaf find src.sheaf \\( -name '*.c' -o -name '*.h' \\) -size +100k\n",
+    "  sheaf find stack.sheaf -name __pycache__ -prune -o -name '*.py' -print\n",
+    "  sheaf find stack.sheaf -type f -perm /o+w -ls    # world-writable files\n",
+    "  sheaf find data.sheaf -type f -printf '%TY-%Tm-%Td %s %p\\n'"
+))]
 pub struct FindArgs {
     /// The image (file or URL).
     image: PathBuf,
@@ -68,7 +78,7 @@ pub struct DuArgs {
     /// Count entries (inodes) instead of bytes.
     #[arg(long)]
     inodes: bool,
-    /// Human-readable sizes (K, M, G).
+    /// Human-readable sizes (KiB, MiB, GiB; counts in K, M, G).
     #[arg(short = 'h', long)]
     human_readable: bool,
     /// Machine-readable output.
@@ -81,8 +91,11 @@ pub struct DuArgs {
 
 #[derive(Debug)]
 enum Test {
+    /// Pattern, whether case is ignored (the same for the next two).
     Name(CString, bool),
-    Path(CString),
+    Path(CString, bool),
+    /// A symlink's target.
+    LinkName(CString, bool),
     Type(Vec<FileType>),
     /// Compare ceil(size / unit) with n: -1 less, 0 equal, 1 more.
     Size(i8, u64, u64),
@@ -92,6 +105,21 @@ enum Test {
     Age(i8, u64, i64),
     /// A number of the inode compared with n (sign as for Size).
     Number(Field, i8, u64),
+    /// Permission bits against a mode.
+    Perm(PermMatch, u32),
+    /// An owner (uid) or group (gid) this machine has no name for.
+    Unnamed(Field),
+}
+
+/// How `-perm` compares.
+#[derive(Debug, Clone, Copy)]
+enum PermMatch {
+    /// `-perm MODE`: exactly these bits.
+    Exact,
+    /// `-perm -MODE`: all of them (and maybe more).
+    All,
+    /// `-perm /MODE`: any of them (or MODE is 0).
+    Any,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -99,6 +127,7 @@ enum Field {
     Uid,
     Gid,
     Links,
+    Inode,
 }
 
 /// An expression in find(1)'s grammar. Operators by precedence, loosest
@@ -115,6 +144,8 @@ enum Node {
     /// `-print` / `-print0`: the path, then this byte.
     Print(u8),
     Printf(Vec<u8>),
+    /// `-ls`: a line as `ls -dils` writes it.
+    Ls,
     /// True; a directory's entries are not visited.
     Prune,
     /// True; the walk ends after this entry.
@@ -126,7 +157,7 @@ impl Node {
     /// every entry it is true for (`-prune` does not count).
     fn acts(&self) -> bool {
         match self {
-            Node::Print(_) | Node::Printf(_) | Node::Quit => true,
+            Node::Print(_) | Node::Printf(_) | Node::Ls | Node::Quit => true,
             Node::Not(n) => n.acts(),
             Node::And(a, b) | Node::Or(a, b) | Node::List(a, b) => a.acts() || b.acts(),
             Node::Test(_) | Node::Bool(_) | Node::Prune => false,
@@ -138,6 +169,8 @@ struct Expr {
     root: Node,
     min_depth: usize,
     max_depth: usize,
+    /// `-depth`: a directory after its entries.
+    depth_first: bool,
 }
 
 fn signed(s: &str) -> (i8, &str) {
@@ -158,6 +191,7 @@ struct Parser<'a> {
     at: usize,
     min_depth: usize,
     max_depth: usize,
+    depth_first: bool,
 }
 
 impl Parser<'_> {
@@ -264,7 +298,12 @@ impl Parser<'_> {
             "-print" => return Ok(Node::Print(b'\n')),
             "-print0" => return Ok(Node::Print(0)),
             "-printf" => return Ok(Node::Printf(self.arg("-printf")?.as_bytes().to_vec())),
+            "-ls" => return Ok(Node::Ls),
             "-prune" => return Ok(Node::Prune),
+            "-depth" | "-d" => {
+                self.depth_first = true;
+                return Ok(Node::Bool(true));
+            }
             "-quit" => return Ok(Node::Quit),
             // Options, not tests (find(1) takes them anywhere): true.
             "-maxdepth" | "-mindepth" => {
@@ -281,7 +320,31 @@ impl Parser<'_> {
             }
             "-name" => Test::Name(cstring(&self.arg(t)?)?, false),
             "-iname" => Test::Name(cstring(&self.arg(t)?)?, true),
-            "-path" | "-wholename" => Test::Path(cstring(&self.arg(t)?)?),
+            "-path" | "-wholename" => Test::Path(cstring(&self.arg(t)?)?, false),
+            "-ipath" | "-iwholename" => Test::Path(cstring(&self.arg(t)?)?, true),
+            "-lname" => Test::LinkName(cstring(&self.arg(t)?)?, false),
+            "-ilname" => Test::LinkName(cstring(&self.arg(t)?)?, true),
+            "-perm" => {
+                let v = self.arg(t)?.to_string_lossy().into_owned();
+                let (how, m) = parse_perm(&v).with_context(|| format!("-perm {v}"))?;
+                Test::Perm(how, m)
+            }
+            "-user" | "-group" => {
+                let v = self.arg(t)?.to_string_lossy().into_owned();
+                let (field, known) = if t == "-user" {
+                    (Field::Uid, crate::ident::uid_of(&v))
+                } else {
+                    (Field::Gid, crate::ident::gid_of(&v))
+                };
+                // find(1): a name this machine knows, else a number.
+                let id = match known.or_else(|| v.parse().ok()) {
+                    Some(id) => id,
+                    None => bail!("{t} {v}: no such {} on this machine", &t[1..]),
+                };
+                Test::Number(field, 0, id as u64)
+            }
+            "-nouser" => Test::Unnamed(Field::Uid),
+            "-nogroup" => Test::Unnamed(Field::Gid),
             "-type" => {
                 let v = self.arg(t)?;
                 let mut types = Vec::new();
@@ -321,24 +384,28 @@ impl Parser<'_> {
                 Test::Size(sign, n, unit)
             }
             "-empty" => Test::Empty,
-            "-newer" => {
+            // An image keeps one time, the mtime: it stands for atime and
+            // ctime too, as in a mount.
+            "-newer" | "-anewer" | "-cnewer" => {
                 let f = self.arg(t)?;
                 let md = std::fs::metadata(&f)
                     .with_context(|| format!("-newer {}", f.to_string_lossy()))?;
                 use std::os::unix::fs::MetadataExt;
                 Test::NewerThan(md.mtime(), md.mtime_nsec() as u32)
             }
-            "-mtime" | "-mmin" | "-uid" | "-gid" | "-links" => {
+            "-mtime" | "-atime" | "-ctime" | "-mmin" | "-amin" | "-cmin" | "-uid" | "-gid"
+            | "-links" | "-inum" => {
                 let v = self.arg(t)?.to_string_lossy().into_owned();
                 let (sign, rest) = signed(&v);
                 let n = rest
                     .parse()
                     .with_context(|| format!("{t} {v}: not a number"))?;
                 match t {
-                    "-mtime" => Test::Age(sign, n, 86_400),
-                    "-mmin" => Test::Age(sign, n, 60),
+                    "-mtime" | "-atime" | "-ctime" => Test::Age(sign, n, 86_400),
+                    "-mmin" | "-amin" | "-cmin" => Test::Age(sign, n, 60),
                     "-uid" => Test::Number(Field::Uid, sign, n),
                     "-gid" => Test::Number(Field::Gid, sign, n),
+                    "-inum" => Test::Number(Field::Inode, sign, n),
                     _ => Test::Number(Field::Links, sign, n),
                 }
             }
@@ -356,6 +423,7 @@ fn parse_expr(words: &[OsString]) -> Result<Expr> {
         at: 0,
         min_depth: 0,
         max_depth: usize::MAX,
+        depth_first: false,
     };
     let mut root = if words.is_empty() {
         Node::Bool(true)
@@ -373,6 +441,7 @@ fn parse_expr(words: &[OsString]) -> Result<Expr> {
         root,
         min_depth: p.min_depth,
         max_depth: p.max_depth,
+        depth_first: p.depth_first,
     })
 }
 
@@ -402,11 +471,101 @@ fn compare<T: Ord>(v: T, sign: i8, n: T) -> bool {
     v.cmp(&n) == sign.cmp(&0)
 }
 
-fn matches(t: &Test, img: &Image, path: &[u8], ino: &Inode, now: i64) -> Result<bool> {
+/// `-perm`'s argument: octal, or symbolic as chmod(1) takes it (applied
+/// to no bits, a umask of 0), after `-` (all of) or `/` (any of).
+fn parse_perm(v: &str) -> Result<(PermMatch, u32)> {
+    let (how, m) = match v.as_bytes().first() {
+        Some(b'-') => (PermMatch::All, &v[1..]),
+        Some(b'/') => (PermMatch::Any, &v[1..]),
+        _ => (PermMatch::Exact, v),
+    };
+    if !m.is_empty() && m.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        let n = u32::from_str_radix(m, 8).context("not a mode")?;
+        if n > 0o7777 {
+            bail!("an octal mode is at most 7777");
+        }
+        return Ok((how, n));
+    }
+    let mut mode = 0u32;
+    for clause in m.split(',') {
+        let b = clause.as_bytes();
+        let mut i = 0;
+        let mut who = 0;
+        while let Some(w) = b.get(i).and_then(|c| match c {
+            b'u' => Some(0o4700),
+            b'g' => Some(0o2070),
+            b'o' => Some(0o1007),
+            b'a' => Some(0o7777),
+            _ => None,
+        }) {
+            who |= w;
+            i += 1;
+        }
+        if who == 0 {
+            who = 0o7777;
+        }
+        if i == b.len() {
+            bail!("not a mode (octal, or symbolic such as u+x,g=r)");
+        }
+        while i < b.len() {
+            let op = b[i];
+            if !b"+-=".contains(&op) {
+                bail!("'{}' where + - or = was expected", op as char);
+            }
+            i += 1;
+            let mut bits = 0;
+            while let Some(&c) = b.get(i).filter(|c| !b"+-=".contains(c)) {
+                bits |= match c {
+                    b'r' => 0o444,
+                    b'w' => 0o222,
+                    b'x' => 0o111,
+                    // Execute only where some execute bit is set already:
+                    // of no bits, none (as find(1) has it).
+                    b'X' => 0,
+                    b's' => 0o6000,
+                    b't' => 0o1000,
+                    _ => bail!("'{}' is not a permission (r w x X s t)", c as char),
+                };
+                i += 1;
+            }
+            let bits = bits & who;
+            match op {
+                b'+' => mode |= bits,
+                b'-' => mode &= !bits,
+                _ => mode = (mode & !who) | bits,
+            }
+        }
+    }
+    Ok((how, mode))
+}
+
+fn matches(
+    t: &Test,
+    img: &Image,
+    names: &mut crate::ident::Names,
+    path: &[u8],
+    ino: &Inode,
+    now: i64,
+) -> Result<bool> {
     let r = &ino.rec;
     Ok(match t {
         Test::Name(p, fold) => fnmatch(p, base(path), *fold),
-        Test::Path(p) => fnmatch(p, path, false),
+        Test::Path(p, fold) => fnmatch(p, path, *fold),
+        Test::LinkName(p, fold) => {
+            ino.file_type() == FileType::Symlink && fnmatch(p, &img.read_link(ino)?, *fold)
+        }
+        Test::Perm(how, m) => {
+            let bits = r.mode & 0o7777;
+            match how {
+                PermMatch::Exact => bits == *m,
+                PermMatch::All => bits & m == *m,
+                PermMatch::Any => *m == 0 || bits & m != 0,
+            }
+        }
+        Test::Unnamed(f) => match f {
+            Field::Uid => names.user(r.uid).is_none(),
+            _ => names.group(r.gid).is_none(),
+        },
         Test::Type(ts) => ts.contains(&ino.file_type()),
         Test::Size(sign, n, unit) => compare(r.size.div_ceil(*unit), *sign, *n),
         Test::Empty => match ino.file_type() {
@@ -425,6 +584,7 @@ fn matches(t: &Test, img: &Image, path: &[u8], ino: &Inode, now: i64) -> Result<
                 Field::Uid => r.uid as u64,
                 Field::Gid => r.gid as u64,
                 Field::Links => r.nlink as u64,
+                Field::Inode => ino.ino as u64,
             };
             compare(v, *sign, *n)
         }
@@ -441,81 +601,6 @@ fn type_letter(t: FileType) -> u8 {
         FileType::Fifo => b'p',
         FileType::Socket => b's',
     }
-}
-
-fn printf(
-    o: &mut impl Write,
-    fmt: &[u8],
-    img: &Image,
-    start: &[u8],
-    path: &[u8],
-    ino: &Inode,
-) -> Result<()> {
-    let r = &ino.rec;
-    let mut i = 0;
-    while i < fmt.len() {
-        let c = fmt[i];
-        let next = fmt.get(i + 1).copied();
-        match (c, next) {
-            (b'\\', Some(e)) => {
-                o.write_all(match e {
-                    b'n' => b"\n",
-                    b't' => b"\t",
-                    b'0' => b"\0",
-                    b'\\' => b"\\",
-                    _ => &fmt[i..i + 2],
-                })?;
-                i += 2;
-            }
-            (b'%', Some(f)) => {
-                let mut step = 2;
-                match f {
-                    b'%' => o.write_all(b"%")?,
-                    b'p' => o.write_all(path)?,
-                    b'P' => {
-                        let rel = path.strip_prefix(start).unwrap_or(path);
-                        o.write_all(rel.strip_prefix(b"/").unwrap_or(rel))?
-                    }
-                    b'f' => o.write_all(base(path))?,
-                    b'h' => {
-                        let d = match path.iter().rposition(|&b| b == b'/') {
-                            Some(0) => &b"/"[..],
-                            Some(k) => &path[..k],
-                            None => &b"."[..],
-                        };
-                        o.write_all(d)?
-                    }
-                    b's' => write!(o, "{}", r.size)?,
-                    b'm' => write!(o, "{:o}", r.mode & 0o7777)?,
-                    b'M' => write!(o, "{}", crate::inspect::mode_string(r.mode))?,
-                    b'y' => o.write_all(&[type_letter(ino.file_type())])?,
-                    b'l' => {
-                        if ino.file_type() == FileType::Symlink {
-                            o.write_all(&img.read_link(ino)?)?
-                        }
-                    }
-                    b'U' => write!(o, "{}", r.uid)?,
-                    b'G' => write!(o, "{}", r.gid)?,
-                    b'i' => write!(o, "{}", ino.ino)?,
-                    b'n' => write!(o, "{}", r.nlink)?,
-                    b'T' if fmt.get(i + 2) == Some(&b'@') => {
-                        write!(o, "{}.{:09}0", r.mtime_sec, r.mtime_nsec)?;
-                        step = 3;
-                    }
-                    _ => bail!(
-                        "-printf: %{} is not supported (see sheaf find --help)",
-                        f as char
-                    ),
-                }
-                i += step;
-            }
-            _ => {
-                o.write_all(&[c])?;
-                i += 1;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Split `rest` into the start path and the expression.
@@ -549,15 +634,21 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
         img: &img,
         start: &start,
         now: now_s,
+        names: crate::ident::Names::default(),
         out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock()),
         prune: false,
         quit: false,
     };
+    let order = if e.depth_first {
+        Order::Post(e.max_depth)
+    } else {
+        Order::Pre
+    };
     let mut out_err: Option<anyhow::Error> = None;
-    img.walk(ino, start.clone(), &mut |p, ino, depth| {
+    img.walk_in(order, ino, start.clone(), &mut |p, ino, depth| {
         ev.prune = false;
         if depth >= e.min_depth && depth <= e.max_depth {
-            if let Err(err) = ev.eval(&e.root, p, ino) {
+            if let Err(err) = ev.eval(&e.root, p, ino, depth) {
                 // A closed pipe (`| head`) or a damaged entry: stop here.
                 out_err.get_or_insert(err);
                 return Ok(Step::Stop);
@@ -579,11 +670,55 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `sec` in local time, formatted by strftime(3) with `fmt`.
+fn local_time(sec: i64, fmt: &str) -> String {
+    let t = sec as libc::time_t;
+    // SAFETY: a plain C record, filled in by localtime_r.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointers to a time and a record.
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return sec.to_string();
+    }
+    let Ok(f) = CString::new(fmt) else {
+        return String::new();
+    };
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer's length is given; the format is NUL-terminated.
+    let n = unsafe { libc::strftime(buf.as_mut_ptr().cast(), buf.len(), f.as_ptr(), &tm) };
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// find's `%Tk` (and `%Ak`, `%Ck`: the same time in an image): strftime's
+/// `%k`, but seconds carry find's ten fractional digits, `@` is seconds
+/// since the epoch and `+` date and time joined by `+`.
+fn time_field(k: u8, sec: i64, nsec: u32) -> String {
+    let frac = format!(".{nsec:09}0");
+    match k {
+        b'@' => format!("{sec}{frac}"),
+        b'+' => format!("{}{frac}", local_time(sec, "%Y-%m-%d+%H:%M:%S")),
+        b'S' => format!("{}{frac}", local_time(sec, "%S")),
+        b'T' => format!("{}{frac}", local_time(sec, "%H:%M:%S")),
+        // %t, %a, %c: ctime(3)'s form with the fraction.
+        b't' => format!(
+            "{}{frac}{}",
+            local_time(sec, "%a %b %e %H:%M:%S"),
+            local_time(sec, " %Y")
+        ),
+        k => local_time(sec, &format!("%{}", k as char)),
+    }
+}
+
+/// A user's or group's name, else its number (as ls(1) and find(1) show).
+fn name_or_id(name: Option<&str>, id: u32) -> String {
+    name.map_or_else(|| id.to_string(), str::to_string)
+}
+
 /// Evaluates the expression on one entry at a time, printing as it goes.
 struct Eval<'a, W: Write> {
     img: &'a Image,
     start: &'a [u8],
     now: i64,
+    names: crate::ident::Names,
     out: W,
     /// Set by `-prune` on this entry.
     prune: bool,
@@ -592,16 +727,16 @@ struct Eval<'a, W: Write> {
 }
 
 impl<W: Write> Eval<'_, W> {
-    fn eval(&mut self, n: &Node, path: &[u8], ino: &Inode) -> Result<bool> {
+    fn eval(&mut self, n: &Node, path: &[u8], ino: &Inode, depth: usize) -> Result<bool> {
         Ok(match n {
-            Node::Test(t) => matches(t, self.img, path, ino, self.now)?,
+            Node::Test(t) => matches(t, self.img, &mut self.names, path, ino, self.now)?,
             Node::Bool(b) => *b,
-            Node::Not(a) => !self.eval(a, path, ino)?,
-            Node::And(a, b) => self.eval(a, path, ino)? && self.eval(b, path, ino)?,
-            Node::Or(a, b) => self.eval(a, path, ino)? || self.eval(b, path, ino)?,
+            Node::Not(a) => !self.eval(a, path, ino, depth)?,
+            Node::And(a, b) => self.eval(a, path, ino, depth)? && self.eval(b, path, ino, depth)?,
+            Node::Or(a, b) => self.eval(a, path, ino, depth)? || self.eval(b, path, ino, depth)?,
             Node::List(a, b) => {
-                self.eval(a, path, ino)?;
-                self.eval(b, path, ino)?
+                self.eval(a, path, ino, depth)?;
+                self.eval(b, path, ino, depth)?
             }
             Node::Print(end) => {
                 self.out.write_all(path)?;
@@ -609,7 +744,11 @@ impl<W: Write> Eval<'_, W> {
                 true
             }
             Node::Printf(f) => {
-                printf(&mut self.out, f, self.img, self.start, path, ino)?;
+                self.printf(f, path, ino, depth)?;
+                true
+            }
+            Node::Ls => {
+                self.ls(path, ino)?;
                 true
             }
             Node::Prune => {
@@ -621,6 +760,140 @@ impl<W: Write> Eval<'_, W> {
                 true
             }
         })
+    }
+
+    fn user(&mut self, uid: u32) -> String {
+        name_or_id(self.names.user(uid), uid)
+    }
+
+    fn group(&mut self, gid: u32) -> String {
+        name_or_id(self.names.group(gid), gid)
+    }
+
+    /// `-ls`: inode, KiB, mode, links, owner, group, size, mtime (the year
+    /// instead of the clock beyond six months), path, `-> target`.
+    fn ls(&mut self, path: &[u8], ino: &Inode) -> Result<()> {
+        let r = &ino.rec;
+        let (user, group) = (self.user(r.uid), self.group(r.gid));
+        let size = match ino.file_type() {
+            FileType::CharDevice | FileType::BlockDevice => {
+                format!("{:>3}, {:>3}", libc::major(r.data), libc::minor(r.data))
+            }
+            _ => ino.stat_size().to_string(),
+        };
+        // ls(1)'s rule: recent if within the past half Gregorian year.
+        let recent = (self.now - 31_556_952 / 2..=self.now).contains(&r.mtime_sec);
+        let when = local_time(
+            r.mtime_sec,
+            if recent { "%b %e %H:%M" } else { "%b %e  %Y" },
+        );
+        write!(
+            self.out,
+            "{:>9} {:>6} {} {:>3} {:<8} {:<8} {:>8} {} ",
+            ino.ino,
+            ino.stat_blocks().div_ceil(2),
+            crate::inspect::mode_string(r.mode),
+            r.nlink,
+            user,
+            group,
+            size,
+            when
+        )?;
+        self.out.write_all(path)?;
+        if ino.file_type() == FileType::Symlink {
+            self.out.write_all(b" -> ")?;
+            self.out.write_all(&self.img.read_link(ino)?)?;
+        }
+        self.out.write_all(b"\n")?;
+        Ok(())
+    }
+
+    fn printf(&mut self, fmt: &[u8], path: &[u8], ino: &Inode, depth: usize) -> Result<()> {
+        let r = &ino.rec;
+        let mut i = 0;
+        while i < fmt.len() {
+            let c = fmt[i];
+            let next = fmt.get(i + 1).copied();
+            match (c, next) {
+                (b'\\', Some(e)) => {
+                    self.out.write_all(match e {
+                        b'n' => b"\n",
+                        b't' => b"\t",
+                        b'0' => b"\0",
+                        b'\\' => b"\\",
+                        _ => &fmt[i..i + 2],
+                    })?;
+                    i += 2;
+                }
+                (b'%', Some(f)) => {
+                    let mut step = 2;
+                    match f {
+                        b'%' => self.out.write_all(b"%")?,
+                        b'p' => self.out.write_all(path)?,
+                        b'P' => {
+                            let rel = path.strip_prefix(self.start).unwrap_or(path);
+                            self.out.write_all(rel.strip_prefix(b"/").unwrap_or(rel))?
+                        }
+                        b'H' => self.out.write_all(self.start)?,
+                        b'f' => self.out.write_all(base(path))?,
+                        b'h' => {
+                            let d = match path.iter().rposition(|&b| b == b'/') {
+                                Some(0) => &b"/"[..],
+                                Some(k) => &path[..k],
+                                None => &b"."[..],
+                            };
+                            self.out.write_all(d)?
+                        }
+                        b'd' => write!(self.out, "{depth}")?,
+                        b's' => write!(self.out, "{}", r.size)?,
+                        b'b' => write!(self.out, "{}", ino.stat_blocks())?,
+                        b'k' => write!(self.out, "{}", ino.stat_blocks().div_ceil(2))?,
+                        b'm' => write!(self.out, "{:o}", r.mode & 0o7777)?,
+                        b'M' => write!(self.out, "{}", crate::inspect::mode_string(r.mode))?,
+                        b'y' => self.out.write_all(&[type_letter(ino.file_type())])?,
+                        b'l' => {
+                            if ino.file_type() == FileType::Symlink {
+                                self.out.write_all(&self.img.read_link(ino)?)?
+                            }
+                        }
+                        b'u' => {
+                            let u = self.user(r.uid);
+                            self.out.write_all(u.as_bytes())?
+                        }
+                        b'g' => {
+                            let g = self.group(r.gid);
+                            self.out.write_all(g.as_bytes())?
+                        }
+                        b'U' => write!(self.out, "{}", r.uid)?,
+                        b'G' => write!(self.out, "{}", r.gid)?,
+                        b'i' => write!(self.out, "{}", ino.ino)?,
+                        b'n' => write!(self.out, "{}", r.nlink)?,
+                        b't' | b'a' | b'c' => {
+                            let t = time_field(b't', r.mtime_sec, r.mtime_nsec);
+                            self.out.write_all(t.as_bytes())?
+                        }
+                        b'T' | b'A' | b'C' => {
+                            let Some(&k) = fmt.get(i + 2) else {
+                                bail!("-printf: %{} needs a format letter after it", f as char)
+                            };
+                            let t = time_field(k, r.mtime_sec, r.mtime_nsec);
+                            self.out.write_all(t.as_bytes())?;
+                            step = 3;
+                        }
+                        _ => bail!(
+                            "-printf: %{} is not supported (see sheaf find --help)",
+                            f as char
+                        ),
+                    }
+                    i += step;
+                }
+                _ => {
+                    self.out.write_all(&[c])?;
+                    i += 1;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -707,7 +980,8 @@ pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
     } else {
         for (p, u) in rows {
             let size = match (a.inodes, a.human_readable) {
-                (true, _) => u.inodes.to_string(),
+                (true, true) => crate::util::human_count(u.inodes),
+                (true, false) => u.inodes.to_string(),
                 (false, true) => crate::util::human(u.bytes),
                 (false, false) => u.bytes.to_string(),
             };

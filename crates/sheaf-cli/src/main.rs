@@ -6,6 +6,7 @@ mod bcast;
 mod build;
 mod extract;
 mod find;
+mod ident;
 mod import;
 mod inspect;
 mod layers;

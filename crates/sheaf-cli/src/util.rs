@@ -29,6 +29,23 @@ pub fn human(n: u64) -> String {
     }
 }
 
+/// A count for people: 83731 is "83.7K", 15,700,000 "15.7M" (powers of
+/// 1000, as file counts are spoken of).
+pub fn human_count(n: u64) -> String {
+    let units = ["", "K", "M", "G", "T"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u < units.len() - 1 {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        n.to_string()
+    } else {
+        format!("{v:.1}{}", units[u])
+    }
+}
+
 static CANCEL: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -257,5 +274,17 @@ pub fn sheaf_exe() -> std::io::Result<PathBuf> {
     match std::env::var_os(sheaf_cli::front::EXE_ENV) {
         Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
         _ => std::env::current_exe(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_read_as_people_say_them() {
+        let h = super::human_count;
+        assert_eq!(h(999), "999");
+        assert_eq!(h(1000), "1.0K");
+        assert_eq!(h(83_731), "83.7K");
+        assert_eq!(h(15_700_000), "15.7M");
     }
 }

@@ -83,6 +83,34 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
             "%P %n %U\\n",
         ],
         vec!["-gid", "-1", "-printf", "%P %G\\n"],
+        // Permissions, octal and symbolic, exact, all-of and any-of.
+        vec!["-perm", "644", "-printf", "%P %m\\n"],
+        vec!["-perm", "-u+x", "-printf", "%P\\n"],
+        vec!["-perm", "/g+w,o+w", "-printf", "%P\\n"],
+        vec!["!", "-perm", "-a=r", "-printf", "%P\\n"],
+        vec!["-perm", "/0", "-type", "f", "-printf", "%P\\n"],
+        // Owners by name (this machine's), and entries it has none for.
+        vec!["-user", "root", "-group", "root", "-printf", "%P %u %g\\n"],
+        vec!["-nouser", "-o", "-nogroup", "-printf", "%P\\n"],
+        vec!["-lname", "*tool*", "-printf", "%P %l\\n"],
+        vec!["-ipath", "*DOCS/*", "-printf", "%P %d\\n"],
+        // Times as find(1) formats them (the image keeps mtimes to the ns).
+        vec![
+            "-type",
+            "f",
+            "-printf",
+            "%P %t|%TY-%Tm-%Td %TH:%TM|%T+|%TS|%Tk|%Ta %Tb|%TT\\n",
+        ],
+        // -depth: the same entries (the order is checked below).
+        vec![
+            "-depth",
+            "-mindepth",
+            "1",
+            "-maxdepth",
+            "2",
+            "-printf",
+            "%P\\n",
+        ],
     ];
     for c in cases {
         let mut ours = cmd();
@@ -139,6 +167,59 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
             b"/bin/tool-link"
         ]
     );
+    // -depth lists a directory after everything in it.
+    let o = run_cmd(cmd().arg("find").arg(&img).arg("-depth")).ok();
+    let lines: Vec<String> = o.text().lines().map(String::from).collect();
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("/"),
+        "{}",
+        o.describe()
+    );
+    for (i, d) in lines.iter().enumerate() {
+        let under = format!("{}/", d.trim_end_matches('/'));
+        assert!(
+            lines[i + 1..].iter().all(|l| !l.starts_with(&under)),
+            "{d} before an entry under it: {lines:?}"
+        );
+    }
+    // -ls: the line GNU find writes, but for the inode number and the
+    // blocks, which are the extracted copy's own (and a directory's size).
+    let fields = |l: &str, dot: bool| -> Vec<String> {
+        l.split_whitespace()
+            .skip(2)
+            .map(|w| match w.strip_prefix("./") {
+                Some(rest) if dot => format!("/{rest}"),
+                _ => w.to_string(),
+            })
+            .collect()
+    };
+    let gnu = Command::new("find")
+        .args([".", "!", "-type", "d", "-ls"])
+        .current_dir(&out)
+        .output()
+        .unwrap();
+    let mut want: Vec<Vec<String>> = String::from_utf8_lossy(&gnu.stdout)
+        .lines()
+        .map(|l| fields(l, true))
+        .collect();
+    let o = run_cmd(cmd().arg("find").arg(&img).args(["!", "-type", "d", "-ls"])).ok();
+    let mut got: Vec<Vec<String>> = o.text().lines().map(|l| fields(l, false)).collect();
+    want.sort();
+    got.sort();
+    assert!(!got.is_empty());
+    assert_eq!(got, want, "-ls");
+    // -inum finds the entry whose number %i printed (all its names).
+    let o = run_cmd(
+        cmd()
+            .arg("find")
+            .arg(&img)
+            .args(["-name", "README.txt", "-printf", "%i"]),
+    )
+    .ok();
+    let n = o.text();
+    let o = run_cmd(cmd().arg("find").arg(&img).args(["-inum", &n])).ok();
+    assert_eq!(o.text(), "/README.txt\n", "-inum {n}");
     // -quit: the first match only (which one is first is the walk's order).
     let all_files = sorted_lines(
         &Command::new("find")
@@ -170,6 +251,12 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         &["(", ")"],
         &["!"],
         &["-uid", "root"],
+        &["-perm", "8"],
+        &["-perm", "u+q"],
+        &["-perm", "17777"],
+        &["-user", "no-such-user-sheaf"],
+        &["-group", "no-such-group-sheaf"],
+        &["-printf", "%T"],
     ] {
         let o = run_cmd(cmd().arg("find").arg(&img).args(bad));
         assert_ne!(o.code, 0, "{bad:?}");

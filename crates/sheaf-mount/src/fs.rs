@@ -417,14 +417,10 @@ pub(crate) fn image_attr(ino: u64, i: &Inode) -> FileAttr {
         UNIX_EPOCH - Duration::from_secs(r.mtime_sec.unsigned_abs())
             + Duration::from_nanos(r.mtime_nsec as u64)
     };
-    let size = match ft {
-        Ft::Regular | Ft::Symlink | Ft::Directory => r.size,
-        _ => 0,
-    };
     FileAttr {
         ino: INodeNo(ino),
-        size,
-        blocks: size.div_ceil(512),
+        size: i.stat_size(),
+        blocks: i.stat_blocks(),
         atime: mtime,
         mtime,
         ctime: mtime,

@@ -147,15 +147,17 @@ pub fn image(data: &[u8]) {
     // The walk `sheaf find` and `sheaf du` run: it must end, and visit no
     // more entries than the image declares (plus the start).
     if let Ok(root) = img.root() {
-        let mut visits = 0u64;
-        let _ = img.walk(root, b"/".to_vec(), &mut |_, _, _| {
-            visits += 1;
-            assert!(
-                visits <= limit + 1,
-                "the walk visited more than {limit} entries"
-            );
-            Ok(crate::Step::Continue)
-        });
+        for order in [crate::Order::Pre, crate::Order::Post(usize::MAX)] {
+            let mut visits = 0u64;
+            let _ = img.walk_in(order, root, b"/".to_vec(), &mut |_, _, _| {
+                visits += 1;
+                assert!(
+                    visits <= limit + 1,
+                    "the walk ({order:?}) visited more than {limit} entries"
+                );
+                Ok(crate::Step::Continue)
+            });
+        }
     }
     let progress = std::sync::atomic::AtomicU64::new(0);
     let _ = crate::verify::verify(&img, &progress);

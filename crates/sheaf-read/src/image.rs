@@ -51,6 +51,21 @@ impl Inode {
     pub fn file_type(&self) -> FileType {
         self.rec.file_type().expect("validated on decode")
     }
+
+    /// The size stat(2) shows: the record's for files, symlinks and
+    /// directories; 0 for the rest (their record holds a device number).
+    pub fn stat_size(&self) -> u64 {
+        match self.file_type() {
+            FileType::Regular | FileType::Symlink | FileType::Directory => self.rec.size,
+            _ => 0,
+        }
+    }
+
+    /// The 512-byte blocks stat(2) shows: the size rounded up (an image
+    /// allocates nothing per file a reader could count instead).
+    pub fn stat_blocks(&self) -> u64 {
+        self.stat_size().div_ceil(512)
+    }
 }
 
 /// One directory entry.

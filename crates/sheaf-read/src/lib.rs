@@ -33,7 +33,7 @@ pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode};
 pub use source::{CountingSource, FileSource, IndexSource, MemSource, ObjectStore, Source};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};
 pub use tree::{Seen, SeenMerged};
-pub use walk::Step;
+pub use walk::{Order, Step};
 
 use std::path::Path;
 use std::sync::Arc;

@@ -17,6 +17,17 @@ pub enum Step {
     Stop,
 }
 
+/// In which order a walk visits a directory and its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// A directory before its entries (find's default).
+    Pre,
+    /// A directory after its entries (find's `-depth`), entering
+    /// directories down to this depth; [`Step::Prune`] is then the same as
+    /// [`Step::Continue`].
+    Post(usize),
+}
+
 /// A walk's visitor: called with each entry's path, inode and depth (0 for
 /// the start).
 pub type Visitor<'a> = dyn FnMut(&[u8], &Inode, usize) -> Result<Step, ReadError> + 'a;
@@ -27,6 +38,8 @@ struct Frame {
     len: usize,
     kids: Kids,
     depth: usize,
+    /// The directory, while its visit waits for its entries' ([`Order::Post`]).
+    after: Option<Inode>,
 }
 
 /// A directory's entries: their names in one buffer, and per entry where
@@ -75,8 +88,28 @@ impl Image {
         path: Vec<u8>,
         visit: &mut Visitor<'_>,
     ) -> Result<(), ReadError> {
+        self.walk_in(Order::Pre, start, path, visit)
+    }
+
+    /// [`Image::walk`] in the given order.
+    pub fn walk_in(
+        &self,
+        order: Order,
+        start: Inode,
+        path: Vec<u8>,
+        visit: &mut Visitor<'_>,
+    ) -> Result<(), ReadError> {
+        // Whether a directory at `depth` is entered before it is visited.
+        let enter_first = |depth: usize| matches!(order, Order::Post(max) if depth < max);
         let mut seen = Seen::new(self);
-        if visit(&path, &start, 0)? != Step::Continue || start.file_type() != FileType::Directory {
+        // The start is visited first unless it is a directory entered first
+        // (then last); a walk goes on only into a directory visited before.
+        let first = start.file_type() != FileType::Directory || !enter_first(0);
+        if first
+            && (visit(&path, &start, 0)? != Step::Continue
+                || start.file_type() != FileType::Directory
+                || order != Order::Pre)
+        {
             return Ok(());
         }
         seen.enter(self, &start)?;
@@ -90,10 +123,17 @@ impl Image {
             len: p.len(),
             kids,
             depth: 0,
+            after: (order != Order::Pre).then_some(start),
         }];
         while let Some(top) = stack.last_mut() {
             let Some((at, len, ino)) = top.kids.list.next() else {
-                stack.pop();
+                let done = stack.pop().expect("a frame was on top");
+                if let Some(dir) = done.after {
+                    p.truncate(done.len);
+                    if visit(&p, &dir, done.depth)? == Step::Stop {
+                        break;
+                    }
+                }
                 continue;
             };
             p.truncate(top.len);
@@ -102,17 +142,28 @@ impl Image {
             }
             p.extend_from_slice(&top.kids.names[at..at + len]);
             let depth = top.depth + 1;
-            let step = visit(&p, &ino, depth)?;
-            if step == Step::Stop {
-                break;
-            }
-            if step == Step::Continue && ino.file_type() == FileType::Directory {
-                seen.enter(self, &ino)?;
-                let kids = self.children(&ino)?;
+            let is_dir = ino.file_type() == FileType::Directory;
+            let (enter, after) = if is_dir && enter_first(depth) {
+                (true, Some(ino))
+            } else {
+                let step = visit(&p, &ino, depth)?;
+                if step == Step::Stop {
+                    break;
+                }
+                (
+                    step == Step::Continue && is_dir && order == Order::Pre,
+                    None,
+                )
+            };
+            if enter {
+                let dir = after.as_ref().unwrap_or(&ino);
+                seen.enter(self, dir)?;
+                let kids = self.children(dir)?;
                 stack.push(Frame {
                     len: p.len(),
                     kids,
                     depth,
+                    after,
                 });
             }
         }

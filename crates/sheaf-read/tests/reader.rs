@@ -5,7 +5,7 @@ use sheaf_build::{build, BuildOptions, Input, Progress};
 use sheaf_format::{
     SectionEntry, SectionKind, Superblock, Trailer, SECTION_FLAG_REQUIRED, TRAILER_LEN,
 };
-use sheaf_read::{fuzzing, Image, MemSource, ReadError, Source};
+use sheaf_read::{fuzzing, Image, MemSource, Order, ReadError, Source, Step};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -84,6 +84,51 @@ fn open_reads_a_bounded_number_of_ranges_whatever_the_size() {
             "stat used {used} reads"
         );
     }
+}
+
+/// Paths and depths in the order a walk visits them.
+fn walked(img: &Image, order: Order) -> Vec<(String, usize)> {
+    let mut v = Vec::new();
+    img.walk_in(order, img.root().unwrap(), b"/".to_vec(), &mut |p, _, d| {
+        v.push((String::from_utf8_lossy(p).into_owned(), d));
+        Ok(Step::Continue)
+    })
+    .unwrap();
+    v
+}
+
+#[test]
+fn a_post_order_walk_visits_each_directory_after_its_entries() {
+    let d = tempfile::tempdir().unwrap();
+    let bytes = build_tree(d.path(), 20, &small_opts());
+    let img = Image::open(Arc::new(MemSource::new(bytes, "x"))).unwrap();
+    let pre = walked(&img, Order::Pre);
+    let post = walked(&img, Order::Post(usize::MAX));
+    // The tree as built: root, link, sub, 7 files in sub, sub/deeper and 13
+    // files in it.
+    assert_eq!(pre.len(), 1 + 1 + 1 + 7 + 1 + 13);
+    assert_eq!(pre[0], ("/".to_string(), 0));
+    let (mut a, mut b) = (pre.clone(), post.clone());
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the same entries");
+    let at = |p: &str| post.iter().position(|(q, _)| q == p).unwrap();
+    assert_eq!(at("/"), post.len() - 1);
+    assert!(at("/sub/deeper") > at("/sub/deeper/f000001.txt"));
+    assert!(at("/sub") > at("/sub/deeper"));
+    assert!(at("/sub") > at("/sub/f000000.txt"));
+    // Down to depth 1: the root's entries, then the root; `sub` is not
+    // entered.
+    let shallow = walked(&img, Order::Post(1));
+    assert_eq!(
+        shallow,
+        vec![
+            ("/link".to_string(), 1),
+            ("/sub".to_string(), 1),
+            ("/".to_string(), 0)
+        ]
+    );
+    assert_eq!(walked(&img, Order::Post(0)), vec![("/".to_string(), 0)]);
 }
 
 #[test]
