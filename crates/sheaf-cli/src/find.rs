@@ -66,8 +66,8 @@ pub struct DuArgs {
     /// Where to start in the image.
     #[arg(default_value = "/")]
     path: String,
-    /// Only the total of PATH.
-    #[arg(short, long)]
+    /// Only the total of PATH (du(1) refuses it with -a or -d, so does this).
+    #[arg(short, long, conflicts_with_all = ["all", "max_depth"])]
     summarize: bool,
     /// Print directories at most N levels below PATH.
     #[arg(short = 'd', long, value_name = "N")]

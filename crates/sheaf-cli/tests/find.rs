@@ -262,6 +262,12 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         assert_ne!(o.code, 0, "{bad:?}");
         assert_eq!(o.err_lines().len(), 1, "{bad:?}: {}", o.describe());
     }
+    // du's contradictions, refused as du(1) refuses them.
+    for bad in [&["-s", "-a"][..], &["-s", "-d", "1"]] {
+        let o = run_cmd(cmd().arg("du").args(bad).arg(&img));
+        assert_eq!(o.code, 2, "{bad:?}: {}", o.describe());
+        assert_eq!(o.err_lines().len(), 1, "{bad:?}: {}", o.describe());
+    }
     for sub in ["find", "du"] {
         let o = run_cmd(cmd().arg(sub).arg(&img).args(["/nonexistent"]));
         assert_eq!(o.code, 1, "{}", o.describe());
