@@ -15,31 +15,29 @@ pub struct Names {
 impl Names {
     /// The name of user `uid`, if this machine knows one.
     pub fn user(&mut self, uid: u32) -> Option<&str> {
-        self.users
-            .entry(uid)
-            .or_insert_with(|| {
-                // SAFETY: getpwuid_r with its own record and buffer.
-                lookup(
-                    |rec, buf, len, res| unsafe { libc::getpwuid_r(uid, rec, buf, len, res) },
-                    |p: &libc::passwd| p.pw_name,
-                )
-            })
-            .as_deref()
+        // SAFETY: getpwuid_r with its own record and buffer.
+        let get = |rec, buf, len, res| unsafe { libc::getpwuid_r(uid, rec, buf, len, res) };
+        cached(&mut self.users, uid, || {
+            lookup(get, |p: &libc::passwd| p.pw_name)
+        })
     }
 
     /// The name of group `gid`, if this machine knows one.
     pub fn group(&mut self, gid: u32) -> Option<&str> {
-        self.groups
-            .entry(gid)
-            .or_insert_with(|| {
-                // SAFETY: getgrgid_r with its own record and buffer.
-                lookup(
-                    |rec, buf, len, res| unsafe { libc::getgrgid_r(gid, rec, buf, len, res) },
-                    |g: &libc::group| g.gr_name,
-                )
-            })
-            .as_deref()
+        // SAFETY: getgrgid_r with its own record and buffer.
+        let get = |rec, buf, len, res| unsafe { libc::getgrgid_r(gid, rec, buf, len, res) };
+        cached(&mut self.groups, gid, || {
+            lookup(get, |g: &libc::group| g.gr_name)
+        })
     }
+}
+
+fn cached(
+    names: &mut HashMap<u32, Option<String>>,
+    id: u32,
+    look: impl FnOnce() -> Option<String>,
+) -> Option<&str> {
+    names.entry(id).or_insert_with(look).as_deref()
 }
 
 /// The id of user `name`, if this machine knows it.

@@ -15,35 +15,30 @@ pub fn one_line(e: &anyhow::Error) -> String {
 
 /// Human-readable bytes.
 pub fn human(n: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < units.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", units[u])
+    match scaled(n, 1024.0, &["B", "KiB", "MiB", "GiB", "TiB"]) {
+        (_, "B") => format!("{n} B"),
+        (v, unit) => format!("{v:.1} {unit}"),
     }
 }
 
 /// A count for people: 83731 is "83.7K", 15,700,000 "15.7M" (powers of
 /// 1000, as file counts are spoken of).
 pub fn human_count(n: u64) -> String {
-    let units = ["", "K", "M", "G", "T"];
+    match scaled(n, 1000.0, &["", "K", "M", "G", "T"]) {
+        (_, "") => n.to_string(),
+        (v, unit) => format!("{v:.1}{unit}"),
+    }
+}
+
+/// `n` divided by `base` until below it (or out of units), with its unit.
+fn scaled(n: u64, base: f64, units: &[&'static str]) -> (f64, &'static str) {
     let mut v = n as f64;
     let mut u = 0;
-    while v >= 1000.0 && u < units.len() - 1 {
-        v /= 1000.0;
+    while v >= base && u < units.len() - 1 {
+        v /= base;
         u += 1;
     }
-    if u == 0 {
-        n.to_string()
-    } else {
-        format!("{v:.1}{}", units[u])
-    }
+    (v, units[u])
 }
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
