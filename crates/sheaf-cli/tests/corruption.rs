@@ -238,6 +238,16 @@ fn every_command_fails_cleanly_on_every_kind_of_damage() {
                 assert_clean_failure(&o, &img, &format!("{d:?}: ls -R"));
             }
 
+            // find and du walk the same metadata, without a mount.
+            for args in [&["find", "-depth", "-ls"][..], &["du", "-a", "--inodes"]] {
+                let o = run_cmd(cmd().arg(args[0]).arg(&img).args(&args[1..]));
+                if d == Damage::FlipDataBlock0 {
+                    assert_eq!(o.code, 0, "{d:?}: {args:?}:\n{}", o.describe());
+                } else {
+                    assert_clean_failure(&o, &img, &format!("{d:?}: {args:?}"));
+                }
+            }
+
             // cat of the file in block 0: nothing, or exactly its content.
             let o = sheaf(["cat".as_ref(), img.as_os_str(), VICTIM.as_ref()]);
             assert_clean_failure(&o, &img, &format!("{d:?}: cat {VICTIM}"));
@@ -398,7 +408,12 @@ fn random_flips_are_always_detected_and_never_leak_wrong_bytes() {
                 ));
             }
         }
-        for args in [&["ls", "-lR"][..], &["info", "--json"][..]] {
+        for args in [
+            &["ls", "-lR"][..],
+            &["info", "--json"],
+            &["find", "-depth", "-ls"],
+            &["du", "-a", "--inodes"],
+        ] {
             let o = run_cmd(cmd().arg(args[0]).arg(&img).args(&args[1..]));
             if !matches!(o.code, 0 | 1)
                 || o.stderr.contains("panicked")
