@@ -24,8 +24,8 @@ use std::path::PathBuf;
     "  operators  ( EXPR )  ! EXPR  EXPR [-a] EXPR  EXPR -o EXPR  EXPR , EXPR  (quote parentheses from the shell)\n",
     "\n",
     "-printf: %p %P %f %h %H %d %s %k %b %m %M %y %l %u %g %U %G %i %n %t %T@ %T+ %Tk (k: a strftime letter);\n",
-    "\\n \\t \\0 %%. An image keeps one time, the mtime: -atime, -ctime, -amin, -cmin, -anewer, -cnewer,\n",
-    "%A and %C use it, as a mount shows it.\n",
+    "\\n \\t \\0 %%; widths and precisions as %-20p %10s %.3f. An image keeps one time, the mtime:\n",
+    "-atime, -ctime, -amin, -cmin, -anewer, -cnewer, %A and %C use it, as a mount shows it.\n",
     "\n",
     "Examples:\n",
     "  sheaf find data.sheaf / -name '*.nii.gz' -size +10M\n",
@@ -631,10 +631,13 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
     let ino = img.resolve(&start)?;
     let (now_s, _) = now();
     let mut ev = Eval {
-        img: &img,
-        start: &start,
+        ctx: Ctx {
+            img: &img,
+            start: &start,
+            names: crate::ident::Names::default(),
+        },
         now: now_s,
-        names: crate::ident::Names::default(),
+        scratch: Vec::new(),
         out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock()),
         prune: false,
         quit: false,
@@ -715,11 +718,11 @@ fn name_or_id(name: Option<&str>, id: u32) -> String {
 
 /// Evaluates the expression on one entry at a time, printing as it goes.
 struct Eval<'a, W: Write> {
-    img: &'a Image,
-    start: &'a [u8],
+    ctx: Ctx<'a>,
     now: i64,
-    names: crate::ident::Names,
     out: W,
+    /// One `-printf` directive's text, before its padding.
+    scratch: Vec<u8>,
     /// Set by `-prune` on this entry.
     prune: bool,
     /// Set by `-quit`.
@@ -729,7 +732,7 @@ struct Eval<'a, W: Write> {
 impl<W: Write> Eval<'_, W> {
     fn eval(&mut self, n: &Node, path: &[u8], ino: &Inode, depth: usize) -> Result<bool> {
         Ok(match n {
-            Node::Test(t) => matches(t, self.img, &mut self.names, path, ino, self.now)?,
+            Node::Test(t) => matches(t, self.ctx.img, &mut self.ctx.names, path, ino, self.now)?,
             Node::Bool(b) => *b,
             Node::Not(a) => !self.eval(a, path, ino, depth)?,
             Node::And(a, b) => self.eval(a, path, ino, depth)? && self.eval(b, path, ino, depth)?,
@@ -762,19 +765,11 @@ impl<W: Write> Eval<'_, W> {
         })
     }
 
-    fn user(&mut self, uid: u32) -> String {
-        name_or_id(self.names.user(uid), uid)
-    }
-
-    fn group(&mut self, gid: u32) -> String {
-        name_or_id(self.names.group(gid), gid)
-    }
-
     /// `-ls`: inode, KiB, mode, links, owner, group, size, mtime (the year
     /// instead of the clock beyond six months), path, `-> target`.
     fn ls(&mut self, path: &[u8], ino: &Inode) -> Result<()> {
         let r = &ino.rec;
-        let (user, group) = (self.user(r.uid), self.group(r.gid));
+        let (user, group) = (self.ctx.user(r.uid), self.ctx.group(r.gid));
         let size = match ino.file_type() {
             FileType::CharDevice | FileType::BlockDevice => {
                 format!("{:>3}, {:>3}", libc::major(r.data), libc::minor(r.data))
@@ -802,14 +797,13 @@ impl<W: Write> Eval<'_, W> {
         self.out.write_all(path)?;
         if ino.file_type() == FileType::Symlink {
             self.out.write_all(b" -> ")?;
-            self.out.write_all(&self.img.read_link(ino)?)?;
+            self.out.write_all(&self.ctx.img.read_link(ino)?)?;
         }
         self.out.write_all(b"\n")?;
         Ok(())
     }
 
     fn printf(&mut self, fmt: &[u8], path: &[u8], ino: &Inode, depth: usize) -> Result<()> {
-        let r = &ino.rec;
         let mut i = 0;
         while i < fmt.len() {
             let c = fmt[i];
@@ -825,67 +819,62 @@ impl<W: Write> Eval<'_, W> {
                     })?;
                     i += 2;
                 }
-                (b'%', Some(f)) => {
-                    let mut step = 2;
-                    match f {
-                        b'%' => self.out.write_all(b"%")?,
-                        b'p' => self.out.write_all(path)?,
-                        b'P' => {
-                            let rel = path.strip_prefix(self.start).unwrap_or(path);
-                            self.out.write_all(rel.strip_prefix(b"/").unwrap_or(rel))?
-                        }
-                        b'H' => self.out.write_all(self.start)?,
-                        b'f' => self.out.write_all(base(path))?,
-                        b'h' => {
-                            let d = match path.iter().rposition(|&b| b == b'/') {
-                                Some(0) => &b"/"[..],
-                                Some(k) => &path[..k],
-                                None => &b"."[..],
-                            };
-                            self.out.write_all(d)?
-                        }
-                        b'd' => write!(self.out, "{depth}")?,
-                        b's' => write!(self.out, "{}", r.size)?,
-                        b'b' => write!(self.out, "{}", ino.stat_blocks())?,
-                        b'k' => write!(self.out, "{}", ino.stat_blocks().div_ceil(2))?,
-                        b'm' => write!(self.out, "{:o}", r.mode & 0o7777)?,
-                        b'M' => write!(self.out, "{}", crate::inspect::mode_string(r.mode))?,
-                        b'y' => self.out.write_all(&[type_letter(ino.file_type())])?,
-                        b'l' => {
-                            if ino.file_type() == FileType::Symlink {
-                                self.out.write_all(&self.img.read_link(ino)?)?
-                            }
-                        }
-                        b'u' => {
-                            let u = self.user(r.uid);
-                            self.out.write_all(u.as_bytes())?
-                        }
-                        b'g' => {
-                            let g = self.group(r.gid);
-                            self.out.write_all(g.as_bytes())?
-                        }
-                        b'U' => write!(self.out, "{}", r.uid)?,
-                        b'G' => write!(self.out, "{}", r.gid)?,
-                        b'i' => write!(self.out, "{}", ino.ino)?,
-                        b'n' => write!(self.out, "{}", r.nlink)?,
-                        b't' | b'a' | b'c' => {
-                            let t = time_field(b't', r.mtime_sec, r.mtime_nsec);
-                            self.out.write_all(t.as_bytes())?
-                        }
-                        b'T' | b'A' | b'C' => {
-                            let Some(&k) = fmt.get(i + 2) else {
-                                bail!("-printf: %{} needs a format letter after it", f as char)
-                            };
-                            let t = time_field(k, r.mtime_sec, r.mtime_nsec);
-                            self.out.write_all(t.as_bytes())?;
-                            step = 3;
-                        }
-                        _ => bail!(
-                            "-printf: %{} is not supported (see sheaf find --help)",
-                            f as char
-                        ),
+                (b'%', Some(f)) if !b"-+ #0123456789.".contains(&f) => {
+                    // No flags, width or precision: straight out.
+                    let next = fmt.get(i + 2).copied();
+                    let used = self
+                        .ctx
+                        .directive(&mut self.out, f, next, path, ino, depth)?;
+                    i += 2 + usize::from(used);
+                }
+                (b'%', Some(_)) => {
+                    // printf(3)'s flags, width and precision, as find(1)
+                    // takes them: %-20p, %10s, %.5f. find pads numbers with
+                    // spaces too (it formats them as strings), so of the
+                    // flags only '-' does anything.
+                    let mut j = i + 1;
+                    let mut left = false;
+                    while let Some(&g) = fmt.get(j).filter(|g| b"-+ #0".contains(g)) {
+                        left |= g == b'-';
+                        j += 1;
                     }
-                    i += step;
+                    let digits = |j: &mut usize| {
+                        let from = *j;
+                        while fmt.get(*j).is_some_and(u8::is_ascii_digit) {
+                            *j += 1;
+                        }
+                        std::str::from_utf8(&fmt[from..*j])
+                            .ok()?
+                            .parse::<usize>()
+                            .ok()
+                    };
+                    let width = digits(&mut j).unwrap_or(0);
+                    let precision = if fmt.get(j) == Some(&b'.') {
+                        j += 1;
+                        Some(digits(&mut j).unwrap_or(0))
+                    } else {
+                        None
+                    };
+                    let Some(&f) = fmt.get(j) else {
+                        bail!("-printf: the format ends inside a % directive")
+                    };
+                    let next = fmt.get(j + 1).copied();
+                    let mut v = std::mem::take(&mut self.scratch);
+                    v.clear();
+                    let used = self.ctx.directive(&mut v, f, next, path, ino, depth)?;
+                    if let Some(p) = precision {
+                        v.truncate(p);
+                    }
+                    let pad = width.saturating_sub(v.len());
+                    if !left {
+                        self.out.write_all(&vec![b' '; pad])?;
+                    }
+                    self.out.write_all(&v)?;
+                    if left {
+                        self.out.write_all(&vec![b' '; pad])?;
+                    }
+                    self.scratch = v;
+                    i = j + 1 + usize::from(used);
                 }
                 _ => {
                     self.out.write_all(&[c])?;
@@ -894,6 +883,98 @@ impl<W: Write> Eval<'_, W> {
             }
         }
         Ok(())
+    }
+}
+
+/// What `-printf` and `-ls` read besides the entry: the image, the start
+/// path, and the names of owners.
+struct Ctx<'a> {
+    img: &'a Image,
+    start: &'a [u8],
+    names: crate::ident::Names,
+}
+
+impl Ctx<'_> {
+    fn user(&mut self, uid: u32) -> String {
+        name_or_id(self.names.user(uid), uid)
+    }
+
+    fn group(&mut self, gid: u32) -> String {
+        name_or_id(self.names.group(gid), gid)
+    }
+
+    /// One `-printf` directive `f` (`next` is the byte after it) into `v`;
+    /// whether `next` was part of it (`%Tk`).
+    fn directive(
+        &mut self,
+        v: &mut impl Write,
+        f: u8,
+        next: Option<u8>,
+        path: &[u8],
+        ino: &Inode,
+        depth: usize,
+    ) -> Result<bool> {
+        let r = &ino.rec;
+        let mut used = false;
+        match f {
+            b'%' => v.write_all(b"%")?,
+            b'p' => v.write_all(path)?,
+            b'P' => {
+                let rel = path.strip_prefix(self.start).unwrap_or(path);
+                v.write_all(rel.strip_prefix(b"/").unwrap_or(rel))?
+            }
+            b'H' => v.write_all(self.start)?,
+            b'f' => v.write_all(base(path))?,
+            b'h' => {
+                let d = match path.iter().rposition(|&b| b == b'/') {
+                    Some(0) => &b"/"[..],
+                    Some(k) => &path[..k],
+                    None => &b"."[..],
+                };
+                v.write_all(d)?
+            }
+            b'd' => write!(v, "{depth}")?,
+            b's' => write!(v, "{}", r.size)?,
+            b'b' => write!(v, "{}", ino.stat_blocks())?,
+            b'k' => write!(v, "{}", ino.stat_blocks().div_ceil(2))?,
+            b'm' => write!(v, "{:o}", r.mode & 0o7777)?,
+            b'M' => write!(v, "{}", crate::inspect::mode_string(r.mode))?,
+            b'y' => v.write_all(&[type_letter(ino.file_type())])?,
+            b'l' => {
+                if ino.file_type() == FileType::Symlink {
+                    v.write_all(&self.img.read_link(ino)?)?
+                }
+            }
+            b'u' => {
+                let u = self.user(r.uid);
+                v.write_all(u.as_bytes())?
+            }
+            b'g' => {
+                let g = self.group(r.gid);
+                v.write_all(g.as_bytes())?
+            }
+            b'U' => write!(v, "{}", r.uid)?,
+            b'G' => write!(v, "{}", r.gid)?,
+            b'i' => write!(v, "{}", ino.ino)?,
+            b'n' => write!(v, "{}", r.nlink)?,
+            b't' | b'a' | b'c' => {
+                let t = time_field(b't', r.mtime_sec, r.mtime_nsec);
+                v.write_all(t.as_bytes())?
+            }
+            b'T' | b'A' | b'C' => {
+                let Some(k) = next else {
+                    bail!("-printf: %{} needs a format letter after it", f as char)
+                };
+                let t = time_field(k, r.mtime_sec, r.mtime_nsec);
+                v.write_all(t.as_bytes())?;
+                used = true;
+            }
+            _ => bail!(
+                "-printf: %{} is not supported (see sheaf find --help)",
+                f as char
+            ),
+        }
+        Ok(used)
     }
 }
 

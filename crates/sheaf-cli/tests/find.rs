@@ -101,6 +101,14 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
             "-printf",
             "%P %t|%TY-%Tm-%Td %TH:%TM|%T+|%TS|%Tk|%Ta %Tb|%TT\\n",
         ],
+        // Widths and precisions, as find(1) pads and cuts.
+        vec![
+            "!",
+            "-type",
+            "d",
+            "-printf",
+            "%-22P|%8s|%.3f|%05n|%-6u|%3d|%10TY|%y|%-4m\\n",
+        ],
         // -depth: the same entries (the order is checked below).
         vec![
             "-depth",
@@ -257,6 +265,7 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         &["-user", "no-such-user-sheaf"],
         &["-group", "no-such-group-sheaf"],
         &["-printf", "%T"],
+        &["-printf", "%-5"],
     ] {
         let o = run_cmd(cmd().arg("find").arg(&img).args(bad));
         assert_ne!(o.code, 0, "{bad:?}");
