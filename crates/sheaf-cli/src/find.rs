@@ -389,7 +389,7 @@ impl Parser<'_> {
             "-newer" | "-anewer" | "-cnewer" => {
                 let f = self.arg(t)?;
                 let md = std::fs::metadata(&f)
-                    .with_context(|| format!("-newer {}", f.to_string_lossy()))?;
+                    .with_context(|| format!("{t} {}", f.to_string_lossy()))?;
                 use std::os::unix::fs::MetadataExt;
                 Test::NewerThan(md.mtime(), md.mtime_nsec() as u32)
             }
@@ -567,7 +567,7 @@ fn matches(
             _ => names.group(r.gid).is_none(),
         },
         Test::Type(ts) => ts.contains(&ino.file_type()),
-        Test::Size(sign, n, unit) => compare(r.size.div_ceil(*unit), *sign, *n),
+        Test::Size(sign, n, unit) => compare(ino.stat_size().div_ceil(*unit), *sign, *n),
         Test::Empty => match ino.file_type() {
             FileType::Regular => r.size == 0,
             FileType::Directory => img.dir_len(ino)? == 0,
@@ -711,6 +711,11 @@ fn time_field(k: u8, sec: i64, nsec: u32) -> String {
     }
 }
 
+/// find's 1 KiB blocks (`%k`, `-ls`), of the 512-byte ones stat(2) shows.
+fn kib(ino: &Inode) -> u64 {
+    ino.stat_blocks().div_ceil(2)
+}
+
 /// A user's or group's name, else its number (as ls(1) and find(1) show).
 fn name_or_id(name: Option<&str>, id: u32) -> String {
     name.map_or_else(|| id.to_string(), str::to_string)
@@ -786,7 +791,7 @@ impl<W: Write> Eval<'_, W> {
             self.out,
             "{:>9} {:>6} {} {:>3} {:<8} {:<8} {:>8} {} ",
             ino.ino,
-            ino.stat_blocks().div_ceil(2),
+            kib(ino),
             crate::inspect::mode_string(r.mode),
             r.nlink,
             user,
@@ -934,9 +939,9 @@ impl Ctx<'_> {
                 v.write_all(d)?
             }
             b'd' => write!(v, "{depth}")?,
-            b's' => write!(v, "{}", r.size)?,
+            b's' => write!(v, "{}", ino.stat_size())?,
             b'b' => write!(v, "{}", ino.stat_blocks())?,
-            b'k' => write!(v, "{}", ino.stat_blocks().div_ceil(2))?,
+            b'k' => write!(v, "{}", kib(ino))?,
             b'm' => write!(v, "{:o}", r.mode & 0o7777)?,
             b'M' => write!(v, "{}", crate::inspect::mode_string(r.mode))?,
             b'y' => v.write_all(&[type_letter(ino.file_type())])?,

@@ -268,7 +268,7 @@ fn print_entry(
         FileType::CharDevice | FileType::BlockDevice => {
             format!("{},{}", libc::major(r.data), libc::minor(r.data))
         }
-        _ => r.size.to_string(),
+        _ => ino.stat_size().to_string(),
     };
     let target = if ino.file_type() == FileType::Symlink {
         format!(" -> {}", String::from_utf8_lossy(&img.read_link(ino)?))
