@@ -1,6 +1,6 @@
-//! `sheaf find` and `sheaf du`: metadata questions answered from the image
-//! itself (file or URL), no mount: a find(1) subset and du(1) totals. The
-//! walk is `sheaf_read::Image::walk`; this file parses and prints.
+//! `sheaf find`: metadata questions answered from the image itself (file
+//! or URL), no mount, in find(1)'s language (`sheaf du` is in du.rs). The
+//! walk is `sheaf_read::Image::walk_in`; this file parses and prints.
 
 use crate::util::RemoteArgs;
 use anyhow::{bail, Context, Result};
@@ -47,46 +47,6 @@ pub struct FindArgs {
         value_name = "PATH] [EXPR"
     )]
     rest: Vec<OsString>,
-}
-
-/// Arguments of `sheaf du`.
-#[derive(clap::Args, Debug)]
-// `-h` is du's human-readable flag, as in du(1): help is `--help` only.
-#[command(
-    disable_help_flag = true,
-    after_help = "Sizes are apparent: bytes of files and symlink targets, a hardlinked file \
-counted once (directories' own sizes are not counted). --inodes counts entries instead, \
-as du --inodes does: every file, directory and link, a hardlinked file once. --json gives \
-both for each row.\n\nExamples:\n  sheaf du -s -h data.sheaf\n  sheaf du -d 1 img.sheaf /usr\n  \
-sheaf du --inodes -d 1 hcp.sheaf /subjects   # where the millions of files are"
-)]
-pub struct DuArgs {
-    /// The image (file or URL).
-    image: PathBuf,
-    /// Where to start in the image.
-    #[arg(default_value = "/")]
-    path: String,
-    /// Only the total of PATH (du(1) refuses it with -a or -d, so does this).
-    #[arg(short, long, conflicts_with_all = ["all", "max_depth"])]
-    summarize: bool,
-    /// Print directories at most N levels below PATH.
-    #[arg(short = 'd', long, value_name = "N")]
-    max_depth: Option<usize>,
-    /// Print files too, not only directories.
-    #[arg(short, long)]
-    all: bool,
-    /// Count entries (inodes) instead of bytes.
-    #[arg(long)]
-    inodes: bool,
-    /// Human-readable sizes (KiB, MiB, GiB; counts in K, M, G).
-    #[arg(short = 'h', long)]
-    human_readable: bool,
-    /// Machine-readable output.
-    #[arg(long)]
-    json: bool,
-    /// Print help.
-    #[arg(long, action = clap::ArgAction::Help)]
-    help: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -612,7 +572,7 @@ fn split_rest(rest: &[OsString]) -> (String, &[OsString]) {
 }
 
 /// Normalise an image path: absolute, no trailing slash (but "/").
-fn start_path(p: &str) -> Vec<u8> {
+pub(crate) fn start_path(p: &str) -> Vec<u8> {
     let t = p.trim_end_matches('/');
     if t.is_empty() {
         b"/".to_vec()
@@ -981,101 +941,4 @@ impl Ctx<'_> {
         }
         Ok(used)
     }
-}
-
-/// What `sheaf du` adds up under a directory.
-#[derive(Debug, Default, Clone, Copy)]
-struct Usage {
-    bytes: u64,
-    inodes: u64,
-}
-
-impl Usage {
-    fn add(&mut self, o: Usage) {
-        self.bytes += o.bytes;
-        self.inodes += o.inodes;
-    }
-}
-
-/// `sheaf du`.
-pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
-    let img = crate::util::open_image(&a.image, remote)?;
-    let start = start_path(&a.path);
-    let ino = img.resolve(&start)?;
-    let show_depth = if a.summarize {
-        0
-    } else {
-        a.max_depth.unwrap_or(usize::MAX)
-    };
-    // Directories open on the walk's path, with their totals so far.
-    let mut open: Vec<(Vec<u8>, usize, Usage)> = Vec::new();
-    let mut rows: Vec<(Vec<u8>, Usage)> = Vec::new();
-    let mut linked = std::collections::HashSet::new();
-    let close =
-        |open: &mut Vec<(Vec<u8>, usize, Usage)>, rows: &mut Vec<(Vec<u8>, Usage)>, to: usize| {
-            while open.last().is_some_and(|d| d.1 >= to) {
-                let (p, depth, total) = open.pop().expect("checked");
-                if let Some(parent) = open.last_mut() {
-                    parent.2.add(total);
-                }
-                if depth <= show_depth {
-                    rows.push((p, total));
-                }
-            }
-        };
-    img.walk(ino, start, &mut |p, ino, depth| {
-        close(&mut open, &mut rows, depth);
-        let ft = ino.file_type();
-        // A hardlinked file counts once, where the walk meets it first.
-        let again = ft == FileType::Regular && ino.rec.nlink > 1 && !linked.insert(ino.ino);
-        let own = match ft {
-            _ if again => Usage::default(),
-            FileType::Regular | FileType::Symlink => Usage {
-                bytes: ino.rec.size,
-                inodes: 1,
-            },
-            _ => Usage {
-                bytes: 0,
-                inodes: 1,
-            },
-        };
-        if ft == FileType::Directory {
-            open.push((p.to_vec(), depth, own));
-        } else {
-            if let Some(d) = open.last_mut() {
-                d.2.add(own);
-            }
-            // PATH names a file (its own row), or -a.
-            if open.is_empty() || (a.all && depth <= show_depth && !again) {
-                rows.push((p.to_vec(), own));
-            }
-        }
-        Ok(Step::Continue)
-    })
-    .with_context(|| a.image.display().to_string())?;
-    close(&mut open, &mut rows, 0);
-    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
-    if a.json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|(p, u)| {
-                serde_json::json!({"path": String::from_utf8_lossy(p), "bytes": u.bytes, "inodes": u.inodes})
-            })
-            .collect();
-        writeln!(o, "{}", serde_json::Value::Array(v))?;
-    } else {
-        for (p, u) in rows {
-            let size = match (a.inodes, a.human_readable) {
-                (true, true) => crate::util::human_count(u.inodes),
-                (true, false) => u.inodes.to_string(),
-                (false, true) => crate::util::human(u.bytes),
-                (false, false) => u.bytes.to_string(),
-            };
-            write!(o, "{size}\t")?;
-            o.write_all(&p)?;
-            o.write_all(b"\n")?;
-        }
-    }
-    o.flush()?;
-    Ok(0)
 }

@@ -4,6 +4,7 @@
 
 mod bcast;
 mod build;
+mod du;
 mod extract;
 mod find;
 mod ident;
@@ -95,7 +96,7 @@ enum Cmd {
     /// Search an image's tree without mounting it (a find(1) subset).
     Find(find::FindArgs),
     /// Sizes of an image's directories without mounting it (like du).
-    Du(find::DuArgs),
+    Du(du::DuArgs),
     /// Write a file of an image to standard output.
     Cat {
         /// The image.
@@ -214,7 +215,7 @@ fn main() {
         } => inspect::info(&image, json, whiteouts, r),
         Cmd::Ls(a) => inspect::ls(a, r),
         Cmd::Find(a) => find::find(a, r),
-        Cmd::Du(a) => find::du(a, r),
+        Cmd::Du(a) => du::du(a, r),
         Cmd::Cat { image, path } => inspect::cat(&image, &path, r),
         Cmd::Extract(a) => extract::run(a, r),
         Cmd::Check {
