@@ -633,22 +633,30 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// `sec` in local time, formatted by strftime(3) with `fmt`.
-fn local_time(sec: i64, fmt: &str) -> String {
+/// `sec` broken down in local time (`None` past what the C library can).
+fn local_tm(sec: i64) -> Option<libc::tm> {
     let t = sec as libc::time_t;
     // SAFETY: a plain C record, filled in by localtime_r.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     // SAFETY: valid pointers to a time and a record.
-    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
-        return sec.to_string();
-    }
+    (!unsafe { libc::localtime_r(&t, &mut tm) }.is_null()).then_some(tm)
+}
+
+/// `tm` formatted by strftime(3) with `fmt`.
+fn strftime(tm: &libc::tm, fmt: &str) -> String {
     let Ok(f) = CString::new(fmt) else {
         return String::new();
     };
     let mut buf = [0u8; 256];
     // SAFETY: the buffer's length is given; the format is NUL-terminated.
-    let n = unsafe { libc::strftime(buf.as_mut_ptr().cast(), buf.len(), f.as_ptr(), &tm) };
+    let n = unsafe { libc::strftime(buf.as_mut_ptr().cast(), buf.len(), f.as_ptr(), tm) };
     String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// `sec` in local time, formatted by strftime(3) with `fmt` (the seconds
+/// themselves where the C library cannot break them down).
+fn local_time(sec: i64, fmt: &str) -> String {
+    local_tm(sec).map_or_else(|| sec.to_string(), |tm| strftime(&tm, fmt))
 }
 
 /// find's `%Tk` (and `%Ak`, `%Ck`: the same time in an image): strftime's
@@ -656,18 +664,19 @@ fn local_time(sec: i64, fmt: &str) -> String {
 /// since the epoch and `+` date and time joined by `+`.
 fn time_field(k: u8, sec: i64, nsec: u32) -> String {
     let frac = format!(".{nsec:09}0");
+    if k == b'@' {
+        return format!("{sec}{frac}");
+    }
+    // Broken down once for all of the directive's parts.
+    let tm = local_tm(sec);
+    let at = |fmt: &str| tm.map_or_else(|| sec.to_string(), |tm| strftime(&tm, fmt));
     match k {
-        b'@' => format!("{sec}{frac}"),
-        b'+' => format!("{}{frac}", local_time(sec, "%Y-%m-%d+%H:%M:%S")),
-        b'S' => format!("{}{frac}", local_time(sec, "%S")),
-        b'T' => format!("{}{frac}", local_time(sec, "%H:%M:%S")),
+        b'+' => format!("{}{frac}", at("%Y-%m-%d+%H:%M:%S")),
+        b'S' => format!("{}{frac}", at("%S")),
+        b'T' => format!("{}{frac}", at("%H:%M:%S")),
         // %t, %a, %c: ctime(3)'s form with the fraction.
-        b't' => format!(
-            "{}{frac}{}",
-            local_time(sec, "%a %b %e %H:%M:%S"),
-            local_time(sec, " %Y")
-        ),
-        k => local_time(sec, &format!("%{}", k as char)),
+        b't' => format!("{}{frac}{}", at("%a %b %e %H:%M:%S"), at(" %Y")),
+        k => at(&format!("%{}", k as char)),
     }
 }
 
