@@ -823,15 +823,38 @@ impl Image {
         buf: &mut [u8],
         on_block: &mut dyn FnMut(u32, bool),
     ) -> Result<usize, ReadError> {
+        let mut at = 0;
+        self.read_pieces(ino, offset, buf.len(), on_block, &mut |p| {
+            let n = p.len();
+            match p {
+                Piece::Bytes(b, r) => buf[at..at + n].copy_from_slice(&b[r]),
+                Piece::Zeros(_) => buf[at..at + n].fill(0),
+            }
+            at += n;
+        })
+    }
+
+    /// The bytes of a read, `len` from `offset` (fewer at the end of the
+    /// file), handed to `sink` in file order as pieces that together cover
+    /// exactly the bytes returned: slices of cached blocks, and zeros for
+    /// holes and gaps between chunks. A caller that can send a slice as it
+    /// is (a FUSE reply of one piece) copies nothing. `on_block` as for
+    /// [`Image::read_with`].
+    pub fn read_pieces(
+        &self,
+        ino: &Inode,
+        offset: u64,
+        len: usize,
+        on_block: &mut dyn FnMut(u32, bool),
+        sink: &mut dyn FnMut(Piece),
+    ) -> Result<usize, ReadError> {
         let (start, n) = self.file_chunks(ino)?;
         let size = ino.rec.size;
-        if offset >= size || buf.is_empty() {
+        if offset >= size || len == 0 {
             return Ok(0);
         }
-        let want = buf.len().min((size - offset) as usize);
-        let buf = &mut buf[..want];
-        buf.fill(0); // holes and gaps read as zeros
-                     // Last chunk starting at or before `offset`.
+        let want = len.min((size - offset) as usize);
+        // Last chunk starting at or before `offset`.
         let (mut lo, mut hi) = (0u64, n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -843,6 +866,8 @@ impl Image {
         }
         let mut i = lo.saturating_sub(1);
         let end = offset + want as u64;
+        // Bytes before `done` have gone to `sink`.
+        let mut done = offset;
         while i < n {
             let c = self.chunk(start + i)?;
             if c.file_offset >= end {
@@ -852,7 +877,9 @@ impl Image {
             let c_end = c_end
                 .filter(|&e| e <= size)
                 .ok_or_else(|| self.corrupt_inode(ino.ino, "chunk beyond file size"))?;
-            let from = offset.max(c.file_offset);
+            // Chunks are sorted and do not overlap in a valid image; a chunk
+            // reaching back before `done` is read from `done` on.
+            let from = done.max(c.file_offset);
             let to = end.min(c_end);
             if from < to && !c.is_hole() {
                 on_block(c.block, i + 1 < n);
@@ -862,12 +889,42 @@ impl Image {
                 if c.block_offset as usize + c.len as usize > ulen as usize {
                     return Err(self.corrupt_inode(ino.ino, "chunk beyond its block"));
                 }
-                buf[(from - offset) as usize..(to - offset) as usize]
-                    .copy_from_slice(&block[bs..be]);
+                if from > done {
+                    sink(Piece::Zeros((from - done) as usize));
+                }
+                sink(Piece::Bytes(block, bs..be));
+                done = to;
             }
             i += 1;
         }
+        if done < end {
+            sink(Piece::Zeros((end - done) as usize));
+        }
         Ok(want)
+    }
+}
+
+/// A stretch of a read's bytes ([`Image::read_pieces`]).
+#[derive(Debug, Clone)]
+pub enum Piece {
+    /// Bytes `range` of a decoded block held by the cache.
+    Bytes(Arc<Vec<u8>>, std::ops::Range<usize>),
+    /// This many zero bytes: a hole, or a gap between chunks.
+    Zeros(usize),
+}
+
+impl Piece {
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(_, r) => r.len(),
+            Piece::Zeros(n) => *n,
+        }
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

@@ -5,7 +5,7 @@ use sheaf_build::{build, BuildOptions, Input, Progress};
 use sheaf_format::{
     SectionEntry, SectionKind, Superblock, Trailer, SECTION_FLAG_REQUIRED, TRAILER_LEN,
 };
-use sheaf_read::{fuzzing, Image, MemSource, Order, ReadError, Source, Step};
+use sheaf_read::{fuzzing, Image, MemSource, Order, Piece, ReadError, Source, Step};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -171,6 +171,83 @@ fn lookup_and_read_match_what_was_built() {
         .map(|e| e.name)
         .collect();
     assert_eq!(names, vec![b"link".to_vec(), b"sub".to_vec()]);
+}
+
+/// Reads handed out as pieces cover exactly the bytes asked for, in order:
+/// slices of blocks, and zeros for the holes of a sparse file; a read inside
+/// one block is one piece (the mount replies with it without a copy).
+#[test]
+fn read_pieces_cover_a_sparse_file_exactly() {
+    use std::os::unix::fs::FileExt;
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // Data, a hole of whole 4 KiB blocks, data across a block boundary,
+    // another hole, and a hole at the end.
+    let size = 12 * 4096 + 7;
+    let mut want = vec![0u8; size];
+    let f = std::fs::File::create(src.join("sparse")).unwrap();
+    f.set_len(size as u64).unwrap();
+    for (at, n, seed) in [
+        (0usize, 3000usize, 1u8),
+        (5 * 4096 + 4000, 5000, 2),
+        (9 * 4096 + 100, 10, 3),
+    ] {
+        let bytes: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+        f.write_all_at(&bytes, at as u64).unwrap();
+        want[at..at + n].copy_from_slice(&bytes);
+    }
+    drop(f);
+    let out = d.path().join("i.sheaf");
+    build(
+        &Input::Dir(src),
+        &out,
+        &small_opts(),
+        Arc::new(Progress::default()),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    let img = Image::open(Arc::new(MemSource::new(std::fs::read(out).unwrap(), "x"))).unwrap();
+    let ino = img.resolve(b"sparse").unwrap();
+    let mut zeros_seen = false;
+    for offset in [
+        0usize,
+        1,
+        2999,
+        4095,
+        4096,
+        5 * 4096 + 3999,
+        6 * 4096,
+        9 * 4096 + 105,
+        size - 3,
+    ] {
+        for len in [1usize, 100, 4096, 3 * 4096 + 1, 1 << 20] {
+            let mut got = Vec::new();
+            let mut kinds = Vec::new();
+            let n = img
+                .read_pieces(&ino, offset as u64, len, &mut |_, _| {}, &mut |p| {
+                    assert!(!p.is_empty(), "an empty piece at {offset}+{len}");
+                    match &p {
+                        Piece::Bytes(b, r) => got.extend_from_slice(&b[r.clone()]),
+                        Piece::Zeros(z) => got.resize(got.len() + z, 0),
+                    }
+                    kinds.push(matches!(p, Piece::Zeros(_)));
+                })
+                .unwrap();
+            let end = (offset + len).min(size);
+            assert_eq!(n, end - offset, "length of {offset}+{len}");
+            assert_eq!(got, want[offset..end], "bytes of {offset}+{len}");
+            zeros_seen |= kinds.contains(&true);
+            if offset / 4096 == (end - 1) / 4096 && want[offset..end].iter().any(|&b| b != 0) {
+                assert_eq!(kinds, [false], "one block, one piece: {offset}+{len}");
+            }
+            // The copying form agrees.
+            let mut buf = vec![0xAAu8; len.min(size + 10)];
+            let m = img.read(&ino, offset as u64, &mut buf).unwrap();
+            assert_eq!(&buf[..m], &want[offset..end]);
+        }
+    }
+    assert!(zeros_seen, "the holes came back as zero pieces");
 }
 
 /// Re-seal an image with a modified superblock and/or an extra section.
