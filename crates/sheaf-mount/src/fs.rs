@@ -21,7 +21,7 @@ use fuser::{
     Request,
 };
 use sheaf_format::records::FileType as Ft;
-use sheaf_read::{CountingSource, Image, Inode, Piece, ReadError};
+use sheaf_read::{CountingSource, Image, Inode, ReadError};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering::Relaxed;
@@ -560,38 +560,21 @@ impl Filesystem for SheafFs {
         }
         let _reading = self.readahead.reading();
         let mut used: Vec<u32> = Vec::with_capacity(2);
-        let mut pieces: Vec<Piece> = Vec::with_capacity(2);
         let r = self.inode(ino).and_then(|i| {
-            self.img.read_pieces(
-                &i,
-                offset,
-                size.min(MAX_READ) as usize,
-                &mut |b, more| {
+            self.img
+                .read_bytes(&i, offset, size.min(MAX_READ) as usize, &mut |b, more| {
                     if used.last() != Some(&b) {
                         used.push(b);
                     }
                     self.readahead.observe(b, more)
-                },
-                &mut |p| pieces.push(p),
-            )
+                })
         });
         match r {
-            Ok(n) => {
-                self.stats.bytes_served.fetch_add(n as u64, Relaxed);
-                match pieces.as_slice() {
-                    // Most reads lie in one block: reply straight from the cache.
-                    [Piece::Bytes(b, range)] => reply.data(&b[range.clone()]),
-                    _ => {
-                        let mut buf = Vec::with_capacity(n);
-                        for p in &pieces {
-                            match p {
-                                Piece::Bytes(b, range) => buf.extend_from_slice(&b[range.clone()]),
-                                Piece::Zeros(z) => buf.resize(buf.len() + z, 0),
-                            }
-                        }
-                        reply.data(&buf)
-                    }
-                }
+            Ok(bytes) => {
+                self.stats
+                    .bytes_served
+                    .fetch_add(bytes.len() as u64, Relaxed);
+                reply.data(&bytes);
                 self.readahead.complete(&used);
             }
             Err(e) => reply.error(self.errno(Op::Read, &e)),

@@ -835,6 +835,34 @@ impl Image {
     }
 
     /// The bytes of a read, `len` from `offset` (fewer at the end of the
+    /// file), as [`Image::read_pieces`] finds them: shared with the block
+    /// cache when they lie in one block (most reads), else gathered into a
+    /// buffer of their own.
+    pub fn read_bytes(
+        &self,
+        ino: &Inode,
+        offset: u64,
+        len: usize,
+        on_block: &mut dyn FnMut(u32, bool),
+    ) -> Result<ReadBytes, ReadError> {
+        let mut pieces: Vec<Piece> = Vec::with_capacity(2);
+        let n = self.read_pieces(ino, offset, len, on_block, &mut |p| pieces.push(p))?;
+        if let [Piece::Bytes(..)] = pieces.as_slice() {
+            if let Some(Piece::Bytes(b, r)) = pieces.pop() {
+                return Ok(ReadBytes::Shared(b, r));
+            }
+        }
+        let mut buf = Vec::with_capacity(n);
+        for p in &pieces {
+            match p {
+                Piece::Bytes(b, r) => buf.extend_from_slice(&b[r.clone()]),
+                Piece::Zeros(z) => buf.resize(buf.len() + z, 0),
+            }
+        }
+        Ok(ReadBytes::Owned(buf))
+    }
+
+    /// The bytes of a read, `len` from `offset` (fewer at the end of the
     /// file), handed to `sink` in file order as pieces that together cover
     /// exactly the bytes returned: slices of cached blocks, and zeros for
     /// holes and gaps between chunks. A caller that can send a slice as it
@@ -901,6 +929,25 @@ impl Image {
             sink(Piece::Zeros((end - done) as usize));
         }
         Ok(want)
+    }
+}
+
+/// The bytes of one read ([`Image::read_bytes`]).
+#[derive(Debug, Clone)]
+pub enum ReadBytes {
+    /// Bytes `range` of a decoded block held by the cache.
+    Shared(Arc<Vec<u8>>, std::ops::Range<usize>),
+    /// Bytes gathered from several pieces, or read from elsewhere.
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for ReadBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadBytes::Shared(b, r) => &b[r.clone()],
+            ReadBytes::Owned(v) => v,
+        }
     }
 }
 

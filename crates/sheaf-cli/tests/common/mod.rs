@@ -129,9 +129,19 @@ pub fn cmd() -> Command {
 /// Run a prepared command and collect its output.
 pub fn run_cmd(c: &mut Command) -> Out {
     let what = format!("{c:?}");
-    let o = c
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    // A binary a test has just copied can be briefly "text file busy": a
+    // child another test thread forked meanwhile holds the copy's write
+    // descriptor until it execs. Retried, as cargo itself does.
+    let mut tries = 0;
+    let o = loop {
+        match c.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => break r.unwrap_or_else(|e| panic!("cannot run {what}: {e}")),
+        }
+    };
     let code = match o.status.code() {
         Some(c) => c,
         None => {

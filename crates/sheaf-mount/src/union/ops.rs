@@ -15,6 +15,7 @@ use fuser::{
     AccessFlags, BackingId, Errno, FileAttr, FileHandle, FileType, INodeNo, RenameFlags, TimeOrNow,
 };
 use sheaf_format::layers;
+use sheaf_read::ReadBytes;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
@@ -198,30 +199,28 @@ impl UnionFs {
         fh: FileHandle,
         offset: u64,
         size: u32,
-    ) -> Result<Vec<u8>, Errno> {
+    ) -> Result<ReadBytes, Errno> {
         let _t = self.stats.time(Op::Read);
-        let mut buf = vec![0u8; size.min(MAX_READ) as usize];
+        let want = size.min(MAX_READ) as usize;
         let src = match self.handles.lock().expect("handles").get(&fh.0) {
             Some(Handle::File(f)) => Ok(f.clone()),
             Some(Handle::Lower(l, i)) => Err(Some((*l, *i))),
             _ => Err(None),
         };
-        let k = match src {
+        let bytes = match src {
             Ok(f) => {
+                let mut buf = vec![0u8; want];
                 let mut got = 0;
-                loop {
+                while got < buf.len() {
                     match f.read_at(&mut buf[got..], offset + got as u64) {
-                        Ok(0) => break got,
-                        Ok(k) => {
-                            got += k;
-                            if got == buf.len() {
-                                break got;
-                            }
-                        }
+                        Ok(0) => break,
+                        Ok(k) => got += k,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => return Err(errno_of(&e)),
                     }
                 }
+                buf.truncate(got);
+                ReadBytes::Owned(buf)
             }
             Err(lower) => {
                 let (l, i) = match lower {
@@ -229,13 +228,14 @@ impl UnionFs {
                     None => self.node(ino)?.lower.as_deref().ok_or(Errno::EIO)?.shown(),
                 };
                 self.stack.layers()[l]
-                    .read(&i, offset, &mut buf)
+                    .read_bytes(&i, offset, want, &mut |_, _| {})
                     .map_err(|e| self.read_err(Op::Read, &e))?
             }
         };
-        self.stats.bytes_served.fetch_add(k as u64, Relaxed);
-        buf.truncate(k);
-        Ok(buf)
+        self.stats
+            .bytes_served
+            .fetch_add(bytes.len() as u64, Relaxed);
+        Ok(bytes)
     }
 
     /// Write `data` at `offset` of open file `fh`; returns the bytes written.
