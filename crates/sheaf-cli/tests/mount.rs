@@ -27,9 +27,11 @@ fn mount(img: &Path, mp: &Path, opts: &[&str]) -> Mounted {
     Mounted::run(&mut c, mp)
 }
 
-/// A process as /proc shows it: pid, name (`comm`), arguments, whether a zombie.
+/// A process as /proc shows it: pid, parent, name (`comm`), arguments,
+/// whether a zombie.
 struct Proc {
     pid: u32,
+    ppid: u32,
     comm: String,
     args: Vec<Vec<u8>>,
     zombie: bool,
@@ -49,8 +51,10 @@ fn procs() -> impl Iterator<Item = Proc> {
         let (head, rest) = stat.rsplit_once(')')?;
         let comm = head.split_once('(')?.1.to_string();
         let zombie = rest.trim_start().starts_with('Z');
+        let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
         Some(Proc {
             pid,
+            ppid,
             comm,
             args,
             zombie,
@@ -61,9 +65,11 @@ fn procs() -> impl Iterator<Item = Proc> {
 /// Process ids of `sheaf mount` processes serving `mp`.
 fn servers(mp: &Path) -> Vec<u32> {
     let mp_s = mp.as_os_str().as_encoded_bytes();
-    procs()
+    let found: Vec<Proc> = procs()
         .filter(|p| {
-            // A root mount's watchdog is a fork of its server (same command line).
+            // A root mount's watchdog is a fork of its server (same command
+            // line); it names itself just after the fork, so a fresh one is
+            // known by its parent below.
             !p.zombie
                 && p.comm != "sheaf-watchdog"
                 && p.args.iter().any(|a| a == b"mount")
@@ -72,6 +78,10 @@ fn servers(mp: &Path) -> Vec<u32> {
                     .any(|a| a.ends_with(mp_s) || mp_s.ends_with(a))
                 && p.args.first().is_some_and(|a| a.ends_with(b"sheaf"))
         })
+        .collect();
+    found
+        .iter()
+        .filter(|p| !found.iter().any(|q| q.pid == p.ppid))
         .map(|p| p.pid)
         .collect()
 }
