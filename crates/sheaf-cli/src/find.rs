@@ -841,11 +841,11 @@ impl<W: Write> Eval<'_, W> {
                     }
                     let pad = width.saturating_sub(v.len());
                     if !left {
-                        self.out.write_all(&vec![b' '; pad])?;
+                        write!(self.out, "{:pad$}", "")?;
                     }
                     self.out.write_all(&v)?;
                     if left {
-                        self.out.write_all(&vec![b' '; pad])?;
+                        write!(self.out, "{:pad$}", "")?;
                     }
                     self.scratch = v;
                     i = j + 1 + usize::from(used);

@@ -847,10 +847,8 @@ impl Image {
     ) -> Result<ReadBytes, ReadError> {
         let mut pieces: Vec<Piece> = Vec::with_capacity(2);
         let n = self.read_pieces(ino, offset, len, on_block, &mut |p| pieces.push(p))?;
-        if let [Piece::Bytes(..)] = pieces.as_slice() {
-            if let Some(Piece::Bytes(b, r)) = pieces.pop() {
-                return Ok(ReadBytes::Shared(b, r));
-            }
+        if let [Piece::Bytes(b, r)] = pieces.as_slice() {
+            return Ok(ReadBytes::Shared(b.clone(), r.clone()));
         }
         let mut buf = Vec::with_capacity(n);
         for p in &pieces {
