@@ -223,7 +223,7 @@ impl Local {
             me.files.push((path, file));
             for (r, _) in refs {
                 me.by_hash
-                    .entry(r.hash)
+                    .entry(r.key())
                     .or_insert((idx, r.offset, r.codec, r.clen));
             }
         }
@@ -246,7 +246,7 @@ impl Local {
     ) -> Option<Vec<u8>> {
         let from_file = self
             .by_hash
-            .get(&r.hash)
+            .get(&r.key())
             .and_then(|(file, offset, codec, clen)| {
                 if *codec != r.codec || *clen != r.clen {
                     return None;
@@ -256,7 +256,7 @@ impl Local {
                 Some(b)
             });
         let found = from_file.or_else(|| {
-            let obj = self.cache.as_ref()?.get(&r.hash)?;
+            let obj = self.cache.as_ref()?.get(&r.key())?;
             let (codec, stored) = sheaf_format::remote::decode_object(&obj).ok()?;
             (codec == r.codec && stored.len() == r.clen as usize).then(|| stored.to_vec())
         })?;

@@ -423,6 +423,9 @@ impl<W: Write + Send + 'static> Packer<W> {
         let by_digest = refs
             .iter()
             .enumerate()
+            // Only digests of content can match new content: a stored-digest
+            // ref's digest is its frame's, which a file may equal.
+            .filter(|(_, r)| !r.codec.names_stored())
             .map(|(i, r)| (r.hash, (i as u32, *r)))
             .collect();
         self.base = Some((img.clone(), by_digest));
@@ -448,7 +451,8 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// digest. A `pack` block is compressed with the dictionary.
     fn emit(&mut self, seq: u32, data: Vec<u8>, pack: bool) -> Result<Digest, BuildError> {
         let hash = sheaf_format::digest(&data);
-        if let Some(&id) = self.by_hash.get(&hash) {
+        let key = sheaf_format::content_key(&hash);
+        if let Some(&id) = self.by_hash.get(&key) {
             self.progress
                 .dedup_bytes
                 .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -466,15 +470,17 @@ impl<W: Write + Send + 'static> Packer<W> {
             },
             None => Work::Compress(data, self.dict.clone().filter(|_| pack)),
         };
-        self.send(seq, hash, work)?;
+        self.send(seq, key, hash, work)?;
         Ok(hash)
     }
 
     /// Give `seq` a new block id and hand the block to the workers.
-    fn send(&mut self, seq: u32, hash: Digest, work: Work) -> Result<(), BuildError> {
+    /// `key` names the block's bytes for dedup ([`sheaf_format::cache_key`]:
+    /// new data by its content, a copied block by its ref).
+    fn send(&mut self, seq: u32, key: Digest, hash: Digest, work: Work) -> Result<(), BuildError> {
         let id = self.next_id;
         self.next_id += 1;
-        self.by_hash.insert(hash, id);
+        self.by_hash.insert(key, id);
         self.seq_to_id[seq as usize] = id;
         // Wait for a free slot; a closed channel means the writer failed.
         if self.tokens.recv().is_err() {
@@ -513,12 +519,12 @@ impl<W: Write + Send + 'static> Packer<W> {
                 None => {
                     let s = self.new_seq();
                     let r = refs[c.block as usize];
-                    match self.by_hash.get(&r.hash) {
+                    match self.by_hash.get(&r.key()) {
                         Some(&id) => self.seq_to_id[s as usize] = id,
                         None => {
                             self.copied_blocks.0 += 1;
                             self.copied_blocks.1 += r.clen as u64;
-                            self.send(s, r.hash, Work::Copy(img.clone(), c.block, r))?;
+                            self.send(s, r.key(), r.hash, Work::Copy(img.clone(), c.block, r))?;
                         }
                     }
                     self.copied.insert(c.block, s);

@@ -262,6 +262,11 @@ impl BlockRef {
     /// Largest offset representable (56 bits).
     pub const MAX_OFFSET: u64 = (1 << 56) - 1;
 
+    /// What caches name this ref's decoded bytes by ([`crate::cache_key`]).
+    pub fn key(&self) -> Digest {
+        crate::cache_key(self.codec, &self.hash)
+    }
+
     /// Encode to 48 bytes.
     pub fn encode(&self) -> [u8; BLOCK_REF_LEN] {
         let mut b = [0u8; BLOCK_REF_LEN];

@@ -43,6 +43,38 @@ pub fn digest(bytes: &[u8]) -> Digest {
     *blake3::hash(bytes).as_bytes()
 }
 
+/// The name caches (a reader's memory caches, a node's object store) give
+/// the value a digest stands for, given the codec of the ref that names it.
+/// A digest alone is ambiguous: for codecs that [name their stored
+/// bytes](Codec::names_stored) it covers the compressed frame, for the
+/// others the uncompressed content, so a file whose content *is* another
+/// block's frame has that block's digest. The key binds which bytes the
+/// digest covers (and, for stored-digest codecs, how they decode), so two
+/// refs share a key only when they decode to the same bytes. Zstandard
+/// data blocks (the common case, [`Codec::ZstdStored`]) keep their digest
+/// as key, so node caches filled before stay valid.
+pub fn cache_key(codec: Codec, hash: &Digest) -> Digest {
+    if codec == Codec::ZstdStored {
+        return *hash;
+    }
+    let class = if codec.names_stored() {
+        codec as u8
+    } else {
+        0xff
+    };
+    let mut h = blake3::Hasher::new();
+    h.update(b"sheaf cache key\0");
+    h.update(&[class]);
+    h.update(hash);
+    *h.finalize().as_bytes()
+}
+
+/// [`cache_key`] of uncompressed bytes with digest `hash` (a content-named
+/// block or page, a dictionary object).
+pub fn content_key(hash: &Digest) -> Digest {
+    cache_key(Codec::None, hash)
+}
+
 /// Render a digest as lowercase hex (used in messages and `sheaf info`).
 pub fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()

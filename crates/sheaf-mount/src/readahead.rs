@@ -197,7 +197,7 @@ impl Readahead {
             let cached = self
                 .img
                 .block_ref(next)
-                .map(|r| self.img.block_cache().contains(&r.hash))
+                .map(|r| self.img.block_cache().contains(&r.key()))
                 .unwrap_or(true);
             if cached {
                 continue;

@@ -330,7 +330,7 @@ impl Image {
         let found = self
             .store
             .as_ref()
-            .and_then(|s| s.get(d))
+            .and_then(|s| s.get(&sheaf_format::content_key(d)))
             .and_then(|obj| {
                 let (codec, b) = remote::decode_object(&obj).ok()?;
                 decode(codec, b)
@@ -350,7 +350,7 @@ impl Image {
                 let x = decode(codec, &b)?;
                 if let Some(s) = &self.store {
                     s.put(
-                        d,
+                        &sheaf_format::content_key(d),
                         &remote::encode_object(sheaf_format::Codec::None, x.bytes()),
                     );
                 }
@@ -569,7 +569,7 @@ impl Image {
                 FormatError::invalid("page", format!("length {} instead of {want}", r.ulen)),
             ));
         }
-        self.pages.get_or_load(&r.hash, |buf| {
+        self.pages.get_or_load(&r.key(), |buf| {
             self.load_ref_into(&r, want, &what, buf, usize::MAX)
         })
     }
@@ -757,7 +757,7 @@ impl Image {
         };
         let b = self
             .blocks
-            .get_or_load_min(&r.hash, need, need, |buf, prior| {
+            .get_or_load_min(&r.key(), need, need, |buf, prior| {
                 let upto = match prior {
                     None => need,
                     Some(p) if start <= p => usize::MAX,
@@ -773,7 +773,7 @@ impl Image {
     pub fn block_is_prefix(&self, id: u32) -> bool {
         self.block_ref(id).is_ok_and(|r| {
             self.blocks
-                .held_len(&r.hash)
+                .held_len(&r.key())
                 .is_some_and(|n| n < r.ulen as usize)
         })
     }

@@ -46,12 +46,14 @@ impl Image {
         let err = |e: FormatError| ReadError::format(self.name(), &what(), e);
         r.validate(self.table_offset, max_ulen).map_err(err)?;
         if let Some(store) = &self.store {
-            if let Some(obj) = store.get(&r.hash) {
+            // Keyed by what the ref decodes to: an object that fails here
+            // is damaged, never another image's (sheaf_format::cache_key).
+            if let Some(obj) = store.get(&r.key()) {
                 match remote::decode_object(&obj)
                     .and_then(|(codec, b)| self.decode_checked(r, codec, b, &mut data, end))
                 {
                     Ok(()) => return Ok(data),
-                    Err(_) => store.remove(&r.hash),
+                    Err(_) => store.remove(&r.key()),
                 }
             }
         }
@@ -111,14 +113,15 @@ impl Image {
             else {
                 return;
             };
-            if !store.contains(x.digest()) {
+            let key = sheaf_format::content_key(x.digest());
+            if !store.contains(&key) {
                 store.put(
-                    x.digest(),
+                    &key,
                     &remote::encode_object(sheaf_format::Codec::None, x.bytes()),
                 );
             }
         }
-        store.put(&r.hash, &remote::encode_object(codec, stored));
+        store.put(&r.key(), &remote::encode_object(codec, stored));
     }
 
     /// Fetch the objects of `refs` that neither `cache` nor the store holds,
@@ -133,10 +136,10 @@ impl Image {
         parallel: usize,
     ) -> Result<u64, ReadError> {
         refs.retain(|r| {
-            !cache.contains(&r.hash) && !self.store.as_ref().is_some_and(|s| s.contains(&r.hash))
+            !cache.contains(&r.key()) && !self.store.as_ref().is_some_and(|s| s.contains(&r.key()))
         });
         refs.sort_by_key(|r| r.offset);
-        refs.dedup_by_key(|r| r.hash);
+        refs.dedup_by_key(|r| r.key());
         // Groups of refs fetched with one read each.
         let mut groups: Vec<Vec<BlockRef>> = Vec::new();
         for r in refs {
@@ -198,7 +201,7 @@ impl Image {
                     }
                 }
                 None => {
-                    let _ = cache.get_or_load(&r.hash, |mut buf| {
+                    let _ = cache.get_or_load(&r.key(), |mut buf| {
                         self.decode_checked(r, codec, stored, &mut buf, usize::MAX)
                             .map(|()| buf)
                     });
