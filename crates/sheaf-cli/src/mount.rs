@@ -198,6 +198,10 @@ pub(crate) struct Request<'a> {
     pub mountpoint: &'a Path,
     pub remote: &'a RemoteArgs,
     pub policy: &'a sheaf_trust::Policy,
+    /// The root digest each image must have (by position; shorter or
+    /// empty: not pinned), decided where it was opened first
+    /// ([`crate::trust::check_pin`]).
+    pub pins: &'a [Option<sheaf_format::Digest>],
     /// Decoded-block cache per image.
     pub cache_size: usize,
     /// Settings of a single-image mount; its prefetch list and metadata
@@ -217,6 +221,7 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
     if r.images.len() == 1 && r.upper.is_none() {
         let image = &r.images[0];
         let (img, src) = open_image(image, r.remote, r.cache_size)?;
+        crate::trust::check_pin(&img, r.pins.first().and_then(Option::as_ref), image)?;
         let signer = crate::trust::enforce(r.policy, &img, image)?
             .map(|v| {
                 format!(
@@ -240,6 +245,7 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
     }
     let (fs, fsname, signer) = union_fs(
         r.images,
+        r.pins,
         r.upper,
         r.mountpoint,
         r.remote,
@@ -274,6 +280,7 @@ fn mount(
         mountpoint: &mp,
         remote: &remote,
         policy,
+        pins: &[],
         cache_size: p.cache_size,
         fs: p.fs_config(),
         prefetch_metadata: p.prefetch_metadata,
@@ -293,6 +300,7 @@ fn mount(
 /// name for `/proc/mounts`, and the trusted signers for the log.
 pub(crate) fn union_fs(
     images: &[PathBuf],
+    pins: &[Option<sheaf_format::Digest>],
     upper: Option<&Path>,
     mp: &Path,
     remote: &RemoteArgs,
@@ -301,8 +309,9 @@ pub(crate) fn union_fs(
 ) -> Result<(UnionFs, String, String)> {
     let mut layers = Vec::new();
     let mut signers = Vec::new();
-    for image in images {
+    for (i, image) in images.iter().enumerate() {
         let (img, _src) = open_image(image, remote, cache_size)?;
+        crate::trust::check_pin(&img, pins.get(i).and_then(Option::as_ref), image)?;
         if let Some(v) = crate::trust::enforce(policy, &img, image)? {
             signers.push(format!("{} ({})", v.principals.join(", "), v.fingerprint));
         }
@@ -351,7 +360,7 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
         .iter()
         .map(|i| {
             if sheaf_net::is_url(&i.to_string_lossy()) {
-                i.display().to_string()
+                sheaf_net::redact(&i.to_string_lossy())
             } else {
                 sheaf_cli::options::local_fsname(i)
             }

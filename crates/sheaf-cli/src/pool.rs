@@ -107,7 +107,7 @@ pub struct PoolLoadArgs {
 }
 
 fn config() -> Result<Config> {
-    Ok(Config::load(&sheaf_trust::policy::config_path())?)
+    Ok(Config::load(&sheaf_trust::policy::site_config()?)?)
 }
 
 /// `sheaf pool ...`.

@@ -112,6 +112,9 @@ pub struct RunArgs {
 struct Container {
     /// The flattened image (path or URL).
     image: String,
+    /// Its root digest (hex), the only one the mount will accept: the
+    /// config below and the policy decision were taken from this open.
+    root: String,
     /// What its config asks for.
     process: sheaf_oci::runtime::Process,
     /// The config's User as ids, if set.
@@ -198,6 +201,10 @@ fn prepare_container(
         Err(_) => arg.to_string(),
     };
     let img = crate::util::open_image_with(Path::new(&image), remote, Default::default(), |s| s)?;
+    // The policy decides here, on the open the config is read from; the
+    // mount later accepts only this root (check_pin).
+    let policy = sheaf_trust::Policy::load(false, None, None)?;
+    crate::trust::enforce(&policy, &img, Path::new(&image))?;
     let read = |p: &str| -> Result<Option<Vec<u8>>> {
         let Ok(ino) = img.resolve(p.as_bytes()) else {
             return Ok(None);
@@ -232,6 +239,7 @@ fn prepare_container(
         &text("/etc/group")?,
     )?;
     Ok(Container {
+        root: sheaf_format::hex(&img.root_digest()),
         image,
         process,
         user,
@@ -246,6 +254,8 @@ struct Spec {
     upper: Option<PathBuf>,
     record: Option<PathBuf>,
     prefetch: Option<PathBuf>,
+    /// The root digest the (single) image must have.
+    pin: Option<sheaf_format::Digest>,
 }
 
 /// Parse `IMAGE[,IMAGE]:DEST[:k=v...]` (URLs contain `:`, so options and
@@ -258,6 +268,7 @@ fn parse_spec(s: &str) -> Result<Spec> {
         upper: None,
         record: None,
         prefetch: None,
+        pin: None,
     };
     while let Some(last) = parts.last() {
         let Some((k, v)) = last.split_once('=') else {
@@ -434,6 +445,7 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 upper: Some(upper),
                 record: None,
                 prefetch: None,
+                pin: Some(crate::trust::parse_root(&c.root)?),
             },
         );
         container_root = Some((root, scratch));
@@ -820,6 +832,7 @@ fn start(
         mountpoint: at,
         remote,
         policy: &policy,
+        pins: std::slice::from_ref(&s.pin),
         cache_size: 256 << 20,
         fs: FsConfig {
             prefetch_threads: 1,

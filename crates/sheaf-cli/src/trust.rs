@@ -209,6 +209,39 @@ pub fn enforce(policy: &Policy, img: &Image, path: &Path) -> Result<Option<Verif
     Ok(policy.enforce(&img.signed_message(), img.signatures(), path)?)
 }
 
+/// The rule of every open after the first: an image is opened once (where
+/// the policy decides), and from then on it is its root digest. A later
+/// open of the same name (the mount of `run --image`, a child `sheaf mount`
+/// of the snapshotter or of `pool load`) that finds another root refuses
+/// it: a server that answers two requests with two images gets nothing
+/// from the second.
+pub fn check_pin(img: &Image, pin: Option<&sheaf_format::Digest>, path: &Path) -> Result<()> {
+    match pin {
+        Some(want) if *want != img.root_digest() => bail!(
+            "{}: refused: its root digest is {}, not {}, the one opened first (the image changed between two opens)",
+            path.display(),
+            sheaf_format::hex(&img.root_digest()),
+            sheaf_format::hex(want)
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// Parse a root digest given as 64 hex digits (`sheaf root` prints one).
+pub fn parse_root(s: &str) -> Result<sheaf_format::Digest> {
+    let s = s.trim();
+    let bad =
+        || anyhow::anyhow!("{s}: not a root digest (64 hex digits, as `sheaf root IMAGE` prints)");
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let mut d = [0u8; 32];
+    for (i, b) in d.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(d)
+}
+
 /// Print one signature check, as text or JSON.
 fn print_checked(c: &Checked) {
     if c.results.is_empty() {

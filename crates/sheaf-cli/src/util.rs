@@ -9,8 +9,10 @@ pub use sheaf_cli::paths::{prefetch_blocks, read_path_list};
 
 /// An error and its causes (`source()` chain) on one line, each cause once:
 /// a message that already spells out its cause does not repeat it.
+/// URLs in it lose their credentials and signed parameters
+/// ([`sheaf_net::redact_text`]), whatever part of the chain quoted them.
 pub fn one_line(e: &anyhow::Error) -> String {
-    sheaf_format::one_line(e.as_ref())
+    sheaf_net::redact_text(&sheaf_format::one_line(e.as_ref()))
 }
 
 /// Human-readable bytes.

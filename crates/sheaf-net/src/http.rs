@@ -228,7 +228,7 @@ impl Http {
             if !crate::is_url(u) {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("'{u}' is not an http(s):// URL"),
+                    format!("'{}' is not an http(s):// URL", crate::redact(u)),
                 ));
             }
         }
@@ -243,14 +243,21 @@ impl Http {
                 vias.push(via("DIRECT".into(), ProxyChoice::Direct));
             } else {
                 reqwest::Proxy::all(p.as_str()).map_err(|e| {
-                    io::Error::new(io::ErrorKind::InvalidInput, format!("proxy '{p}': {e}"))
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "proxy '{}': {}",
+                            crate::redact(p),
+                            crate::redact_text(&e.to_string())
+                        ),
+                    )
                 })?;
-                vias.push(via(p.clone(), ProxyChoice::Via(p.clone())));
+                vias.push(via(crate::redact(p), ProxyChoice::Via(p.clone())));
             }
         }
         if vias.is_empty() {
             let label = env_proxy()
-                .map(|p| format!("{p} (from the environment)"))
+                .map(|p| format!("{} (from the environment)", crate::redact(&p)))
                 .unwrap_or_else(|| "DIRECT".into());
             vias.push(via(label, ProxyChoice::FromEnv));
         }
@@ -317,8 +324,8 @@ impl Http {
         match (u, via.as_str()) {
             (0, "DIRECT") => String::new(),
             (0, _) => format!(" (via proxy {via})"),
-            (_, "DIRECT") => format!(" (mirror {})", self.urls[u]),
-            _ => format!(" (mirror {} via proxy {via})", self.urls[u]),
+            (_, "DIRECT") => format!(" (mirror {})", crate::redact(&self.urls[u])),
+            _ => format!(" (mirror {} via proxy {via})", crate::redact(&self.urls[u])),
         }
     }
 
@@ -333,7 +340,7 @@ impl Http {
             "http_wait_ms": s.wait_ms.load(Relaxed),
             "http_failovers": s.failovers.load(Relaxed),
             "http_errors": s.errors.load(Relaxed),
-            "http_url": self.urls[r / self.vias.len()],
+            "http_url": crate::redact(&self.urls[r / self.vias.len()]),
             "http_via": self.vias[r % self.vias.len()].label,
             "http_last_error": *self.last_error.lock().expect("lock"),
         })
@@ -367,7 +374,7 @@ impl Http {
                 Err(e) => {
                     self.stats.errors.fetch_add(1, Relaxed);
                     let e = io::Error::new(e.kind(), format!("{e}{}", self.describe(route)));
-                    *self.last_error.lock().expect("lock") = e.to_string();
+                    *self.last_error.lock().expect("lock") = crate::redact_text(&e.to_string());
                     if !worth_retrying(&e, self.routes()) {
                         return Err(e);
                     }
@@ -519,7 +526,9 @@ impl Http {
                     )
                 })?
         };
-        let mut body = Vec::with_capacity(want_len.unwrap_or(0) as usize);
+        // Sized by what was asked (bounded by the caller), never by what the
+        // server says it will send.
+        let mut body = Vec::with_capacity(want_len.unwrap_or(0).min(limit) as usize);
         resp.take(limit + 1)
             .read_to_end(&mut body)
             .map_err(read_err)?;

@@ -25,6 +25,7 @@ pub mod http;
 pub mod open;
 pub mod publish;
 pub mod remote;
+pub mod secrets;
 pub mod sftp;
 
 pub use cache::DiskCache;
@@ -32,6 +33,7 @@ pub use http::HttpOptions;
 pub use open::{open_image, OpenError, Opened, RemoteConfig};
 pub use publish::{publish, PublishError, PublishReport};
 pub use remote::RemoteSource;
+pub use secrets::{redact, redact_text};
 
 /// Whether `s` names a remote image (`http://`, `https://`, `ssh://`).
 pub fn is_url(s: &str) -> bool {

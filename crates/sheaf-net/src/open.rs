@@ -122,7 +122,7 @@ pub fn open_image(
     let cache = cfg.disk_cache()?;
     let src = RemoteSource::open(&s, cfg.http.clone(), cache.as_deref()).map_err(|e| {
         OpenError::Remote {
-            url: s.to_string(),
+            url: crate::redact(&s),
             source: e,
         }
     })?;

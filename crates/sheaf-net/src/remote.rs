@@ -39,6 +39,25 @@ pub enum Transport {
     Ssh(Sftp),
 }
 
+/// Most bytes one range request may ask for. Every range sheaf reads is a
+/// block, a page, a coalesced prefetch (8 MiB) or an index (64 MiB); a
+/// larger one can only come from a length a server claimed, and the reply
+/// buffer must never be sized by a server.
+pub const MAX_RANGE: u64 = sheaf_format::remote::MAX_INDEX_LEN as u64;
+
+fn check_range(want: &Want<'_>) -> io::Result<()> {
+    match *want {
+        Want::Range(from, to) if to < from || to - from >= MAX_RANGE => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "refusing to read {} bytes at once (a length the server claimed?)",
+                to.wrapping_sub(from).wrapping_add(1)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Transport {
     /// The client for `url`'s scheme.
     pub fn new(url: &str, opts: HttpOptions) -> io::Result<Transport> {
@@ -51,6 +70,7 @@ impl Transport {
 
     /// See [`Http::get`].
     pub fn get(&self, want: Want<'_>) -> io::Result<(Vec<u8>, u64)> {
+        check_range(&want)?;
         match self {
             Transport::Http(h) => h.get(want),
             Transport::Ssh(s) => s.get(want),
@@ -59,6 +79,7 @@ impl Transport {
 
     /// See [`Http::get_within`].
     pub fn get_within(&self, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
+        check_range(&want)?;
         match self {
             Transport::Http(h) => h.get_within(want, limit),
             Transport::Ssh(s) => s.get_within(want, limit),
@@ -125,7 +146,7 @@ impl RemoteSource {
         };
         match Self::probe(&http, limit) {
             Ok((form, len, index)) => Ok(RemoteSource {
-                name: url.to_string(),
+                name: crate::redact(url),
                 form,
                 len,
                 index,
@@ -134,7 +155,7 @@ impl RemoteSource {
             }),
             Err(e) if unreachable(&e) => match cached {
                 Some((index, when)) => Ok(RemoteSource {
-                    name: url.to_string(),
+                    name: crate::redact(url),
                     form: Form::Repo,
                     len: index.file_len,
                     index,
@@ -151,6 +172,15 @@ impl RemoteSource {
     fn probe(http: &Transport, limit: Duration) -> io::Result<(Form, u64, ImageIndex)> {
         let (head, total) = http.get_within(Want::Probe(HEADER_LEN as u64), limit)?;
         if ImageIndex::is_index(&head) {
+            if total > sheaf_format::remote::MAX_INDEX_LEN as u64 {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "image index: the server claims {total} bytes (an index is at most {} MiB)",
+                        sheaf_format::remote::MAX_INDEX_LEN >> 20
+                    ),
+                ));
+            }
             let all = if head.len() as u64 >= total {
                 head
             } else {

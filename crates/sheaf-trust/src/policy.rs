@@ -25,6 +25,12 @@ pub enum PolicyError {
         #[source]
         source: std::io::Error,
     },
+    /// `SHEAF_CONFIG` names a file that does not exist.
+    #[error("SHEAF_CONFIG={path}: no such file (fix the path, or unset SHEAF_CONFIG to use /etc/sheaf/config.toml)")]
+    ConfigMissing {
+        /// The file.
+        path: String,
+    },
     /// The configuration file is not valid TOML.
     #[error("{path}: {detail}")]
     ConfigSyntax {
@@ -67,6 +73,21 @@ pub fn config_path() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(SITE_CONFIG))
 }
 
+/// The site configuration file in force ([`config_path`]), checked: a file
+/// that `SHEAF_CONFIG` names must exist, since a mistyped path would
+/// otherwise drop the site's policy without a word (only the default
+/// `/etc/sheaf/config.toml` may be absent: no site policy). The one rule
+/// every reader of the configuration (signatures, pools) goes through.
+pub fn site_config() -> Result<PathBuf, PolicyError> {
+    let path = config_path();
+    if std::env::var_os("SHEAF_CONFIG").is_some() && std::fs::symlink_metadata(&path).is_err() {
+        return Err(PolicyError::ConfigMissing {
+            path: path.display().to_string(),
+        });
+    }
+    Ok(path)
+}
+
 impl Policy {
     /// Combine command-line flags with the site configuration
     /// ([`config_path`]).
@@ -75,7 +96,7 @@ impl Policy {
         signers: Option<PathBuf>,
         identity: Option<String>,
     ) -> Result<Self, PolicyError> {
-        Self::load_from(&config_path(), require, signers, identity)
+        Self::load_from(&site_config()?, require, signers, identity)
     }
 
     /// As [`Policy::load`], with the configuration at `path` (a missing

@@ -3,6 +3,7 @@
 //! attribute by attribute.
 #![allow(dead_code)]
 
+pub mod hostile;
 pub mod oci;
 pub mod servers;
 

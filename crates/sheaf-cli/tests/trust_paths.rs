@@ -1,0 +1,258 @@
+//! Trust across paths: a hostile server, a mistyped site config, secrets in
+//! URLs. Each case ends in one line and a non-zero exit, or in nothing
+//! unsigned, foreign or secret being used or shown.
+
+mod common;
+
+use common::hostile::{Hostile, Reply};
+use common::*;
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Commands that open a URL without mounting it.
+fn open_commands(url: &str) -> Vec<Vec<String>> {
+    let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    vec![
+        v(&["--timeout", "5", "info", url]),
+        v(&["--timeout", "5", "cat", url, "/f"]),
+        v(&["--timeout", "5", "ls", url]),
+        v(&["--timeout", "5", "check", url]),
+    ]
+}
+
+fn small_image(dir: &Path, name: &str, content: &str) -> std::path::PathBuf {
+    let src = dir.join(format!("{name}-src"));
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f"), content).unwrap();
+    let img = dir.join(format!("{name}.sheaf"));
+    build(&src, &img, &[]);
+    img
+}
+
+#[test]
+fn a_length_the_server_claims_is_refused_in_one_line() {
+    let t = tmpdir();
+    let img = small_image(t.path(), "real", "hello\n");
+    let real = fs::read(&img).unwrap();
+    // An index probe answer claiming 1 TiB (the client allocated it and
+    // aborted), and an image header claiming a 1 TiB file.
+    let mut index_head = sheaf_format::remote::INDEX_MAGIC.to_vec();
+    index_head.resize(64, 0);
+    for head in [index_head, real[..4096.min(real.len())].to_vec()] {
+        let srv = Hostile::start(move |_, _| Reply::Claim {
+            head: head.clone(),
+            total: 1 << 40,
+        });
+        for args in open_commands(&srv.url("/x.sheaf")) {
+            let o = sheaf(&args);
+            o.no_panic();
+            assert!(o.code > 0, "{}", o.describe());
+            let line = o.one_err_line();
+            assert!(!line.contains("memory allocation"), "{line}");
+        }
+    }
+}
+
+#[test]
+fn a_mistyped_sheaf_config_is_an_error_not_an_empty_policy() {
+    let t = tmpdir();
+    let img = small_image(t.path(), "img", "x");
+    let mp = t.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let missing = t.path().join("confg.toml");
+    let o = run_cmd(
+        cmd()
+            .env("SHEAF_CONFIG", &missing)
+            .arg("mount")
+            .arg(&img)
+            .arg(&mp),
+    );
+    o.no_panic();
+    assert_ne!(o.code, 0, "{}", o.describe());
+    let line = o.one_err_line();
+    assert!(
+        line.contains("SHEAF_CONFIG") && line.contains(&*missing.to_string_lossy()),
+        "{line}"
+    );
+    assert!(!is_mounted(&mp));
+    // The same for run and for pools, which read the same file.
+    let o = run_cmd(
+        cmd()
+            .env("SHEAF_CONFIG", &missing)
+            .args(["run", "--image"])
+            .arg(&img)
+            .args(["--", "true"]),
+    );
+    o.no_panic();
+    assert_eq!(o.code, 125, "{}", o.describe());
+    assert!(
+        o.one_err_line().contains("SHEAF_CONFIG"),
+        "{}",
+        o.describe()
+    );
+    let o = run_cmd(cmd().env("SHEAF_CONFIG", &missing).args(["pool", "list"]));
+    o.no_panic();
+    assert_ne!(o.code, 0, "{}", o.describe());
+    assert!(
+        o.one_err_line().contains("SHEAF_CONFIG"),
+        "{}",
+        o.describe()
+    );
+    // The default path may be absent; an existing named file is read.
+    let present = t.path().join("config.toml");
+    fs::write(&present, "").unwrap();
+    run_cmd(cmd().env("SHEAF_CONFIG", &present).arg("info").arg(&img)).ok();
+}
+
+/// A flattened container image whose config runs `echo WHO`.
+fn container_image(dir: &Path, who: &str) -> std::path::PathBuf {
+    let root = dir.join(format!("{who}-root"));
+    oci::base_rootfs(&root);
+    let d = root.join(".sheaf.d");
+    fs::create_dir_all(&d).unwrap();
+    let cfg = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Cmd": ["/bin/sh", "-c", format!("echo ran-{who} $WHO")], "Env": [format!("WHO={who}")]},
+        "rootfs": {"type": "layers", "diff_ids": []}
+    });
+    fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    let img = dir.join(format!("{who}.sheaf"));
+    build(&root, &img, &[]);
+    img
+}
+
+#[test]
+fn run_image_opens_the_image_once_and_mounts_only_that_root() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let (key, signers) = ssh_signer(t.path());
+    let unsigned = container_image(t.path(), "unsigned");
+    let signed_a = container_image(t.path(), "signed-a");
+    let signed_b = container_image(t.path(), "signed-b");
+    for img in [&signed_a, &signed_b] {
+        sheaf([
+            "sign".as_ref(),
+            img.as_os_str(),
+            "-k".as_ref(),
+            key.as_os_str(),
+        ])
+        .ok();
+    }
+    let strict = t.path().join("strict.toml");
+    fs::write(
+        &strict,
+        format!(
+            "[signatures]\nrequire = true\nsigners = \"{}\"\n",
+            signers.display()
+        ),
+    )
+    .unwrap();
+    let open = t.path().join("open.toml");
+    fs::write(&open, "").unwrap();
+    let bytes = |p: &Path| Arc::new(fs::read(p).unwrap());
+    // (first open, later opens, policy, what must be refused)
+    let cases = [
+        (&unsigned, &signed_a, &strict, "no trusted signature"),
+        (&signed_a, &signed_b, &strict, "root digest"),
+        (&signed_a, &unsigned, &strict, "refused"),
+        (&unsigned, &signed_b, &open, "root digest"),
+    ];
+    for (first, later, policy, why) in cases {
+        let (first_b, later_b) = (bytes(first), bytes(later));
+        // Every open begins with a probe of the first bytes: the first
+        // open gets `first`, every later one `later`.
+        let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let p = probes.clone();
+        let srv = Hostile::start(move |_, r| {
+            let n = if r.probe {
+                p.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+            } else {
+                p.load(std::sync::atomic::Ordering::SeqCst)
+            };
+            Reply::File(if n <= 1 {
+                first_b.clone()
+            } else {
+                later_b.clone()
+            })
+        });
+        let o = run_cmd(
+            cmd()
+                .env("SHEAF_CONFIG", policy)
+                .args(["--timeout", "10", "run", "--image"])
+                .arg(srv.url("/app.sheaf")),
+        );
+        o.no_panic();
+        assert_eq!(o.code, 125, "{first:?} then {later:?}: {}", o.describe());
+        assert!(
+            !o.text().contains("ran-"),
+            "a command ran: {}",
+            o.describe()
+        );
+        let line = o.one_err_line();
+        assert!(line.contains(why), "{first:?} then {later:?}: {line}");
+    }
+    // Served honestly, the signed image runs under the strict policy.
+    let a = bytes(&signed_a);
+    let srv = Hostile::start(move |_, _| Reply::File(a.clone()));
+    let o = run_cmd(
+        cmd()
+            .env("SHEAF_CONFIG", &strict)
+            .args(["run", "--image"])
+            .arg(srv.url("/app.sheaf")),
+    )
+    .ok();
+    assert_eq!(o.text(), "ran-signed-a signed-a\n");
+}
+
+#[test]
+fn credentials_in_urls_stay_out_of_mounts_errors_and_stats() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let img = small_image(t.path(), "img", "secret-free\n");
+    let data = Arc::new(fs::read(&img).unwrap());
+    let srv = Hostile::start(move |_, _| Reply::File(data.clone()));
+    let secrets = ["s3cr3tpw", "t0ps1gnature", "pr0xypw"];
+    let url = format!(
+        "http://ann:s3cr3tpw@127.0.0.1:{}/img.sheaf?X-Amz-Signature=t0ps1gnature",
+        srv.port
+    );
+    let clean = |what: &str, text: &str| {
+        for s in secrets {
+            assert!(!text.contains(s), "{what} shows {s}: {text}");
+        }
+    };
+    let mp = t.path().join("mp");
+    let m = Mounted::run(cmd().arg("mount").arg(&url).arg(&mp), &mp);
+    assert_eq!(fs::read(mp.join("f")).unwrap(), b"secret-free\n");
+    clean("/proc/mounts", &fs::read_to_string("/proc/mounts").unwrap());
+    clean(
+        "/proc/self/mountinfo",
+        &fs::read_to_string("/proc/self/mountinfo").unwrap(),
+    );
+    clean("sheaf stats --json", &m.stats().to_string());
+    let o = sheaf(["stats".as_ref(), m.mp.as_os_str()]).ok();
+    clean("sheaf stats", &o.text());
+    m.umount();
+    // Errors: nothing listening, and a proxy with credentials.
+    let dead = free_port_now();
+    let bad = format!("http://ann:s3cr3tpw@127.0.0.1:{dead}/img.sheaf?sig=t0ps1gnature");
+    let o = sheaf(["--timeout", "2", "info", &bad]);
+    o.no_panic();
+    assert_ne!(o.code, 0);
+    clean("an error line", &o.stderr);
+    let proxy = format!("http://pu:pr0xypw@127.0.0.1:{dead}");
+    let o = sheaf(["--timeout", "2", "--proxy", &proxy, "info", &url]);
+    o.no_panic();
+    assert_ne!(o.code, 0);
+    clean("a proxy error line", &o.stderr);
+}
+
+fn free_port_now() -> u16 {
+    common::servers::free_port()
+}

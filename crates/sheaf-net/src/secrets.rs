@@ -1,0 +1,114 @@
+//! What of a URL may be shown: the one rule for every place a URL reaches
+//! a person or another process (`/proc/mounts`, errors, logs, `sheaf
+//! stats`). Credentials in the authority (`user:password@`, a token as
+//! `TOKEN@`) and the values of query parameters (signed URLs carry their
+//! signature and credential there) are replaced by `***`; scheme, host,
+//! port, path and parameter names stay, so the message still says where.
+
+/// `url` with its secrets replaced by `***` (see the module text). Text
+/// that is not a URL is returned as it is.
+pub fn redact(url: &str) -> String {
+    let Some(i) = url.find("://") else {
+        return url.to_string();
+    };
+    let (scheme, rest) = url.split_at(i + 3);
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (auth, tail) = rest.split_at(auth_end);
+    let mut out = String::with_capacity(url.len());
+    out.push_str(scheme);
+    match auth.rfind('@') {
+        Some(at) => {
+            let user = &auth[..at];
+            match user.split_once(':') {
+                Some((name, _)) if !name.is_empty() => {
+                    out.push_str(name);
+                    out.push_str(":***@");
+                }
+                _ => out.push_str("***@"),
+            }
+            out.push_str(&auth[at + 1..]);
+        }
+        None => out.push_str(auth),
+    }
+    let (path, frag) = match tail.find('#') {
+        Some(h) => tail.split_at(h),
+        None => (tail, ""),
+    };
+    match path.split_once('?') {
+        Some((p, q)) => {
+            out.push_str(p);
+            out.push('?');
+            let params: Vec<String> = q
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) => format!("{k}=***"),
+                    None if kv.is_empty() => String::new(),
+                    None => "***".to_string(),
+                })
+                .collect();
+            out.push_str(&params.join("&"));
+        }
+        None => out.push_str(path),
+    }
+    if !frag.is_empty() {
+        out.push_str("#***");
+    }
+    out
+}
+
+/// `text` with every URL in it (from a scheme's `://` to the next space or
+/// quote) passed through [`redact`]: for messages built elsewhere, such as
+/// an error chain whose causes quote a URL.
+pub fn redact_text(text: &str) -> String {
+    if !text.contains("://") {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        // The scheme: the letters before "://".
+        let start = rest[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.'))
+            .map_or(0, |s| s + 1);
+        let end = rest[i..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | '<' | '>' | ')'))
+            .map_or(rest.len(), |e| i + e);
+        out.push_str(&rest[..start]);
+        out.push_str(&redact(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_and_signed_parameters_are_hidden() {
+        assert_eq!(
+            redact("https://ann:s3cret@host:8080/a/b.sheaf?X-Amz-Signature=abc&X-Amz-Credential=AK%2F1#frag"),
+            "https://ann:***@host:8080/a/b.sheaf?X-Amz-Signature=***&X-Amz-Credential=***#***"
+        );
+        assert_eq!(
+            redact("http://tok3n@h/x"),
+            "***@h/x".replace("***@", "http://***@")
+        );
+        assert_eq!(redact("http://h/x.sheaf"), "http://h/x.sheaf");
+        assert_eq!(redact("ssh://me@h/x.sheaf"), "ssh://***@h/x.sheaf");
+        assert_eq!(redact("/local/path:with@at"), "/local/path:with@at");
+        // '@' in the path is not a credential.
+        assert_eq!(redact("http://h/a@b"), "http://h/a@b");
+        let t = "fetching 'http://u:pw@h/i?sig=zz' via proxy http://p:pp@proxy:3128 failed";
+        let r = redact_text(t);
+        assert!(
+            !r.contains("pw") && !r.contains("zz") && !r.contains(":pp@"),
+            "{r}"
+        );
+        assert_eq!(
+            r,
+            "fetching 'http://u:***@h/i?sig=***' via proxy http://p:***@proxy:3128 failed"
+        );
+    }
+}
