@@ -96,6 +96,11 @@ pub struct MountArgs {
     /// mount is ready and serve it from a background process).
     #[arg(short = 'f', long)]
     foreground: bool,
+    /// Refuse the image unless its root digest is ROOT (64 hex digits, as
+    /// `sheaf root` prints): what was checked once is what is mounted, even
+    /// if the server changes it. Once per image, in order.
+    #[arg(long = "pin", value_name = "ROOT")]
+    pins: Vec<String>,
     #[command(flatten)]
     policy: crate::util::PolicyArgs,
 }
@@ -156,16 +161,83 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     let policy = a.policy.load()?;
     let (mountpoint, images) = a.paths.split_last().expect("clap requires two");
     let images = split_layers(images);
+    if a.pins.len() > images.len() {
+        bail!(
+            "--pin is given {} times for {} images",
+            a.pins.len(),
+            images.len()
+        );
+    }
+    let pins = a
+        .pins
+        .iter()
+        .map(|p| crate::trust::parse_root(p).map(Some))
+        .collect::<Result<Vec<_>>>()?;
     mount(
-        &images,
-        a.upper.as_deref(),
-        mountpoint,
+        &Target {
+            images: &images,
+            pins: &pins,
+            upper: a.upper.as_deref(),
+            mountpoint,
+        },
         &a.options,
         a.foreground,
         false,
         &policy,
         remote,
     )
+}
+
+/// What `mount` mounts where.
+struct Target<'a> {
+    images: &'a [PathBuf],
+    pins: &'a [Option<sheaf_format::Digest>],
+    upper: Option<&'a Path>,
+    mountpoint: &'a Path,
+}
+
+/// Check that the sheaf mount at `mp` may stand for a mount of `roots`
+/// (the root digests of its images, bottom first): made by this user and
+/// serving exactly those images. Whoever finds a mount where it would
+/// mount (pool load, ranks sharing a node) uses it only after this; a
+/// neighbour's mount, or another image, is refused in one line.
+pub(crate) fn check_existing(mp: &Path, roots: &[sheaf_format::Digest]) -> Result<()> {
+    let Some(m) = kernel::mount_at(mp)? else {
+        bail!("{}: nothing is mounted there", mp.display());
+    };
+    // SAFETY: plain getter.
+    let me = unsafe { libc::geteuid() };
+    if m.fstype != "fuse.sheaf" || m.owner != Some(me) {
+        bail!(
+            "{}: a {} mount made by {} is there, not yours: refusing to use it (ask its owner to unmount it, or choose another mount point)",
+            mp.display(),
+            m.fstype,
+            m.owner.map_or("an unknown user".to_string(), |u| format!("uid {u}"))
+        );
+    }
+    let v = control(mp, sheaf_mount::STATS_XATTR, sheaf_mount::STATS_IOCTL)
+        .ok()
+        .flatten()
+        .ok_or_else(|| {
+            anyhow!(
+                "{}: the sheaf mount there does not answer: refusing to use it (sheaf umount {})",
+                mp.display(),
+                mp.display()
+            )
+        })?;
+    let r: sheaf_mount::stats::Report =
+        serde_json::from_slice(&v).map_err(|e| anyhow!("{}: bad statistics: {e}", mp.display()))?;
+    let want: Vec<String> = roots.iter().map(|d| sheaf_format::hex(d)).collect();
+    if r.roots != want {
+        bail!(
+            "{}: the mount there serves root digest {}, not {}: refusing to use it (sheaf umount {}, then try again)",
+            mp.display(),
+            if r.roots.is_empty() { "unknown".to_string() } else { r.roots.join(",") },
+            want.join(","),
+            mp.display()
+        );
+    }
+    Ok(())
 }
 
 /// What a mount serves, assembled by [`assemble`].
@@ -259,11 +331,8 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn mount(
-    images: &[PathBuf],
-    upper: Option<&Path>,
-    mountpoint: &Path,
+    t: &Target<'_>,
     options: &[String],
     foreground: bool,
     from_fstab: bool,
@@ -273,14 +342,15 @@ fn mount(
     let started = Instant::now();
     let p = MountOptions::parse(options, from_fstab)?;
     let remote = remote.with_options(&p.remote);
-    let mp = check_mountpoint(mountpoint)?;
+    let (images, upper) = (t.images, t.upper);
+    let mp = check_mountpoint(t.mountpoint)?;
     let a = assemble(Request {
         images,
         upper,
         mountpoint: &mp,
         remote: &remote,
         policy,
-        pins: &[],
+        pins: t.pins,
         cache_size: p.cache_size,
         fs: p.fs_config(),
         prefetch_metadata: p.prefetch_metadata,
@@ -597,9 +667,12 @@ pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
     // (and their environment variables), changed by options.
     let remote = RemoteArgs::from_env()?;
     mount(
-        &[h.image],
-        None,
-        &h.mountpoint,
+        &Target {
+            images: &[h.image],
+            pins: &[],
+            upper: None,
+            mountpoint: &h.mountpoint,
+        },
         &h.options,
         h.foreground,
         true,

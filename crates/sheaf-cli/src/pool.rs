@@ -225,7 +225,7 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     // Under a launcher every rank takes part in the broadcast (a collective:
     // skipping it on nodes that have the pool mounted would leave the others
     // waiting); alone, a mounted pool needs no copy.
-    if crate::bcast::wants_mpi(&a.mpi) || !sheaf_mounted(&mp) {
+    if crate::bcast::wants_mpi(&a.mpi) || !sheaf_mounted(&mp) || !local.is_file() {
         // The copy, in a child: MPI (when launched so) lives and ends there,
         // before this process forks the mount's server.
         let st = std::process::Command::new(&exe)
@@ -245,9 +245,22 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
             );
         }
     }
+    // The image is opened here once, under the policy, and from then on it
+    // is its root digest: the mount is pinned to it, and a mount found at
+    // the mount point is used only if it is this user's and serves it.
+    let root = {
+        let policy = a.policy.load()?;
+        let img = crate::util::open_image(&local, remote)?;
+        crate::trust::enforce(&policy, &img, &local)?;
+        img.root_digest()
+    };
     // Ranks sharing a node mount once: the first under the lock mounts, the
     // others find it mounted.
-    std::fs::create_dir_all(&mp).with_context(|| mp.display().to_string())?;
+    // (A mount there, perhaps one this user may not enter, is checked
+    // below, not walked into.)
+    if !sheaf_mounted(&mp) {
+        std::fs::create_dir_all(&mp).with_context(|| mp.display().to_string())?;
+    }
     let lock_path = mp.with_extension("mount-lock");
     let lock = std::fs::OpenOptions::new()
         .create(true)
@@ -263,11 +276,15 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
             std::io::Error::last_os_error()
         );
     }
-    if !sheaf_mounted(&mp) {
+    if sheaf_mounted(&mp) {
+        crate::mount::check_existing(&mp, &[root])
+            .with_context(|| format!("pool {name}/{version}"))?;
+    } else {
         let o = std::process::Command::new(&exe)
             .args(remote.to_args())
             .arg("mount")
             .args(&policy_flags)
+            .args(["--pin", &sheaf_format::hex(&root)])
             .arg(&local)
             .arg(&mp)
             .stdout(std::process::Stdio::null())

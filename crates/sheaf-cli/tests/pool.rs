@@ -622,3 +622,167 @@ fn under_mpirun_two_nodes_each_mount_the_pool_once_at_the_same_path() {
     assert!(std::fs::read_dir(&local).unwrap().next().is_none());
     drop(nodes);
 }
+
+/// `pool load` finds a `fuse.sheaf` mount at its mount point: one made by
+/// another local user (even of the very same image), and one of another
+/// image made by the user. It uses neither: one line, a non-zero exit, no
+/// shell code for Lmod, and the mount left as it was.
+#[test]
+fn pool_load_never_uses_a_foreign_or_different_mount_at_its_mount_point() {
+    if !mounts_allowed() || !prerequisite(is_root(), "root, to create a second user") {
+        return;
+    }
+    let user = "sheaf-pool-other";
+    if !Command::new("id")
+        .arg(user)
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        run_cmd(Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", user]))
+            .ok();
+    }
+    let t = tmpdir();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pool = t.path().join("pool");
+    make_pool(&pool, "the real tool");
+    let shared = t.path().join("shared/sw");
+    std::fs::create_dir_all(&shared).unwrap();
+    let img = shared.join("1.0.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "--name".as_ref(),
+        "sw/1.0".as_ref(),
+    ])
+    .ok();
+    // Another image: same layout, a different tool.
+    let evil_pool = t.path().join("evil-pool");
+    make_pool(&evil_pool, "an impostor");
+    let evil = t.path().join("evil.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        evil_pool.as_os_str(),
+        "-o".as_ref(),
+        evil.as_os_str(),
+        "--name".as_ref(),
+        "sw/1.0".as_ref(),
+    ])
+    .ok();
+    for p in [&img, &evil] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let conf = t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = [\"{s}\"]\nlocal = \"{l}\"\nmounts = \"{m}\"\n",
+            s = t.path().join("shared").display(),
+            l = t.path().join("local").display(),
+            m = t.path().join("mnt").display()
+        )
+        .as_bytes(),
+    );
+    let mp = t.path().join("mnt/sw/1.0");
+    std::fs::create_dir_all(&mp).unwrap();
+    for d in [t.path().join("mnt"), t.path().join("mnt/sw")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let load = || {
+        let mut c = cmd();
+        c.args(["pool", "load", "sw/1.0", "--sh"])
+            .env("SHEAF_CONFIG", &conf);
+        run_cmd(&mut c)
+    };
+    // 1. A different image, mounted there by this user.
+    let m = Mounted::run(cmd().arg("mount").arg(&evil).arg(&mp), &mp);
+    let o = load();
+    o.no_panic();
+    assert_ne!(o.code, 0, "{}", o.describe());
+    assert!(
+        o.text().is_empty(),
+        "shell code was printed: {}",
+        o.describe()
+    );
+    // (The copy's report line may come first: the node had no copy yet.)
+    let errors: Vec<&str> = o
+        .err_lines()
+        .into_iter()
+        .filter(|l| l.starts_with("sheaf: "))
+        .collect();
+    assert!(
+        errors.len() == 1 && errors[0].contains("root digest"),
+        "{}",
+        o.describe()
+    );
+    let still = run_cmd(&mut Command::new(mp.join("install/tool/2.0/bin/tool"))).ok();
+    assert_eq!(
+        still.text().trim(),
+        "an impostor",
+        "the mount was left alone"
+    );
+    m.umount();
+    // 2. The same image, mounted there by another user.
+    run_cmd(Command::new("chown").arg(user).arg(&mp)).ok();
+    let dev = std::fs::metadata("/dev/fuse").unwrap().permissions().mode();
+    std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(0o666)).unwrap();
+    let r = std::panic::catch_unwind(|| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", user, "--regid", user, "--init-groups", "--"])
+            .arg(bin())
+            .args(["mount", "-o", "allow_other"])
+            .arg(&img)
+            .arg(&mp)
+            .env("SHEAF_CACHE_DIR", t.path().join("other-cache"));
+        let o = run_cmd(&mut c);
+        if o.code != 0 {
+            // Without user_allow_other in /etc/fuse.conf: a mount only its
+            // owner may enter, which is still a foreign mount there.
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", user, "--regid", user, "--init-groups", "--"])
+                .arg(bin())
+                .arg("mount")
+                .arg(&img)
+                .arg(&mp)
+                .env("SHEAF_CACHE_DIR", t.path().join("other-cache"));
+            run_cmd(&mut c).ok();
+        }
+        assert!(is_mounted(&mp));
+        let o = load();
+        o.no_panic();
+        assert_ne!(o.code, 0, "{}", o.describe());
+        assert!(
+            o.text().is_empty(),
+            "shell code was printed: {}",
+            o.describe()
+        );
+        let errors: Vec<&str> = o
+            .err_lines()
+            .into_iter()
+            .filter(|l| l.starts_with("sheaf: "))
+            .collect();
+        assert!(
+            errors.len() == 1 && errors[0].contains("not yours"),
+            "{}",
+            o.describe()
+        );
+    });
+    std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(dev)).unwrap();
+    let _ = Command::new("umount").arg("-l").arg(&mp).output();
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+    // 3. Nothing there: the pool loads, pinned to what was checked.
+    let o = load();
+    let _guard = Mounted::adopt(&mp);
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert!(o.text().contains("module use"), "{}", o.describe());
+    let ran = run_cmd(&mut Command::new(mp.join("install/tool/2.0/bin/tool"))).ok();
+    assert_eq!(ran.text().trim(), "the real tool");
+}

@@ -263,6 +263,7 @@ impl SheafFs {
         let pages = self.img.page_cache();
         let r = Report {
             image: self.img.name().to_string(),
+            roots: vec![sheaf_format::hex(&self.img.root_digest())],
             pid: self.pid,
             uptime_s: self.started.elapsed().as_secs_f64(),
             image_reads: Some(self.src.reads.load(Relaxed)),

@@ -512,6 +512,9 @@ pub struct MountEntry {
     pub fstype: String,
     /// Source (for sheaf: the image).
     pub source: String,
+    /// Who made the mount, for FUSE: the `user_id=` the kernel shows (the
+    /// uid of the process that opened the FUSE device).
+    pub owner: Option<u32>,
 }
 
 /// Undo mountinfo's octal escapes (`\040` for a space).
@@ -550,6 +553,11 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             mountpoint: PathBuf::from(unescape(f[4])),
             fstype: f[sep + 1].to_string(),
             source: unescape(f[sep + 2]).to_string_lossy().into_owned(),
+            owner: f.get(sep + 3).and_then(|o| {
+                o.split(',')
+                    .find_map(|kv| kv.strip_prefix("user_id="))
+                    .and_then(|u| u.parse().ok())
+            }),
         });
     }
     v

@@ -220,6 +220,10 @@ impl Stats {
 pub struct Report {
     /// The image, or the layers joined by commas.
     pub image: String,
+    /// The root digest of each image served (hex; the layers bottom first),
+    /// so a caller that finds a mount can tell what it serves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roots: Vec<String>,
     /// The serving process.
     pub pid: u32,
     /// Seconds since the mount came up.

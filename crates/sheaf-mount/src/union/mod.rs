@@ -200,6 +200,9 @@ impl UnionFs {
             .collect();
         let r = Report {
             image: layers.join(","),
+            roots: (self.stack.layers().iter())
+                .map(|i| sheaf_format::hex(&i.root_digest()))
+                .collect(),
             pid: std::process::id(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             bytes_served: s.bytes_served.load(Relaxed),
