@@ -599,6 +599,7 @@ pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
         now: now_s,
         scratch: Vec::new(),
         out: std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock()),
+        tty: crate::util::stdout_is_tty(),
         prune: false,
         quit: false,
     };
@@ -695,6 +696,9 @@ struct Eval<'a, W: Write> {
     ctx: Ctx<'a>,
     now: i64,
     out: W,
+    /// Whether `out` is a terminal: `-print` and `-ls` then quote names as
+    /// ls does (an image's names may hold escape sequences).
+    tty: bool,
     /// One `-printf` directive's text, before its padding.
     scratch: Vec<u8>,
     /// Set by `-prune` on this entry.
@@ -714,6 +718,10 @@ impl<W: Write> Eval<'_, W> {
             Node::List(a, b) => {
                 self.eval(a, path, ino, depth)?;
                 self.eval(b, path, ino, depth)?
+            }
+            Node::Print(b'\n') if self.tty => {
+                writeln!(self.out, "{}", crate::util::terminal_name(path))?;
+                true
             }
             Node::Print(end) => {
                 self.out.write_all(path)?;
@@ -768,10 +776,21 @@ impl<W: Write> Eval<'_, W> {
             size,
             when
         )?;
-        self.out.write_all(path)?;
-        if ino.file_type() == FileType::Symlink {
-            self.out.write_all(b" -> ")?;
-            self.out.write_all(&self.ctx.img.read_link(ino)?)?;
+        let target = match ino.file_type() {
+            FileType::Symlink => Some(self.ctx.img.read_link(ino)?),
+            _ => None,
+        };
+        if self.tty {
+            write!(self.out, "{}", crate::util::terminal_name(path))?;
+            if let Some(t) = target {
+                write!(self.out, " -> {}", crate::util::terminal_name(&t))?;
+            }
+        } else {
+            self.out.write_all(path)?;
+            if let Some(t) = target {
+                self.out.write_all(b" -> ")?;
+                self.out.write_all(&t)?;
+            }
         }
         self.out.write_all(b"\n")?;
         Ok(())

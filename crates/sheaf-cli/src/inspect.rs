@@ -258,7 +258,17 @@ fn print_entry(
     name: &[u8],
     long: bool,
 ) -> Result<()> {
-    let name = String::from_utf8_lossy(name);
+    // On a terminal, quoted as ls quotes (an image's names may hold
+    // escape sequences); to a pipe, as they are.
+    let tty = crate::util::stdout_is_tty();
+    let shown = |b: &[u8]| {
+        if tty {
+            crate::util::terminal_name(b)
+        } else {
+            String::from_utf8_lossy(b).into_owned()
+        }
+    };
+    let name = shown(name);
     if !long {
         writeln!(o, "{name}")?;
         return Ok(());
@@ -271,7 +281,7 @@ fn print_entry(
         _ => ino.stat_size().to_string(),
     };
     let target = if ino.file_type() == FileType::Symlink {
-        format!(" -> {}", String::from_utf8_lossy(&img.read_link(ino)?))
+        format!(" -> {}", shown(&img.read_link(ino)?))
     } else {
         String::new()
     };

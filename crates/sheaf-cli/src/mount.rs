@@ -98,7 +98,7 @@ pub struct MountArgs {
     foreground: bool,
     /// Refuse the image unless its root digest is ROOT (64 hex digits, as
     /// `sheaf root` prints): what was checked once is what is mounted, even
-    /// if the server changes it. Once per image, in order.
+    /// if the server changes it. Once per image, in order (`-`: not pinned).
     #[arg(long = "pin", value_name = "ROOT")]
     pins: Vec<String>,
     #[command(flatten)]
@@ -171,7 +171,10 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     let pins = a
         .pins
         .iter()
-        .map(|p| crate::trust::parse_root(p).map(Some))
+        .map(|p| match p.as_str() {
+            "-" => Ok(None),
+            p => crate::trust::parse_root(p).map(Some),
+        })
         .collect::<Result<Vec<_>>>()?;
     mount(
         &Target {

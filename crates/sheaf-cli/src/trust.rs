@@ -230,6 +230,9 @@ pub fn check_pin(img: &Image, pin: Option<&sheaf_format::Digest>, path: &Path) -
 /// Parse a root digest given as 64 hex digits (`sheaf root` prints one).
 pub fn parse_root(s: &str) -> Result<sheaf_format::Digest> {
     let s = s.trim();
+    // As `sheaf root` prints it ("sheaf-root-v1 blake3:HEX"), or the hex.
+    let s = s.strip_prefix("sheaf-root-v1").map_or(s, str::trim_start);
+    let s = s.strip_prefix("blake3:").unwrap_or(s);
     let bad =
         || anyhow::anyhow!("{s}: not a root digest (64 hex digits, as `sheaf root IMAGE` prints)");
     if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {

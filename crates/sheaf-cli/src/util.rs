@@ -15,6 +15,106 @@ pub fn one_line(e: &anyhow::Error) -> String {
     sheaf_net::redact_text(&sheaf_format::one_line(e.as_ref()))
 }
 
+/// Whether standard output is a terminal (names from images are then
+/// quoted: [`terminal_name`]).
+pub fn stdout_is_tty() -> bool {
+    // SAFETY: isatty on a constant descriptor.
+    unsafe { libc::isatty(1) == 1 }
+}
+
+/// A name from an image as GNU `ls` shows it on a terminal (its
+/// `shell-escape` quoting): unchanged when every byte is plain; else in
+/// single quotes, with control bytes, bytes that are not UTF-8 and DEL as
+/// `$'\NNN'` (octal). An image's names never reach the terminal raw, so
+/// none can send it escape sequences.
+pub fn terminal_name(name: &[u8]) -> String {
+    let plain = |c: char| c.is_alphanumeric() || "-_./+,:@%=^".contains(c);
+    let text = std::str::from_utf8(name).ok();
+    if let Some(t) = text {
+        if !t.is_empty() && t.chars().all(plain) {
+            return t.to_string();
+        }
+        // A quote but nothing a double-quoted word would expand: "it's".
+        if t.contains('\'') && !t.chars().any(|c| c.is_control() || "$`\\\"!".contains(c)) {
+            return format!("\"{t}\"");
+        }
+    }
+    // `open`: inside '...'; `esc`: the last thing written was $'...', which
+    // the next escape joins ($'\a\033', as ls writes it).
+    fn escape(out: &mut String, open: &mut bool, esc: &mut bool, byte: u8) {
+        if *open {
+            out.push('\'');
+            *open = false;
+        }
+        if out.is_empty() {
+            out.push_str("''");
+        }
+        let e = match byte {
+            7 => "\\a".to_string(),
+            8 => "\\b".to_string(),
+            9 => "\\t".to_string(),
+            10 => "\\n".to_string(),
+            11 => "\\v".to_string(),
+            12 => "\\f".to_string(),
+            13 => "\\r".to_string(),
+            b => format!("\\{b:03o}"),
+        };
+        if *esc {
+            out.pop();
+            out.push_str(&format!("{e}'"));
+        } else {
+            out.push_str(&format!("$'{e}'"));
+        }
+        *esc = true;
+    }
+    let mut out = String::new();
+    let (mut open, mut esc) = (false, false);
+    let mut rest = name;
+    while !rest.is_empty() {
+        let (valid, bad) = match std::str::from_utf8(rest) {
+            Ok(s) => (s, &rest[rest.len()..]),
+            Err(e) => (
+                std::str::from_utf8(&rest[..e.valid_up_to()]).expect("valid prefix"),
+                &rest[e.valid_up_to()..],
+            ),
+        };
+        for c in valid.chars() {
+            if c.is_control() {
+                let mut b = [0u8; 4];
+                for byte in c.encode_utf8(&mut b).bytes() {
+                    escape(&mut out, &mut open, &mut esc, byte);
+                }
+            } else if c == '\'' {
+                if open {
+                    out.push('\'');
+                    open = false;
+                }
+                out.push_str("\\'");
+                esc = false;
+            } else {
+                esc = false;
+                if !open {
+                    out.push('\'');
+                    open = true;
+                }
+                out.push(c);
+            }
+        }
+        let Some((&first, more)) = bad.split_first() else {
+            break;
+        };
+        escape(&mut out, &mut open, &mut esc, first);
+        rest = more;
+    }
+    if open {
+        out.push('\'');
+    }
+    if out.is_empty() {
+        out.push_str("''");
+    }
+    out
+}
+
 /// Human-readable bytes.
 pub fn human(n: u64) -> String {
     match scaled(n, 1024.0, &["B", "KiB", "MiB", "GiB", "TiB"]) {
@@ -276,6 +376,20 @@ pub fn sheaf_exe() -> std::io::Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn names_are_quoted_as_gnu_ls_quotes_them_on_a_terminal() {
+        // Expected values: GNU ls 9.1, `ls --quoting-style=shell-escape` in
+        // a UTF-8 locale, on the same names.
+        assert_eq!(terminal_name(b"plain.txt"), "plain.txt");
+        assert_eq!(terminal_name(b"two words"), "'two words'");
+        assert_eq!(terminal_name(b"it's"), "\"it's\"");
+        assert_eq!(terminal_name(b"a\x1b[31mred"), r"'a'$'\033''[31mred'");
+        assert_eq!(terminal_name(b"new\nline"), r"'new'$'\n''line'");
+        assert_eq!(terminal_name(b"\xff"), r"''$'\377'");
+        assert_eq!(terminal_name(b"a\x07\x1bz"), r"'a'$'\a\033''z'");
+        assert_eq!(terminal_name("é".as_bytes()), "é");
+    }
+
     #[test]
     fn counts_read_as_people_say_them() {
         let h = super::human_count;

@@ -256,3 +256,116 @@ fn credentials_in_urls_stay_out_of_mounts_errors_and_stats() {
 fn free_port_now() -> u16 {
     common::servers::free_port()
 }
+
+/// The child mounts of the snapshotter and of `pool load` are pinned to
+/// the root their parent checked (`sheaf mount --pin`): a server that now
+/// serves another image gets a refusal, and nothing is mounted.
+#[test]
+fn a_pinned_mount_refuses_any_other_root() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let a = small_image(t.path(), "a", "checked\n");
+    let b = small_image(t.path(), "b", "swapped\n");
+    let root_a = sheaf(["root".as_ref(), a.as_os_str()])
+        .ok()
+        .text()
+        .trim()
+        .to_string();
+    let served = Arc::new(fs::read(&b).unwrap());
+    let srv = Hostile::start(move |_, _| Reply::File(served.clone()));
+    let mp = t.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let o = sheaf([
+        "mount",
+        "--pin",
+        &root_a,
+        &srv.url("/a.sheaf"),
+        mp.to_str().unwrap(),
+    ]);
+    o.no_panic();
+    assert_ne!(o.code, 0, "{}", o.describe());
+    assert!(o.one_err_line().contains("root digest"), "{}", o.describe());
+    assert!(!is_mounted(&mp));
+    // Pinned to what it serves, or not pinned ('-'): mounted.
+    for pin in [root_a.as_str(), "-"] {
+        let file = if pin == "-" { &b } else { &a };
+        let m = Mounted::run(cmd().args(["mount", "--pin", pin]).arg(file).arg(&mp), &mp);
+        assert!(fs::read(mp.join("f")).is_ok());
+        m.umount();
+    }
+    let o = sheaf([
+        "mount",
+        "--pin",
+        "beef",
+        a.to_str().unwrap(),
+        mp.to_str().unwrap(),
+    ]);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.one_err_line().contains("not a root digest"),
+        "{}",
+        o.describe()
+    );
+}
+
+/// Names with control bytes reach a terminal quoted, as GNU ls quotes them
+/// (`script` gives the commands a pseudo-terminal); to a pipe, raw.
+#[test]
+fn names_with_control_bytes_are_quoted_on_a_terminal() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let evil = "a\x1b]0;pwned\x07\x1b[31mred";
+    fs::write(src.join(evil), "x").unwrap();
+    std::os::unix::fs::symlink(evil, src.join("link")).unwrap();
+    let img = t.path().join("img.sheaf");
+    build(&src, &img, &[]);
+    // Expected quoting from GNU ls itself, on the same names.
+    let gnu = run_cmd(
+        std::process::Command::new("ls")
+            .args(["--quoting-style=shell-escape", "-1"])
+            .arg(&src)
+            .env("LC_ALL", "C.UTF-8"),
+    )
+    .ok()
+    .text();
+    let quoted = gnu.lines().find(|l| l.contains("red")).unwrap().to_string();
+    assert!(!quoted.contains('\x1b'), "{quoted}");
+    for (cmdline, want_link) in [
+        (format!("{} ls {}", bin(), img.display()), false),
+        (format!("{} ls -l {}", bin(), img.display()), true),
+        (format!("{} find {}", bin(), img.display()), false),
+        (format!("{} find {} -ls", bin(), img.display()), true),
+    ] {
+        let o = run_cmd(
+            std::process::Command::new("script")
+                .args(["-qec", &cmdline, "/dev/null"])
+                .env("LC_ALL", "C.UTF-8")
+                .stdin(std::process::Stdio::null()),
+        );
+        let out = o.text();
+        assert_eq!(o.code, 0, "{cmdline}: {}", o.describe());
+        assert!(
+            !out.contains('\x1b') && !out.contains('\x07'),
+            "{cmdline}: raw control bytes reached the terminal: {out:?}"
+        );
+        // find prints the path from the image's root, quoted whole.
+        let name = if cmdline.contains(" find ") {
+            format!("'/{}", &quoted[1..])
+        } else {
+            quoted.clone()
+        };
+        assert!(out.contains(&name), "{cmdline}: {out:?} lacks {name}");
+        if want_link {
+            assert!(
+                out.contains(&format!("link -> {quoted}")),
+                "{cmdline}: {out:?}"
+            );
+        }
+    }
+    // To a pipe, the bytes as they are.
+    let o = sheaf(["ls".as_ref(), img.as_os_str()]).ok();
+    assert!(o.text().contains(evil));
+}

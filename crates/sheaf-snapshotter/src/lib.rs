@@ -269,12 +269,17 @@ impl SheafSnapshotter {
             return Ok(());
         }
         std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
+        let mut pins = Vec::new();
         for l in &layers {
-            if let Layer::Lazy(url) = l {
-                self.layer_allowed(url)
-                    .map_err(|e| internal("signature policy", e))?;
-            }
+            pins.push(match l {
+                Layer::Lazy(url) => self
+                    .layer_allowed(url)
+                    .map_err(|e| internal("signature policy", e))?
+                    .map_or("-".to_string(), |d| sheaf_format::hex(&d)),
+                Layer::Packed(_) => "-".to_string(),
+            });
         }
+        let pinned = pins.iter().any(|p| p != "-");
         // One argument per layer, bottom first (a comma list is not split
         // for URLs, which may contain commas).
         let stack: Vec<String> = layers.iter().map(Self::layer_arg).collect();
@@ -285,6 +290,12 @@ impl SheafSnapshotter {
             "-o".as_ref(),
             "allow_other,suid,dev".as_ref(),
         ];
+        if pinned {
+            for p in &pins {
+                args.push("--pin".as_ref());
+                args.push(p.as_ref());
+            }
+        }
         args.extend(stack.iter().map(std::ffi::OsStr::new));
         args.push(fs.as_os_str());
         if writable {
@@ -361,9 +372,12 @@ impl SheafSnapshotter {
 
     /// Whether the signature policy lets the repository layer `url` be used
     /// (always, unless signatures are required): the reason if not.
-    fn layer_allowed(&self, url: &str) -> Result<(), String> {
+    /// Apply the policy to the lazy layer `url`; when it is required, the
+    /// root digest the decision was made on (the child mount is pinned to
+    /// it: its own policy is off, so it must open nothing else).
+    fn layer_allowed(&self, url: &str) -> Result<Option<sheaf_format::Digest>, String> {
         if !self.cfg.policy.require {
-            return Ok(());
+            return Ok(None);
         }
         let img =
             sheaf_net::open_image(Path::new(url), &self.cfg.remote, Default::default(), |s| s)
@@ -372,7 +386,7 @@ impl SheafSnapshotter {
         self.cfg
             .policy
             .enforce(&img.signed_message(), img.signatures(), Path::new(url))
-            .map(|_| ())
+            .map(|_| Some(img.root_digest()))
             .map_err(|e| e.to_string())
     }
 
@@ -445,7 +459,7 @@ impl SheafSnapshotter {
                 let url = self
                     .lazy_layer(&labels)
                     .filter(|url| match self.layer_allowed(url) {
-                        Ok(()) => true,
+                        Ok(_) => true,
                         Err(why) => {
                             log::warn!("{url}: not used lazily: {why}");
                             st.refused_layers += 1;
