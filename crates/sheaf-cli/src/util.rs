@@ -378,6 +378,7 @@ pub fn sheaf_exe() -> std::io::Result<PathBuf> {
 mod tests {
     #[test]
     fn names_are_quoted_as_gnu_ls_quotes_them_on_a_terminal() {
+        use super::terminal_name;
         // Expected values: GNU ls 9.1, `ls --quoting-style=shell-escape` in
         // a UTF-8 locale, on the same names.
         assert_eq!(terminal_name(b"plain.txt"), "plain.txt");
