@@ -82,7 +82,7 @@ pub struct MountArgs {
     /// The image(s) to mount (files or http(s):// URLs, fetched lazily),
     /// then an existing, empty directory to mount on. Several images are
     /// stacked bottom first, later ones winning (also as BASE,LAYER,...).
-    #[arg(required = true, num_args = 2.., value_name = "PATH")]
+    #[arg(required_unless_present = "request", num_args = 2.., value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Make the mount writable: new and changed files go to DIR (an
     /// existing directory; whiteouts record deletions), the images never
@@ -101,6 +101,12 @@ pub struct MountArgs {
     /// if the server changes it. Once per image, in order (`-`: not pinned).
     #[arg(long = "pin", value_name = "ROOT")]
     pins: Vec<String>,
+    /// Take what to mount from a mount request (JSON, `-` for standard
+    /// input), as `pool load` and the snapshotter hand it to their child:
+    /// images pinned to checked roots, the mount point, the upper
+    /// directory and the allow_other/suid/dev switches. -o adds options.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["paths", "pins", "upper"])]
+    request: Option<PathBuf>,
     #[command(flatten)]
     policy: crate::util::PolicyArgs,
 }
@@ -159,6 +165,9 @@ pub fn split_layers(args: &[PathBuf]) -> Vec<PathBuf> {
 /// `sheaf mount`.
 pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     let policy = a.policy.load()?;
+    if let Some(file) = &a.request {
+        return mount_request(file, &a, &policy, remote);
+    }
     let (mountpoint, images) = a.paths.split_last().expect("clap requires two");
     let images = split_layers(images);
     if a.pins.len() > images.len() {
@@ -187,6 +196,54 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
         a.foreground,
         false,
         &policy,
+        remote,
+    )
+}
+
+/// `sheaf mount --request FILE`: the typed request of a parent process.
+fn mount_request(
+    file: &Path,
+    a: &MountArgs,
+    policy: &sheaf_trust::Policy,
+    remote: &RemoteArgs,
+) -> Result<i32> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let limit = sheaf_mount::request::MAX_REQUEST_LEN as u64 + 1;
+    if file == Path::new("-") {
+        std::io::stdin()
+            .lock()
+            .take(limit)
+            .read_to_end(&mut bytes)
+            .context("reading the mount request from standard input")?;
+    } else {
+        std::fs::File::open(file)
+            .and_then(|f| f.take(limit).read_to_end(&mut bytes))
+            .with_context(|| file.display().to_string())?;
+    }
+    let r = sheaf_mount::MountRequest::decode(&bytes)?;
+    let images: Vec<PathBuf> = r.images.iter().map(|i| PathBuf::from(&i.source)).collect();
+    let mut options = a.options.clone();
+    for (on, name) in [
+        (r.allow_other, "allow_other"),
+        (r.suid, "suid"),
+        (r.dev, "dev"),
+    ] {
+        if on {
+            options.push(name.to_string());
+        }
+    }
+    mount(
+        &Target {
+            images: &images,
+            pins: &r.pins(),
+            upper: r.upper.as_deref(),
+            mountpoint: &r.mountpoint,
+        },
+        &options,
+        a.foreground,
+        false,
+        policy,
         remote,
     )
 }

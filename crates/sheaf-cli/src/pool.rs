@@ -280,16 +280,23 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
         crate::mount::check_existing(&mp, &[root])
             .with_context(|| format!("pool {name}/{version}"))?;
     } else {
-        let o = std::process::Command::new(&exe)
-            .args(remote.to_args())
-            .arg("mount")
-            .args(&policy_flags)
-            .args(["--pin", &sheaf_format::hex(&root)])
-            .arg(&local)
-            .arg(&mp)
-            .stdout(std::process::Stdio::null())
-            .output()
-            .context("running sheaf mount")?;
+        let req = sheaf_mount::MountRequest::new(
+            vec![sheaf_mount::RequestImage {
+                source: local.to_string_lossy().into_owned(),
+                root: Some(root),
+            }],
+            mp.clone(),
+        );
+        let o = crate::util::output_with_input(
+            std::process::Command::new(&exe)
+                .args(remote.to_args())
+                .arg("mount")
+                .args(&policy_flags)
+                .args(["--request", "-"])
+                .stdout(std::process::Stdio::null()),
+            &req.encode(),
+        )
+        .context("running sheaf mount")?;
         if !o.status.success() {
             let e = String::from_utf8_lossy(&o.stderr);
             bail!(

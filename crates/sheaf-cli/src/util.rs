@@ -115,6 +115,25 @@ pub fn terminal_name(name: &[u8]) -> String {
     out
 }
 
+/// Run `cmd` with `input` on its standard input (a typed request, e.g.
+/// [`sheaf_mount::MountRequest`]), collecting its output.
+pub fn output_with_input(
+    cmd: &mut std::process::Command,
+    input: &[u8],
+) -> std::io::Result<std::process::Output> {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().expect("piped");
+    // A child that fails before reading closes the pipe: its own error is
+    // the one to report.
+    let _ = stdin.write_all(input);
+    drop(stdin);
+    child.wait_with_output()
+}
+
 /// Human-readable bytes.
 pub fn human(n: u64) -> String {
     match scaled(n, 1024.0, &["B", "KiB", "MiB", "GiB", "TiB"]) {

@@ -297,7 +297,17 @@ fn a_mount_of_a_hostile_tree_answers_eio_on_bad_entries_and_serves_the_rest() {
         craft(&good, &img, |s, _| edit(s));
         let mp = t.path().join("mp");
         fs::create_dir_all(&mp).unwrap();
-        sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
+        // Listings with attributes for every entry: a bad one is still
+        // listed by name (node 0, but its dirent keeps its inode number,
+        // which glibc's readdir needs to show it).
+        sheaf([
+            "mount".as_ref(),
+            "-o".as_ref(),
+            "readdirplus=always".as_ref(),
+            img.as_os_str(),
+            mp.as_os_str(),
+        ])
+        .ok();
         let _m = Mounted::adopt(&mp);
         // A whole-tree walk ends (GNU find, bounded by a timeout).
         let t0 = Instant::now();
@@ -311,6 +321,15 @@ fn a_mount_of_a_hostile_tree_answers_eio_on_bad_entries_and_serves_the_rest() {
         assert_ne!(st.code(), Some(124), "{name}: find over the mount hung");
         assert!(t0.elapsed() < Duration::from_secs(30));
         if !bad_path.is_empty() {
+            let (parent, leaf) = bad_path.rsplit_once('/').unwrap_or(("", bad_path));
+            let names: Vec<String> = fs::read_dir(mp.join(parent))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            assert!(
+                names.iter().any(|n| n == leaf),
+                "{name}: {leaf} is missing from the listing of /{parent}: {names:?}"
+            );
             let e = fs::symlink_metadata(mp.join(bad_path))
                 .map(|_| ())
                 .map_err(|e| e.raw_os_error());

@@ -288,6 +288,45 @@ fn a_pinned_mount_refuses_any_other_root() {
     assert_ne!(o.code, 0, "{}", o.describe());
     assert!(o.one_err_line().contains("root digest"), "{}", o.describe());
     assert!(!is_mounted(&mp));
+    // The same through the typed request a parent hands its child on
+    // standard input (built here by hand, as a second writer would).
+    let hex = root_a.rsplit(':').next().unwrap();
+    let request = |source: &str| {
+        serde_json::json!({
+            "version": 1,
+            "images": [{"source": source, "root": hex}],
+            "mountpoint": mp,
+        })
+        .to_string()
+        .into_bytes()
+    };
+    let o = run_with_stdin(
+        cmd().args(["mount", "--request", "-"]),
+        request(&srv.url("/a.sheaf")),
+    );
+    o.no_panic();
+    assert_ne!(o.code, 0, "{}", o.describe());
+    assert!(o.one_err_line().contains("root digest"), "{}", o.describe());
+    assert!(!is_mounted(&mp));
+    let o = run_with_stdin(
+        cmd().args(["mount", "--request", "-"]),
+        b"{\"version\":1,\"images\":[],\"mountpoint\":\"/x\"}".to_vec(),
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.one_err_line().contains("mount request"),
+        "{}",
+        o.describe()
+    );
+    let good = run_with_stdin(
+        cmd().args(["mount", "--request", "-"]),
+        request(a.to_str().unwrap()),
+    )
+    .ok();
+    drop(good);
+    let m = Mounted::adopt(&mp);
+    assert_eq!(fs::read(mp.join("f")).unwrap(), b"checked\n");
+    m.umount();
     // Pinned to what it serves, or not pinned ('-'): mounted.
     for pin in [root_a.as_str(), "-"] {
         let file = if pin == "-" { &b } else { &a };
@@ -368,4 +407,86 @@ fn names_with_control_bytes_are_quoted_on_a_terminal() {
     // To a pipe, the bytes as they are.
     let o = sheaf(["ls".as_ref(), img.as_os_str()]).ok();
     assert!(o.text().contains(evil));
+}
+
+/// A registry that names a token realm on another server (or on plain
+/// http) does not get the user's password sent there; a realm at the
+/// registry itself does get it (so the test can tell).
+#[test]
+fn a_token_realm_elsewhere_never_receives_the_users_password() {
+    let t = tmpdir();
+    // The credentials as a Docker auth file holds them (coreutils' base64).
+    let cred = run_with_stdin(
+        std::process::Command::new("base64").arg("-w0"),
+        b"ann:hunter2pw".to_vec(),
+    )
+    .ok()
+    .text();
+    let tokens = Hostile::start(|_, _| Reply::Missing);
+    let elsewhere = tokens.url("/token");
+    for at_registry in [false, true] {
+        let realm = Arc::new(std::sync::Mutex::new(String::new()));
+        let r = realm.clone();
+        let reg = Hostile::start(move |_, req| {
+            if req.path.starts_with("/token") {
+                return Reply::Missing;
+            }
+            Reply::Raw {
+                status: "401 Unauthorized".into(),
+                headers: format!(
+                    "WWW-Authenticate: Bearer realm=\"{}\",service=\"reg\"\r\n",
+                    r.lock().unwrap()
+                ),
+                body: Vec::new(),
+            }
+        });
+        *realm.lock().unwrap() = if at_registry {
+            reg.url("/token")
+        } else {
+            elsewhere.clone()
+        };
+        let host = format!("127.0.0.1:{}", reg.port);
+        let auth = t.path().join(format!("auth-{at_registry}.json"));
+        fs::write(
+            &auth,
+            serde_json::json!({"auths": {host.clone(): {"auth": cred}}}).to_string(),
+        )
+        .unwrap();
+        let out = t.path().join(format!("x-{at_registry}.sheaf"));
+        let o = sheaf([
+            "import",
+            &format!("docker://{host}/app:1"),
+            "--insecure-registry",
+            &host,
+            "--authfile",
+            auth.to_str().unwrap(),
+            "--flatten",
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        o.no_panic();
+        assert_ne!(o.code, 0, "{}", o.describe());
+        assert!(!o.stderr.contains("hunter2pw") && !o.stderr.contains(&cred));
+        let server = if at_registry { &reg } else { &tokens };
+        let asked: Vec<_> = server
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|q| q.path.starts_with("/token"))
+            .cloned()
+            .collect();
+        assert!(!asked.is_empty(), "the token realm was never asked");
+        let sent = asked.iter().any(|q| {
+            q.headers
+                .iter()
+                .any(|(k, v)| k == "authorization" && v.contains(&cred))
+        });
+        assert_eq!(
+            sent,
+            at_registry,
+            "credentials sent to {}: {asked:?}",
+            realm.lock().unwrap()
+        );
+    }
 }

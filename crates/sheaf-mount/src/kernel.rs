@@ -512,6 +512,9 @@ pub struct MountEntry {
     pub fstype: String,
     /// Source (for sheaf: the image).
     pub source: String,
+    /// The filesystem's device number (`MAJOR:MINOR`), as `st_dev` of its
+    /// files shows it.
+    pub dev: libc::dev_t,
     /// Who made the mount, for FUSE: the `user_id=` the kernel shows (the
     /// uid of the process that opened the FUSE device).
     pub owner: Option<u32>,
@@ -553,6 +556,10 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             mountpoint: PathBuf::from(unescape(f[4])),
             fstype: f[sep + 1].to_string(),
             source: unescape(f[sep + 2]).to_string_lossy().into_owned(),
+            dev: f[2]
+                .split_once(':')
+                .and_then(|(a, b)| Some(libc::makedev(a.parse().ok()?, b.parse().ok()?)))
+                .unwrap_or(0),
             owner: f.get(sep + 3).and_then(|o| {
                 o.split(',')
                     .find_map(|kv| kv.strip_prefix("user_id="))
@@ -563,6 +570,13 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     v
 }
 
+/// Every mount this process sees (`/proc/self/mountinfo`), in its order.
+pub fn mount_table() -> io::Result<Vec<MountEntry>> {
+    let mut s = String::new();
+    File::open("/proc/self/mountinfo")?.read_to_string(&mut s)?;
+    Ok(parse_mountinfo(&s))
+}
+
 /// The mount at exactly `path` (the last one, if stacked), if any.
 pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
     // One statx answers the common "no" without reading the mount table,
@@ -571,9 +585,7 @@ pub fn mount_at(path: &Path) -> io::Result<Option<MountEntry>> {
     if is_mount_root(path) == Some(false) {
         return Ok(None);
     }
-    let mut s = String::new();
-    File::open("/proc/self/mountinfo")?.read_to_string(&mut s)?;
-    Ok(parse_mountinfo(&s)
+    Ok(mount_table()?
         .into_iter()
         .rev()
         .find(|m| m.mountpoint.as_os_str().as_bytes() == path.as_os_str().as_bytes()))
@@ -592,6 +604,25 @@ fn is_mount_root(path: &Path) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_fields_are_unescaped_and_carry_device_and_owner() {
+        assert_eq!(unescape(r"/a\040b\134c\011"), OsString::from("/a b\\c\t"));
+        assert_eq!(unescape(r"/x\04"), OsString::from(r"/x\04"));
+        let line = "36 35 0:42 / /mnt/a\\040b rw,nosuid - fuse.sheaf /i.sheaf rw,user_id=1000,group_id=1000\n";
+        let m = &parse_mountinfo(line)[0];
+        assert_eq!(m.mountpoint, Path::new("/mnt/a b"));
+        assert_eq!(m.fstype, "fuse.sheaf");
+        assert_eq!(m.dev, libc::makedev(0, 42));
+        assert_eq!(m.owner, Some(1000));
+        // The device numbers agree with stat(2) of a real mount.
+        let root = mount_table()
+            .unwrap()
+            .into_iter()
+            .find(|m| m.mountpoint == Path::new("/proc"));
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(root.unwrap().dev, std::fs::metadata("/proc").unwrap().dev());
+    }
 
     #[test]
     fn mount_roots_are_told_by_statx() {

@@ -10,8 +10,9 @@
 //! (mounting through `fusermount3` or directly, unmounting, reading
 //! `/proc/self/mountinfo`), [`serve`] (run a session until it is unmounted or
 //! signalled), [`union`] (a stack of images, optionally writable through an
-//! upper directory) and [`namespace`] (private mount namespaces for
-//! `sheaf run`).
+//! upper directory), [`namespace`] (private mount namespaces for
+//! `sheaf run`) and [`request`] (the typed mount request one process hands
+//! a child `sheaf mount`, its images pinned to checked roots).
 //!
 //! It must not know how images are built, where their bytes come from (that is
 //! the [`sheaf_read::Source`] behind the image) or how options are spelled on a
@@ -26,6 +27,7 @@ mod listing;
 pub mod logging;
 pub mod namespace;
 pub mod readahead;
+pub mod request;
 pub mod serve;
 pub mod stats;
 pub mod union;
@@ -33,6 +35,7 @@ pub mod union;
 pub use fs::{FsConfig, Readdirplus, SheafFs};
 /// What a mounted filesystem implements (re-exported for callers of [`serve::mount`]).
 pub use fuser::Filesystem;
+pub use request::{MountRequest, RequestImage};
 pub use serve::{MountConfig, MountError, Mounted};
 pub use union::{UnionConfig, UnionError, UnionFs};
 

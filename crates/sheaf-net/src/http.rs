@@ -110,8 +110,10 @@ pub struct Http {
 pub enum Want<'a> {
     /// Bytes `from..=to` of the image itself.
     Range(u64, u64),
-    /// A whole file at this path relative to the image's directory.
-    Object(&'a str),
+    /// A whole file at this path relative to the image's directory, of at
+    /// most this many bytes (what the caller expects: an object's stored
+    /// length and codec byte; a larger reply is refused, never buffered).
+    Object(&'a str, u64),
     /// The first `n` bytes of the image, and its length, accepting a server
     /// that answers 200 for a small file (an index).
     Probe(u64),
@@ -433,7 +435,7 @@ impl Http {
         let base = &self.urls[route / self.vias.len()];
         let client = self.client(route % self.vias.len())?;
         let url = match want {
-            Want::Object(rel) => match base.rfind('/') {
+            Want::Object(rel, _) => match base.rfind('/') {
                 Some(i) => format!("{}/{rel}", &base[..i]),
                 None => return Err(io::Error::other("bad URL")),
             },
@@ -449,7 +451,7 @@ impl Http {
                 req = req.header("Range", format!("bytes=0-{}", n - 1));
                 (sheaf_format::remote::MAX_INDEX_LEN as u64, None)
             }
-            Want::Object(_) => (256 << 20, None),
+            Want::Object(_, max) => (max, None),
         };
         let resp = req.send().map_err(|e| {
             let kind = if e.is_timeout() {
@@ -466,8 +468,8 @@ impl Http {
         let read_err =
             |e: io::Error| io::Error::new(e.kind(), format!("reading the reply: {}", one_line(&e)));
         match status {
-            206 if !matches!(want, Want::Object(_)) => {}
-            200 if matches!(want, Want::Object(_)) => {}
+            206 if !matches!(want, Want::Object(..)) => {}
+            200 if matches!(want, Want::Object(..)) => {}
             200 => {
                 // Tolerated only for a small index file, which we then
                 // read whole; an image must be served with ranges.
@@ -507,7 +509,7 @@ impl Http {
             }
             _ => return Err(io::Error::other(format!("HTTP {}", resp.status()))),
         }
-        let total = if matches!(want, Want::Object(_)) {
+        let total = if matches!(want, Want::Object(..)) {
             0
         } else {
             let cr = resp
@@ -532,6 +534,12 @@ impl Http {
         resp.take(limit + 1)
             .read_to_end(&mut body)
             .map_err(read_err)?;
+        if body.len() as u64 > limit {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the reply is larger than the {limit} bytes expected"),
+            ));
+        }
         if let Some(n) = want_len {
             if body.len() as u64 != n {
                 return Err(io::Error::other(format!(

@@ -61,7 +61,10 @@ pub fn default_cache_dir() -> Option<std::path::PathBuf> {
 pub fn fetch_file(url: &str, opts: HttpOptions) -> std::io::Result<Option<Vec<u8>>> {
     let name = url.rsplit('/').next().unwrap_or_default();
     let h = remote::Transport::new(url, opts)?;
-    match h.get(http::Want::Object(name)) {
+    match h.get(http::Want::Object(
+        name,
+        sheaf_format::remote::MAX_INDEX_LEN as u64,
+    )) {
         Ok((bytes, _)) => Ok(Some(bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),

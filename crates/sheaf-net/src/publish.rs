@@ -108,24 +108,18 @@ pub fn append_to_local_index(path: &Path, make: impl FnOnce(u64) -> Vec<u8>) -> 
 /// records) and other state files that readers may see at any moment are
 /// written this way.
 pub fn write_file_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!(
-        ".tmp.{}.{:?}",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let r = (|| {
-        if let Some(parent) = dest.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, dest)
-    })();
-    if r.is_err() {
-        let _ = fs::remove_file(&tmp);
+    if let Some(parent) = dest.parent() {
+        fs::create_dir_all(parent)?;
     }
-    r
+    // A fresh name made with O_EXCL (never a name another user could have
+    // placed a symlink at), mode 0666 less the umask as any new file.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp.")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(dest).map(drop).map_err(|e| e.error)
 }
 
 fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PublishError> {
@@ -198,4 +192,39 @@ pub fn publish(
         reused: reused.into_inner(),
         index_bytes: index.len() as u64,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another user who can write the directory plants symlinks where the
+    /// temporary file would go (the names this process used to choose:
+    /// its pid and thread id); the write goes only to `dest`.
+    #[test]
+    fn an_atomic_write_never_follows_a_planted_link() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let dir = t.path().join("repo");
+        fs::create_dir(&dir).unwrap();
+        let old_name = format!(
+            ".tmp.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        );
+        std::os::unix::fs::symlink(&victim, dir.join(&old_name)).unwrap();
+        let dest = dir.join("index");
+        write_file_atomic(&dir, &dest, b"new bytes").unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(fs::symlink_metadata(&dest).unwrap().file_type().is_file());
+        assert_eq!(fs::read(&dest).unwrap(), b"new bytes");
+        // A readable file (mode 0666 less the umask), nothing left behind
+        // but the planted link.
+        let names: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
 }

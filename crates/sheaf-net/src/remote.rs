@@ -257,7 +257,13 @@ impl Source for RemoteSource {
     fn read_object(&self, r: &BlockRef) -> io::Result<(Codec, Vec<u8>)> {
         match (&self.http, self.form) {
             (Some(h), Form::Repo) => {
-                let (b, _) = h.get(Want::Object(&object_path(&r.hash)))?;
+                // An object is its codec byte and the stored bytes; a ref
+                // without lengths is a dictionary (format.md §13).
+                let max = match r.clen {
+                    0 => sheaf_format::dict::MAX_DICT_LEN as u64,
+                    n => n as u64,
+                } + 1;
+                let (b, _) = h.get(Want::Object(&object_path(&r.hash), max))?;
                 let (codec, stored) = sheaf_format::remote::decode_object(&b).map_err(|e| {
                     io::Error::new(io::ErrorKind::InvalidData, format!("object: {e}"))
                 })?;

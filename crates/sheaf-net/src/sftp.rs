@@ -803,7 +803,7 @@ impl Sftp {
                 s.conn.read_at(&s.handle, &mut b, 0, path)?;
                 Ok((b, size))
             }),
-            Want::Object(rel) => {
+            Want::Object(rel, max) => {
                 let file = match path.rfind('/') {
                     Some(i) => format!("{}/{rel}", &path[..i]),
                     None => rel.to_string(),
@@ -811,10 +811,10 @@ impl Sftp {
                 self.retrying(limit, |s| {
                     let h = s.conn.open(&file)?;
                     let r = s.conn.size(&h, &file).and_then(|size| {
-                        if size > 256 << 20 {
+                        if size > max {
                             return Err(io::Error::new(
                                 io::ErrorKind::InvalidData,
-                                format!("{file}: {size} bytes, too large for an object"),
+                                format!("{file}: {size} bytes, more than the {max} expected"),
                             ));
                         }
                         let mut b = vec![0u8; size as usize];

@@ -121,3 +121,57 @@ pub struct BlobLink {
     /// The sheaf layer's repository name.
     pub layer: String,
 }
+
+impl BlobLink {
+    /// Read a blob link from a repository (untrusted bytes): the schema is
+    /// known and `layer` is exactly the name [`layer_name`] gives its
+    /// `diff_id`, so a link can name nothing but a layer file beside it
+    /// (not `../elsewhere`, not another layer).
+    pub fn parse(bytes: &[u8]) -> Result<BlobLink, crate::OciError> {
+        let l: BlobLink = serde_json::from_slice(bytes)
+            .map_err(|e| crate::OciError::bad("blob link", e.to_string()))?;
+        if l.schema != RECORD_SCHEMA {
+            return Err(crate::OciError::bad(
+                "blob link",
+                format!("schema {} (this sheaf reads {RECORD_SCHEMA})", l.schema),
+            ));
+        }
+        let want = layer_name(&l.diff_id);
+        if l.layer != want {
+            return Err(crate::OciError::bad(
+                "blob link",
+                format!("names layer '{}', not {want}", l.layer.escape_debug()),
+            ));
+        }
+        Ok(l)
+    }
+}
+
+#[cfg(test)]
+mod blob_link_tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_link_names_only_its_own_layer() {
+        let d = "sha256:".to_string() + &"ab".repeat(32);
+        let good = format!(
+            r#"{{"schema":1,"diff_id":"{d}","layer":"layer-sha256-{}"}}"#,
+            "ab".repeat(32)
+        );
+        let l = BlobLink::parse(good.as_bytes()).unwrap();
+        assert_eq!(l.layer, format!("layer-sha256-{}", "ab".repeat(32)));
+        for layer in [
+            "../../etc/passwd".to_string(),
+            format!("layer-sha256-{}/../x", "ab".repeat(32)),
+            format!("layer-sha256-{}", "cd".repeat(32)),
+            "https://elsewhere/layer".to_string(),
+            String::new(),
+        ] {
+            let bad = serde_json::json!({"schema": 1, "diff_id": d, "layer": layer}).to_string();
+            let e = BlobLink::parse(bad.as_bytes()).unwrap_err().to_string();
+            assert!(e.contains("blob link") && !e.contains('\n'), "{layer}: {e}");
+        }
+        let v2 = good.replace(r#""schema":1"#, r#""schema":2"#);
+        assert!(BlobLink::parse(v2.as_bytes()).is_err());
+    }
+}

@@ -160,6 +160,28 @@ fn from_helper(name: &str, host: &str) -> Option<String> {
     Some(base64::engine::general_purpose::STANDARD.encode(format!("{user}:{secret}")))
 }
 
+/// Whether a token realm may receive the user's registry credentials: only
+/// over TLS and only at the registry itself (its scheme, host and port), or
+/// Docker Hub's own token service for `docker.io`; a plain-http realm only
+/// at the registry itself when the registry is plain http (--insecure). A
+/// registry must not be able to send the user's password elsewhere by
+/// naming a realm; the token is then asked for without it.
+fn realm_gets_credentials(registry_base: &str, registry_host: &str, realm: &reqwest::Url) -> bool {
+    let Ok(base) = reqwest::Url::parse(registry_base) else {
+        return false;
+    };
+    let same_origin = realm.scheme() == base.scheme()
+        && realm.host_str() == base.host_str()
+        && realm.port_or_known_default() == base.port_or_known_default();
+    if same_origin {
+        return true;
+    }
+    realm.scheme() == "https"
+        && registry_host == "docker.io"
+        && realm.host_str() == Some("auth.docker.io")
+        && realm.port_or_known_default() == Some(443)
+}
+
 /// The `key="value"` parameters of a `WWW-Authenticate` challenge.
 fn challenge_params(h: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -249,9 +271,17 @@ impl Registry {
         ));
         let token_url = reqwest::Url::parse_with_params(&realm, &q)
             .map_err(|e| rerr(format!("token realm {realm}: {e}")))?;
-        let mut req = self.client.get(token_url);
+        let mut req = self.client.get(token_url.clone());
         if let Some(b) = &self.basic {
-            req = req.header("Authorization", format!("Basic {b}"));
+            if realm_gets_credentials(&self.base, &self.host, &token_url) {
+                req = req.header("Authorization", format!("Basic {b}"));
+            } else {
+                log::warn!(
+                    "{}: the token realm {} is not this registry: asking it without your credentials",
+                    self.host,
+                    sheaf_net::redact(&realm)
+                );
+            }
         }
         let resp = req
             .send()
@@ -382,6 +412,52 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_go_only_to_the_registry_or_docker_hubs_token_service() {
+        let u = |s: &str| reqwest::Url::parse(s).unwrap();
+        let reg = "https://reg.example:5000/v2/app";
+        assert!(realm_gets_credentials(
+            reg,
+            "reg.example:5000",
+            &u("https://reg.example:5000/token")
+        ));
+        for other in [
+            "https://evil.example/token",
+            "http://reg.example:5000/token",
+            "https://reg.example/token",
+            "https://reg.example:5001/token",
+            "https://auth.docker.io/token",
+        ] {
+            assert!(
+                !realm_gets_credentials(reg, "reg.example:5000", &u(other)),
+                "{other}"
+            );
+        }
+        let hub = "https://registry-1.docker.io/v2/library/debian";
+        assert!(realm_gets_credentials(
+            hub,
+            "docker.io",
+            &u("https://auth.docker.io/token")
+        ));
+        assert!(!realm_gets_credentials(
+            hub,
+            "docker.io",
+            &u("http://auth.docker.io/token")
+        ));
+        // A plain-http (--insecure) registry: only itself.
+        let plain = "http://127.0.0.1:5000/v2/app";
+        assert!(realm_gets_credentials(
+            plain,
+            "127.0.0.1:5000",
+            &u("http://127.0.0.1:5000/t")
+        ));
+        assert!(!realm_gets_credentials(
+            plain,
+            "127.0.0.1:5000",
+            &u("http://127.0.0.1:5001/t")
+        ));
+    }
 
     #[test]
     fn challenges_parse_quoted_and_bare_values() {

@@ -568,12 +568,9 @@ pub fn write_catalogue(dir: &Path) -> Result<Vec<Offer>, PoolError> {
     })
     .expect("serializable");
     let dest = dir.join(CATALOGUE);
-    let tmp = dir.join(format!(".{CATALOGUE}.{}", std::process::id()));
-    let r = fs::write(&tmp, &body).and_then(|()| fs::rename(&tmp, &dest));
-    if let Err(e) = r {
-        let _ = fs::remove_file(&tmp);
-        return Err(io(&dest)(e));
-    }
+    // Readers fetch it at any moment; the location may be shared with
+    // other users (no predictable temporary name to plant a link at).
+    sheaf_net::publish::write_file_atomic(dir, &dest, &body).map_err(io(&dest))?;
     Ok(v)
 }
 
@@ -639,6 +636,25 @@ pub fn shell_init(sheaf: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_catalogue_is_written_without_following_a_planted_link() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let loc = t.path().join("loc");
+        fs::create_dir(&loc).unwrap();
+        // The name this process used to write through.
+        let planted = loc.join(format!(".{CATALOGUE}.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        write_catalogue(&loc).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        let cat = loc.join(CATALOGUE);
+        assert!(fs::symlink_metadata(&cat).unwrap().file_type().is_file());
+        assert!(parse_catalogue(&fs::read(&cat).unwrap())
+            .unwrap()
+            .is_empty());
+    }
 
     #[test]
     fn the_skeleton_passes_the_checks_and_broken_pools_do_not() {

@@ -242,11 +242,30 @@ impl SheafSnapshotter {
     }
 
     fn sheaf(&self, args: &[&std::ffi::OsStr], what: &str) -> Result<(), SnapError> {
-        let o = self
-            .child()
-            .args(args)
-            .output()
-            .map_err(|e| internal(&format!("running {}", self.cfg.sheaf.display()), e))?;
+        self.sheaf_with(args, None, what)
+    }
+
+    /// [`Self::sheaf`] with `input` on the child's standard input.
+    fn sheaf_with(
+        &self,
+        args: &[&std::ffi::OsStr],
+        input: Option<&[u8]>,
+        what: &str,
+    ) -> Result<(), SnapError> {
+        use std::io::Write;
+        let run = || -> std::io::Result<std::process::Output> {
+            let mut c = self.child();
+            c.args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut child = c.spawn()?;
+            let mut stdin = child.stdin.take().expect("piped");
+            let _ = stdin.write_all(input.unwrap_or_default());
+            drop(stdin);
+            child.wait_with_output()
+        };
+        let o = run().map_err(|e| internal(&format!("running {}", self.cfg.sheaf.display()), e))?;
         if !o.status.success() {
             return Err(internal(
                 what,
@@ -269,40 +288,33 @@ impl SheafSnapshotter {
             return Ok(());
         }
         std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
-        let mut pins = Vec::new();
+        // The typed request the child parses back: each lazy layer pinned
+        // to the root checked here (the child's own policy is off), the
+        // layers packed here unpinned; bottom first.
+        let mut images = Vec::new();
         for l in &layers {
-            pins.push(match l {
-                Layer::Lazy(url) => self
-                    .layer_allowed(url)
-                    .map_err(|e| internal("signature policy", e))?
-                    .map_or("-".to_string(), |d| sheaf_format::hex(&d)),
-                Layer::Packed(_) => "-".to_string(),
+            images.push(sheaf_mount::RequestImage {
+                source: Self::layer_arg(l),
+                root: match l {
+                    Layer::Lazy(url) => self
+                        .layer_allowed(url)
+                        .map_err(|e| internal("signature policy", e))?,
+                    Layer::Packed(_) => None,
+                },
             });
         }
-        let pinned = pins.iter().any(|p| p != "-");
-        // One argument per layer, bottom first (a comma list is not split
-        // for URLs, which may contain commas).
-        let stack: Vec<String> = layers.iter().map(Self::layer_arg).collect();
-        let upper = d.join("upper");
-        let writable = snap.kind == Kind::Active && !snap.overlay;
-        let mut args: Vec<&std::ffi::OsStr> = vec![
-            "mount".as_ref(),
-            "-o".as_ref(),
-            "allow_other,suid,dev".as_ref(),
-        ];
-        if pinned {
-            for p in &pins {
-                args.push("--pin".as_ref());
-                args.push(p.as_ref());
-            }
+        let mut req = sheaf_mount::MountRequest::new(images, fs);
+        if snap.kind == Kind::Active && !snap.overlay {
+            req.upper = Some(d.join("upper"));
         }
-        args.extend(stack.iter().map(std::ffi::OsStr::new));
-        args.push(fs.as_os_str());
-        if writable {
-            args.push("--upper".as_ref());
-            args.push(upper.as_os_str());
-        }
-        self.sheaf(&args, "mounting the layers")
+        req.allow_other = true;
+        req.suid = true;
+        req.dev = true;
+        self.sheaf_with(
+            &["mount".as_ref(), "--request".as_ref(), "-".as_ref()],
+            Some(&req.encode()),
+            "mounting the layers",
+        )
     }
 
     fn mounts_of(&self, snap: &Snap, st: &State) -> Result<Vec<Mount>, SnapError> {
@@ -361,7 +373,7 @@ impl SheafSnapshotter {
         let digest = sheaf_oci::Digest::parse(labels.get(LABEL_LAYER_DIGEST)?)?;
         let link_name = sheaf_oci::record::blob_link_name(&digest);
         let (base, bytes) = self.repo_file(&link_name)?;
-        match serde_json::from_slice::<sheaf_oci::BlobLink>(&bytes) {
+        match sheaf_oci::BlobLink::parse(&bytes) {
             Ok(link) => Some(format!("{base}/{}", link.layer)),
             Err(e) => {
                 log::warn!("{base}/{link_name}: {e}");
@@ -370,8 +382,6 @@ impl SheafSnapshotter {
         }
     }
 
-    /// Whether the signature policy lets the repository layer `url` be used
-    /// (always, unless signatures are required): the reason if not.
     /// Apply the policy to the lazy layer `url`; when it is required, the
     /// root digest the decision was made on (the child mount is pinned to
     /// it: its own policy is off, so it must open nothing else).

@@ -32,6 +32,12 @@ pub enum Reply {
     Claim { head: Vec<u8>, total: u64 },
     /// 404.
     Missing,
+    /// Any status line, extra header lines (each ending in CRLF) and body.
+    Raw {
+        status: String,
+        headers: String,
+        body: Vec<u8>,
+    },
     /// Accept, then say nothing for this long before closing.
     Stall(Duration),
     /// Close without a reply.
@@ -163,6 +169,11 @@ fn serve(mut c: TcpStream, f: &Handler, seen: &Mutex<Vec<Request>>, stop: &Atomi
             )
         }
         Reply::Missing => reply(&mut c, "404 Not Found", "", b""),
+        Reply::Raw {
+            status,
+            headers,
+            body,
+        } => reply(&mut c, &status, &headers, &body),
         Reply::Stall(d) => {
             let until = std::time::Instant::now() + d;
             while std::time::Instant::now() < until && !stop.load(Ordering::SeqCst) {
