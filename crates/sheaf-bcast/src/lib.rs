@@ -139,6 +139,19 @@ enum Reader {
     Remote(Box<Image>, Arc<CountingSource>),
 }
 
+/// Refuse `img` unless it has `root`, the root of the image opened first.
+fn pinned(o: &Options, img: &Image, root: &Digest) -> Result<(), String> {
+    if img.root_digest() == *root {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: the image changed on the server since it was opened (root digest {}, not {})",
+        sheaf_net::redact(&o.src.to_string_lossy()),
+        sheaf_format::hex(&img.root_digest()),
+        sheaf_format::hex(root)
+    ))
+}
+
 impl Reader {
     /// Open the source as an image (rank 0: it reads the index and lists
     /// the objects); objects read through the image are kept in `record`
@@ -155,28 +168,39 @@ impl Reader {
         })
         .map_err(|e| one_line(&e))?;
         let counter = counter.expect("wrap is called");
-        let reader = Reader::for_share(o, counter)?;
+        let root = opened.image.root_digest();
+        let reader = Reader::for_share(o, counter, &root)?;
         Ok((reader, opened.image))
     }
 
     /// Open the source for reading a share only: a local file is read
     /// without opening it as an image (no second read of its index).
-    fn open(o: &Options) -> Result<Reader, String> {
+    /// `root`: the one the job agreed on (rank 0's open); a share read
+    /// from another image is refused.
+    fn open(o: &Options, root: &Digest) -> Result<Reader, String> {
         let src = o.src.to_string_lossy();
         if sheaf_net::is_url(&src) {
-            let (r, _) = Reader::open_image(o, Arc::default())?;
+            let (r, img) = Reader::open_image(o, Arc::default())?;
+            pinned(o, &img, root)?;
             return Ok(r);
         }
         let f = sheaf_read::FileSource::open(&o.src)
             .map_err(|e| format!("{}: {e}", o.src.display()))?;
-        Reader::for_share(o, Arc::new(CountingSource::new(Arc::new(f))))
+        Reader::for_share(o, Arc::new(CountingSource::new(Arc::new(f))), root)
     }
 
-    fn for_share(o: &Options, counter: Arc<CountingSource>) -> Result<Reader, String> {
+    fn for_share(
+        o: &Options,
+        counter: Arc<CountingSource>,
+        root: &Digest,
+    ) -> Result<Reader, String> {
         if sheaf_net::is_url(&o.src.to_string_lossy()) {
-            // Objects (verified, through the node cache) by digest.
+            // Objects (verified, through the node cache) by digest, from
+            // the image opened first: the same name opened again must be
+            // the same root.
             let again = sheaf_net::open_image(&o.src, &o.remote, ImageOptions::default(), |s| s)
                 .map_err(|e| one_line(&e))?;
+            pinned(o, &again.image, root)?;
             Ok(Reader::Remote(Box::new(again.image), counter))
         } else {
             Ok(Reader::File(counter))
@@ -419,7 +443,7 @@ pub fn run(
     let mut open_error = None;
     let mut reader_only = None;
     if src.is_none() && chunks.iter().any(|c| c.root == rank) {
-        match Reader::open(o) {
+        match Reader::open(o, &root) {
             Ok(r) => reader_only = Some(r),
             // Still take part (sending failure marks), so no rank waits.
             Err(e) => open_error = Some(e),

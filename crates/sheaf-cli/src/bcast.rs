@@ -115,7 +115,8 @@ pub fn run(a: BcastArgs, remote: &RemoteArgs) -> Result<i32> {
             // kills the remaining ranks as soon as one exits non-zero.
             // One write, so the lines of ranks sharing a pipe do not mix.
             use std::io::Write;
-            let _ = std::io::stderr().write_all(format!("sheaf: error: {e}\n").as_bytes());
+            let line = sheaf_net::redact_text(&e.to_string());
+            let _ = std::io::stderr().write_all(format!("sheaf: error: {line}\n").as_bytes());
             comm.all_max(0);
             drop(comm);
             std::process::exit(1);
@@ -128,6 +129,7 @@ pub fn run(a: BcastArgs, remote: &RemoteArgs) -> Result<i32> {
 }
 
 fn print(a: &BcastArgs, r: &Report) -> Result<()> {
+    let src = sheaf_net::redact(&a.src.to_string_lossy());
     if a.json {
         println!("{}", serde_json::to_string(r)?);
         return Ok(());
@@ -140,7 +142,7 @@ fn print(a: &BcastArgs, r: &Report) -> Result<()> {
     if r.nodes_present == r.nodes as u64 {
         eprintln!(
             "{} is already at {} on {nodes} (root {}); read {}",
-            a.src.display(),
+            src,
             a.dest.display(),
             &r.root[..16],
             human(r.bytes_read)
@@ -150,7 +152,7 @@ fn print(a: &BcastArgs, r: &Report) -> Result<()> {
     eprintln!(
         "{} -> {} on {nodes} ({} ranks) in {:.2} s: sent {} of {} ({} objects of {}); \
          read {} from the source; {} reused from local copies; {} node(s) already had it",
-        a.src.display(),
+        src,
         a.dest.display(),
         r.ranks,
         r.seconds,

@@ -490,3 +490,136 @@ fn a_token_realm_elsewhere_never_receives_the_users_password() {
         );
     }
 }
+
+/// `bcast` from a server that claims lengths or swaps images between
+/// requests, and `import` from a registry that claims a 1 TiB layer and
+/// then drops the connection: one line, a non-zero exit, nothing left
+/// behind, or (for the swap) exactly the first image.
+#[test]
+fn bcast_and_import_from_a_hostile_server_end_in_one_line() {
+    let t = tmpdir();
+    let a = small_image(t.path(), "a", "first\n");
+    let b = small_image(t.path(), "b", "second, longer than the first\n");
+    // A claimed 1 TiB index.
+    let mut index_head = sheaf_format::remote::INDEX_MAGIC.to_vec();
+    index_head.resize(64, 0);
+    let srv = Hostile::start(move |_, _| Reply::Claim {
+        head: index_head.clone(),
+        total: 1 << 40,
+    });
+    let dest = t.path().join("node/a.sheaf");
+    fs::create_dir_all(dest.parent().unwrap()).unwrap();
+    let o = sheaf([
+        "--timeout",
+        "5",
+        "bcast",
+        "--mpi",
+        "never",
+        &srv.url("/a.sheaf"),
+        dest.to_str().unwrap(),
+    ]);
+    o.no_panic();
+    assert!(o.code > 0, "{}", o.describe());
+    o.one_err_line();
+    assert!(!dest.exists());
+    assert_eq!(temp_leftovers(dest.parent().unwrap()), Vec::<String>::new());
+    // Another image after the first open.
+    let (ab, bb) = (
+        Arc::new(fs::read(&a).unwrap()),
+        Arc::new(fs::read(&b).unwrap()),
+    );
+    let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let p = probes.clone();
+    let srv = Hostile::start(move |_, r| {
+        let n = if r.probe {
+            p.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+        } else {
+            p.load(std::sync::atomic::Ordering::SeqCst)
+        };
+        Reply::File(if n <= 1 { ab.clone() } else { bb.clone() })
+    });
+    let o = sheaf([
+        "--timeout",
+        "5",
+        "bcast",
+        "--mpi",
+        "never",
+        &srv.url("/a.sheaf"),
+        dest.to_str().unwrap(),
+    ]);
+    o.no_panic();
+    assert!(o.code > 0, "{}", o.describe());
+    assert!(
+        o.one_err_line().contains("changed on the server"),
+        "{}",
+        o.describe()
+    );
+    assert!(!dest.exists());
+    // A registry whose manifest names a 1 TiB layer, then drops the blob.
+    let layer = format!("sha256:{}", "ab".repeat(32));
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{}", "cd".repeat(32))]}
+    })
+    .to_string()
+    .into_bytes();
+    let config_digest =
+        run_with_stdin(&mut std::process::Command::new("sha256sum"), config.clone())
+            .ok()
+            .text()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": format!("sha256:{config_digest}"), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": layer, "size": 1u64 << 40}]
+    })
+    .to_string()
+    .into_bytes();
+    let reg = Hostile::start(move |_, r| {
+        if r.path.contains("/manifests/") {
+            Reply::Raw {
+                status: "200 OK".into(),
+                headers: "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n".into(),
+                body: manifest.clone(),
+            }
+        } else if r.path.contains(&config_digest) {
+            Reply::Raw {
+                status: "200 OK".into(),
+                headers: String::new(),
+                body: config.clone(),
+            }
+        } else {
+            Reply::Claim {
+                head: vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3],
+                total: 1 << 40,
+            }
+        }
+    });
+    let host = format!("127.0.0.1:{}", reg.port);
+    let repo = t.path().join("repo");
+    let o = sheaf([
+        "import",
+        &format!("docker://{host}/app:1"),
+        "--insecure-registry",
+        &host,
+        "--publish",
+        repo.to_str().unwrap(),
+    ]);
+    o.no_panic();
+    assert!(o.code > 0, "{}", o.describe());
+    o.one_err_line();
+    let left: Vec<_> = fs::read_dir(&repo)
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.iter()
+            .all(|n| !n.to_string_lossy().starts_with("image-")),
+        "an image record was written: {left:?}"
+    );
+}
