@@ -170,7 +170,16 @@ fn prepare_container(
     insecure: &[String],
     remote: &crate::util::RemoteArgs,
 ) -> Result<Container> {
+    // The policy decides on this open (the mount later accepts only the
+    // root read here: check_pin).
+    let policy = sheaf_trust::Policy::load(false, None, None)?;
     let image = match sheaf_oci::Reference::parse(arg) {
+        // What a registry serves carries no signature of ours: imported
+        // here, it could only be refused after the download.
+        Ok(_) if policy.require => bail!(
+            "{arg}: signatures are required and an image taken from a registry is not signed; \
+             import it (sheaf import {arg} --flatten -o IMG), check it, sign it (sheaf sign IMG -k KEY) and run IMG"
+        ),
         Ok(r) => {
             let ropts = sheaf_oci::RegistryOptions {
                 insecure: insecure.to_vec(),
@@ -201,9 +210,6 @@ fn prepare_container(
         Err(_) => arg.to_string(),
     };
     let img = crate::util::open_image_with(Path::new(&image), remote, Default::default(), |s| s)?;
-    // The policy decides here, on the open the config is read from; the
-    // mount later accepts only this root (check_pin).
-    let policy = sheaf_trust::Policy::load(false, None, None)?;
     crate::trust::enforce(&policy, &img, Path::new(&image))?;
     let read = |p: &str| -> Result<Option<Vec<u8>>> {
         let Ok(ino) = img.resolve(p.as_bytes()) else {

@@ -14,10 +14,10 @@ use std::sync::Arc;
 fn open_commands(url: &str) -> Vec<Vec<String>> {
     let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     vec![
-        v(&["--timeout", "5", "info", url]),
-        v(&["--timeout", "5", "cat", url, "/f"]),
-        v(&["--timeout", "5", "ls", url]),
-        v(&["--timeout", "5", "check", url]),
+        v(&["--timeout", "2", "info", url]),
+        v(&["--timeout", "2", "cat", url, "/f"]),
+        v(&["--timeout", "2", "ls", url]),
+        v(&["--timeout", "2", "check", url]),
     ]
 }
 
@@ -37,15 +37,37 @@ fn a_length_the_server_claims_is_refused_in_one_line() {
     let real = fs::read(&img).unwrap();
     // An index probe answer claiming 1 TiB (the client allocated it and
     // aborted), and an image header claiming a 1 TiB file.
+    // Memory stays bounded: every command runs with its data segment
+    // limited to 512 MiB (RLIMIT_DATA: heap and private mappings), under
+    // which the honest image is read as usual.
+    let limited = |args: &[String]| {
+        let mut c = std::process::Command::new("prlimit");
+        c.arg("--data=536870912")
+            .arg("--")
+            .arg(bin())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .env("SHEAF_CACHE_DIR", t.path().join("cache"));
+        run_cmd(&mut c)
+    };
+    let honest = Arc::new(real.clone());
+    let srv = Hostile::start(move |_, _| Reply::File(honest.clone()));
+    let o = limited(&["cat".into(), srv.url("/x.sheaf"), "/f".into()]).ok();
+    assert_eq!(o.stdout, b"hello\n");
     let mut index_head = sheaf_format::remote::INDEX_MAGIC.to_vec();
     index_head.resize(64, 0);
-    for head in [index_head, real[..4096.min(real.len())].to_vec()] {
+    // 1 TiB, and just under the 64 MiB an index may have.
+    for (head, total) in [
+        (index_head.clone(), 1u64 << 40),
+        (index_head, (64 << 20) - 1),
+        (real[..4096.min(real.len())].to_vec(), 1 << 40),
+    ] {
         let srv = Hostile::start(move |_, _| Reply::Claim {
             head: head.clone(),
-            total: 1 << 40,
+            total,
         });
         for args in open_commands(&srv.url("/x.sheaf")) {
-            let o = sheaf(&args);
+            let o = limited(&args);
             o.no_panic();
             assert!(o.code > 0, "{}", o.describe());
             let line = o.one_err_line();
@@ -195,6 +217,22 @@ fn run_image_opens_the_image_once_and_mounts_only_that_root() {
         let line = o.one_err_line();
         assert!(line.contains(why), "{first:?} then {later:?}: {line}");
     }
+    // A registry reference under the strict policy: refused before anything
+    // is fetched, saying how to get a signed image.
+    let reg = Hostile::start(|_, _| Reply::Missing);
+    let host = format!("127.0.0.1:{}", reg.port);
+    let o = run_cmd(
+        cmd()
+            .env("SHEAF_CONFIG", &strict)
+            .args(["run", "--insecure-registry", &host, "--image"])
+            .arg(format!("docker://{host}/app:1")),
+    );
+    assert_eq!(o.code, 125, "{}", o.describe());
+    assert!(o.one_err_line().contains("sheaf sign"), "{}", o.describe());
+    assert!(
+        reg.seen.lock().unwrap().is_empty(),
+        "the registry was asked"
+    );
     // Served honestly, the signed image runs under the strict policy.
     let a = bytes(&signed_a);
     let srv = Hostile::start(move |_, _| Reply::File(a.clone()));
