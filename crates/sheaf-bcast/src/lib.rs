@@ -139,19 +139,6 @@ enum Reader {
     Remote(Box<Image>, Arc<CountingSource>),
 }
 
-/// Refuse `img` unless it has `root`, the root of the image opened first.
-fn pinned(o: &Options, img: &Image, root: &Digest) -> Result<(), String> {
-    if img.root_digest() == *root {
-        return Ok(());
-    }
-    Err(format!(
-        "{}: the image changed on the server since it was opened (root digest {}, not {})",
-        sheaf_net::redact(&o.src.to_string_lossy()),
-        sheaf_format::hex(&img.root_digest()),
-        sheaf_format::hex(root)
-    ))
-}
-
 impl Reader {
     /// Open the source as an image (rank 0: it reads the index and lists
     /// the objects); objects read through the image are kept in `record`
@@ -181,7 +168,7 @@ impl Reader {
         let src = o.src.to_string_lossy();
         if sheaf_net::is_url(&src) {
             let (r, img) = Reader::open_image(o, Arc::default())?;
-            pinned(o, &img, root)?;
+            img.expect_root(root).map_err(|e| one_line(&e))?;
             return Ok(r);
         }
         let f = sheaf_read::FileSource::open(&o.src)
@@ -200,7 +187,7 @@ impl Reader {
             // the same root.
             let again = sheaf_net::open_image(&o.src, &o.remote, ImageOptions::default(), |s| s)
                 .map_err(|e| one_line(&e))?;
-            pinned(o, &again.image, root)?;
+            again.image.expect_root(root).map_err(|e| one_line(&e))?;
             Ok(Reader::Remote(Box::new(again.image), counter))
         } else {
             Ok(Reader::File(counter))

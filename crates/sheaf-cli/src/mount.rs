@@ -353,7 +353,7 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
     if r.images.len() == 1 && r.upper.is_none() {
         let image = &r.images[0];
         let (img, src) = open_image(image, r.remote, r.cache_size)?;
-        crate::trust::check_pin(&img, r.pins.first().and_then(Option::as_ref), image)?;
+        crate::trust::check_pin(&img, r.pins.first().and_then(Option::as_ref))?;
         let signer = crate::trust::enforce(r.policy, &img, image)?
             .map(|v| {
                 format!(
@@ -441,7 +441,7 @@ pub(crate) fn union_fs(
     let mut signers = Vec::new();
     for (i, image) in images.iter().enumerate() {
         let (img, _src) = open_image(image, remote, cache_size)?;
-        crate::trust::check_pin(&img, pins.get(i).and_then(Option::as_ref), image)?;
+        crate::trust::check_pin(&img, pins.get(i).and_then(Option::as_ref))?;
         if let Some(v) = crate::trust::enforce(policy, &img, image)? {
             signers.push(format!("{} ({})", v.principals.join(", "), v.fingerprint));
         }

@@ -209,21 +209,11 @@ pub fn enforce(policy: &Policy, img: &Image, path: &Path) -> Result<Option<Verif
     Ok(policy.enforce(&img.signed_message(), img.signatures(), path)?)
 }
 
-/// The rule of every open after the first: an image is opened once (where
-/// the policy decides), and from then on it is its root digest. A later
-/// open of the same name (the mount of `run --image`, a child `sheaf mount`
-/// of the snapshotter or of `pool load`) that finds another root refuses
-/// it: a server that answers two requests with two images gets nothing
-/// from the second.
-pub fn check_pin(img: &Image, pin: Option<&sheaf_format::Digest>, path: &Path) -> Result<()> {
+/// [`Image::expect_root`] when the image is pinned (the one rule).
+pub fn check_pin(img: &Image, pin: Option<&sheaf_format::Digest>) -> Result<()> {
     match pin {
-        Some(want) if *want != img.root_digest() => bail!(
-            "{}: refused: its root digest is {}, not {}, the one opened first (the image changed between two opens)",
-            path.display(),
-            sheaf_format::hex(&img.root_digest()),
-            sheaf_format::hex(want)
-        ),
-        _ => Ok(()),
+        Some(want) => Ok(img.expect_root(want)?),
+        None => Ok(()),
     }
 }
 

@@ -30,6 +30,63 @@ fn small_image(dir: &Path, name: &str, content: &str) -> std::path::PathBuf {
     img
 }
 
+/// `sheaf ARGS` with its data segment limited to 192 MiB (RLIMIT_DATA:
+/// heap and private mappings), under which an honest image reads as usual:
+/// memory stays bounded whatever a server claims or sends.
+fn limited(dir: &Path, args: &[String]) -> Out {
+    let mut c = std::process::Command::new("prlimit");
+    c.arg("--data=201326592")
+        .arg("--")
+        .arg(bin())
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .env("SHEAF_CACHE_DIR", dir.join("cache"));
+    run_cmd(&mut c)
+}
+
+/// A repository server that answers an object request with 300 MiB: the
+/// reply is read up to the object's stored length, then refused (it was
+/// buffered up to 256 MiB each).
+#[test]
+fn a_repository_object_longer_than_its_ref_is_refused_unbuffered() {
+    let t = tmpdir();
+    let img = small_image(t.path(), "img", "published\n");
+    let www = t.path().join("www");
+    sheaf([
+        "publish".as_ref(),
+        img.as_os_str(),
+        www.join("repo").as_os_str(),
+        "--name".as_ref(),
+        "img".as_ref(),
+    ])
+    .ok();
+    let root = www.clone();
+    let srv = Hostile::start(move |_, r| {
+        let path = r.path.trim_start_matches('/');
+        if path.contains("/objects/") {
+            return Reply::Flood { len: 300 << 20 };
+        }
+        match fs::read(root.join(path)) {
+            Ok(b) => Reply::File(Arc::new(b)),
+            Err(_) => Reply::Missing,
+        }
+    });
+    let url = srv.url("/repo/img");
+    let o = limited(
+        t.path(),
+        &[
+            "--timeout".into(),
+            "2".into(),
+            "cat".into(),
+            url,
+            "/f".into(),
+        ],
+    );
+    o.no_panic();
+    assert!(o.code > 0, "{}", o.describe());
+    assert!(o.one_err_line().contains("larger than"), "{}", o.describe());
+}
+
 #[test]
 fn a_length_the_server_claims_is_refused_in_one_line() {
     let t = tmpdir();
@@ -37,19 +94,7 @@ fn a_length_the_server_claims_is_refused_in_one_line() {
     let real = fs::read(&img).unwrap();
     // An index probe answer claiming 1 TiB (the client allocated it and
     // aborted), and an image header claiming a 1 TiB file.
-    // Memory stays bounded: every command runs with its data segment
-    // limited to 512 MiB (RLIMIT_DATA: heap and private mappings), under
-    // which the honest image is read as usual.
-    let limited = |args: &[String]| {
-        let mut c = std::process::Command::new("prlimit");
-        c.arg("--data=536870912")
-            .arg("--")
-            .arg(bin())
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .env("SHEAF_CACHE_DIR", t.path().join("cache"));
-        run_cmd(&mut c)
-    };
+    let limited = |args: &[String]| limited(t.path(), args);
     let honest = Arc::new(real.clone());
     let srv = Hostile::start(move |_, _| Reply::File(honest.clone()));
     let o = limited(&["cat".into(), srv.url("/x.sheaf"), "/f".into()]).ok();
@@ -588,7 +633,7 @@ fn bcast_and_import_from_a_hostile_server_end_in_one_line() {
     o.no_panic();
     assert!(o.code > 0, "{}", o.describe());
     assert!(
-        o.one_err_line().contains("changed on the server"),
+        o.one_err_line().contains("changed between two opens"),
         "{}",
         o.describe()
     );

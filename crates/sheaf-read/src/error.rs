@@ -41,6 +41,17 @@ pub enum ReadError {
     /// readlink on something else.
     #[error("inode {0} is not a symlink")]
     NotASymlink(u32),
+    /// The image opened is not the one an earlier open of the same name
+    /// decided on ([`crate::Image::expect_root`]).
+    #[error("{image}: refused: its root digest is {found}, not {expected}, the one opened first (the image changed between two opens)")]
+    RootChanged {
+        /// Image name.
+        image: String,
+        /// The root found now (hex).
+        found: String,
+        /// The root decided on (hex).
+        expected: String,
+    },
 }
 
 impl ReadError {
@@ -61,6 +72,7 @@ impl ReadError {
             ReadError::NotAFile(_) => libc::EISDIR,
             ReadError::NotASymlink(_) => libc::EINVAL,
             ReadError::Io { .. } | ReadError::Format { .. } => libc::EIO,
+            ReadError::RootChanged { .. } => libc::EACCES,
         }
     }
 }

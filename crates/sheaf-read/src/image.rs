@@ -419,6 +419,23 @@ impl Image {
     pub fn root_digest(&self) -> Digest {
         self.root_digest
     }
+
+    /// The rule of every open after the first: an image is opened once
+    /// (where the policy decides), and from then on it is its root digest.
+    /// A later open of the same name (the mount of `run --image`, a child
+    /// mount of the snapshotter or of `pool load`, a share bcast reads)
+    /// that finds another root is refused: a server that answers two
+    /// requests with two images gets nothing from the second.
+    pub fn expect_root(&self, root: &Digest) -> Result<(), ReadError> {
+        if self.root_digest == *root {
+            return Ok(());
+        }
+        Err(ReadError::RootChanged {
+            image: self.name().to_string(),
+            found: sheaf_format::hex(&self.root_digest),
+            expected: sheaf_format::hex(root),
+        })
+    }
     /// Image file size (including any signature block).
     pub fn len(&self) -> u64 {
         self.src.len()

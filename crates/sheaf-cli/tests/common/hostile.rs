@@ -38,6 +38,8 @@ pub enum Reply {
         headers: String,
         body: Vec<u8>,
     },
+    /// A 200 reply of `len` zero bytes, sent as long as the client reads.
+    Flood { len: u64 },
     /// Accept, then say nothing for this long before closing.
     Stall(Duration),
     /// Close without a reply.
@@ -169,6 +171,20 @@ fn serve(mut c: TcpStream, f: &Handler, seen: &Mutex<Vec<Request>>, stop: &Atomi
             )
         }
         Reply::Missing => reply(&mut c, "404 Not Found", "", b""),
+        Reply::Flood { len } => {
+            let h =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+            let _ = c.write_all(h.as_bytes());
+            let zeros = vec![0u8; 64 << 10];
+            let mut left = len;
+            while left > 0 && !stop.load(Ordering::SeqCst) {
+                let n = left.min(zeros.len() as u64) as usize;
+                if c.write_all(&zeros[..n]).is_err() {
+                    break;
+                }
+                left -= n as u64;
+            }
+        }
         Reply::Raw {
             status,
             headers,
