@@ -67,9 +67,12 @@ pub fn redact_text(text: &str) -> String {
     let mut rest = text;
     while let Some(i) = rest.find("://") {
         // The scheme: the letters before "://".
+        // (Past the character that ends it, which may be several bytes.)
         let start = rest[..i]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.'))
-            .map_or(0, |s| s + 1);
+            .char_indices()
+            .rev()
+            .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.'))
+            .map_or(0, |(s, c)| s + c.len_utf8());
         let end = rest[i..]
             .find(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | '<' | '>' | ')'))
             .map_or(rest.len(), |e| i + e);
@@ -110,5 +113,8 @@ mod tests {
             r,
             "fetching 'http://u:***@h/i?sig=***' via proxy http://p:***@proxy:3128 failed"
         );
+        // A scheme after a character of several bytes (found by fuzzing).
+        assert_eq!(redact_text("é€http://u:pw@h/"), "é€http://u:***@h/");
+        assert_eq!(redact_text("\u{fffd}://x"), "\u{fffd}://x");
     }
 }
