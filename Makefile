@@ -7,7 +7,7 @@ SHEAF := target/release/sheaf
 # when the recipe runs, after `deps` may have installed it).
 MPI_FEATURE = $$(command -v mpicc >/dev/null 2>&1 && echo --features sheaf-cli/mpi)
 
-.PHONY: all build deps trees check test install lint demo bench soak fuzz clean
+.PHONY: all build deps trees check test install install-files deb lint demo bench soak fuzz clean
 
 all: build
 
@@ -30,7 +30,7 @@ trees: deps
 # no root, no mounts, no servers and no real trees (those say they are skipped).
 CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test tar_input --test hostile --test roundtrip --test reader --test stack \
-	--test incremental --test dictionary
+	--test incremental --test dictionary --test install
 check: build
 	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace $(MPI_FEATURE) --lib --bins $(CHECK_TESTS)
 
@@ -52,15 +52,32 @@ soak: build
 # The programs (`sheaf`, small, mounts local images itself and runs
 # libexec/sheaf/sheaf-full, the whole tool, for everything else), the helper
 # mount(8) runs for `-t fuse.sheaf` and fstab, and the systemd unit of the containerd snapshotter (not enabled: add
-# --repo lines to it, then `systemctl enable --now sheaf-snapshotter`).
+# --repo lines to it, then `systemctl enable --now sheaf-snapshotter`), a man
+# page per command (`man sheaf-mount`) and the bash, zsh and fish completions,
+# all made from the same definitions as --help. `install-files` only copies
+# what is built (scripts/deb.sh runs it).
 PREFIX ?= /usr/local
+MAN1 = $(DESTDIR)$(PREFIX)/share/man/man1
 install: build
+	@$(MAKE) --no-print-directory install-files
+install-files:
 	install -D -m 755 $(SHEAF) $(DESTDIR)$(PREFIX)/bin/sheaf
 	install -D -m 755 $(SHEAF)-full $(DESTDIR)$(PREFIX)/libexec/sheaf/sheaf-full
 	install -d $(DESTDIR)/sbin
 	ln -sf $(PREFIX)/bin/sheaf $(DESTDIR)/sbin/mount.fuse.sheaf
 	install -d $(DESTDIR)/etc/systemd/system
 	$(SHEAF) snapshotter --systemd-unit | sed 's|^ExecStart=[^ ]*|ExecStart=$(PREFIX)/bin/sheaf|' > $(DESTDIR)/etc/systemd/system/sheaf-snapshotter.service
+	install -d $(MAN1)
+	$(SHEAF) man --dir $(MAN1)
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	$(SHEAF) completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sheaf
+	$(SHEAF) completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sheaf
+	$(SHEAF) completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sheaf.fish
+
+# A Debian package of what `make install` installs, with PREFIX=/usr:
+# target/debian/sheaf_VERSION_ARCH.deb (`dpkg -i` it; `dpkg -P sheaf` removes all).
+deb: build
+	scripts/deb.sh
 
 
 demo: build

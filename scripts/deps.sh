@@ -7,6 +7,7 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3 openssh-client:ssh-keygen nginx-light:nginx
       findutils:find squid:squid curl:curl openssh-server:/usr/sbin/sshd sshfs:sshfs
       rsync:rsync git:git python3-pip:
+      man-db:man bash-completion: dpkg-dev:dpkg-shlibdeps   # tests/install.rs: man pages, bash completion, make deb
       libacl1-dev:   # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
       openmpi-bin:mpirun libopenmpi-dev:mpicc libclang-dev: lmod:  # sheaf bcast (rsmpi), pools
       python3-h5py:  # the HDF5-over-ssh test (Debian's /usr/bin/python3)

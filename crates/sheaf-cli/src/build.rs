@@ -187,11 +187,24 @@ pub fn run(a: BuildArgs) -> Result<i32> {
     } else {
         match std::fs::metadata(&a.source) {
             Ok(m) if m.is_dir() => Input::Dir(a.source.clone()),
+            Ok(_) if is_sheaf_image(&a.source) => bail!(
+                "{}: is a sheaf image, not a directory or tar archive (to combine images: sheaf merge BASE,LAYER -o OUT; to pack a writable mount's changes: sheaf commit UPPER -o LAYER; to repack: sheaf extract IMAGE -C DIR, then sheaf build DIR)",
+                a.source.display()
+            ),
             Ok(_) => Input::TarFile(a.source.clone()),
             Err(e) => bail!("{}: {e}", a.source.display()),
         }
     };
     write_image(&input, &a.output, &opts, &a.image, serde_json::json!({}))
+}
+
+/// Whether `p` begins with a sheaf image's magic.
+fn is_sheaf_image(p: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 8];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| head == sheaf_format::layout::HEADER_MAGIC)
 }
 
 /// Build `input` into `output` with a progress bar on a terminal, then the
@@ -204,6 +217,16 @@ pub fn write_image(
     a: &ImageArgs,
     extra: serde_json::Value,
 ) -> Result<i32> {
+    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            bail!(
+                "{}: no such directory {} (create it first: mkdir -p {})",
+                output.display(),
+                dir.display(),
+                dir.display()
+            );
+        }
+    }
     let progress = Arc::new(Progress::default());
     let cancel = cancel_flag();
     let start = Instant::now();

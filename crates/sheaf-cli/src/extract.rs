@@ -20,7 +20,8 @@ pub struct ExtractArgs {
         short = 'C',
         long = "directory",
         default_value = ".",
-        value_name = "DIR"
+        value_name = "DIR",
+        value_hint = clap::ValueHint::DirPath
     )]
     dir: PathBuf,
     /// Print a JSON report on stdout.

@@ -39,7 +39,8 @@ use std::path::PathBuf;
 pub struct FindArgs {
     /// The image (file or URL).
     image: PathBuf,
-    /// [PATH] [EXPRESSION...]: where to start in the image (default /), then
+    /// [PATH] [EXPRESSION...]: where to start in the image (default /;
+    /// relative paths start at the image's root and print as given), then
     /// the expression.
     #[arg(
         trailing_var_arg = true,
@@ -419,7 +420,7 @@ fn base(path: &[u8]) -> &[u8] {
     path.rsplit(|&b| b == b'/').next().unwrap_or(path)
 }
 
-fn now() -> (i64, u32) {
+pub(crate) fn now() -> (i64, u32) {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -563,15 +564,24 @@ fn type_letter(t: FileType) -> u8 {
     }
 }
 
-/// Split `rest` into the start path and the expression.
+/// Split `rest` into the start path and the expression: as find(1), the
+/// start is the first word unless it begins the expression (`-…`, `(`,
+/// `)`, `!`, `,`); relative to the image's root and printed as given
+/// (`sheaf find IMG usr/bin` prints `usr/bin/...`).
 fn split_rest(rest: &[OsString]) -> (String, &[OsString]) {
     match rest.first() {
-        Some(p) if p.as_bytes().starts_with(b"/") => (p.to_string_lossy().into_owned(), &rest[1..]),
+        Some(p)
+            if !p.is_empty()
+                && !p.as_bytes().starts_with(b"-")
+                && !matches!(p.as_bytes(), b"(" | b")" | b"!" | b",") =>
+        {
+            (p.to_string_lossy().into_owned(), &rest[1..])
+        }
         _ => ("/".to_string(), rest),
     }
 }
 
-/// Normalise an image path: absolute, no trailing slash (but "/").
+/// Normalise a start path: no trailing slash (but "/").
 pub(crate) fn start_path(p: &str) -> Vec<u8> {
     let t = p.trim_end_matches('/');
     if t.is_empty() {
@@ -656,7 +666,7 @@ fn strftime(tm: &libc::tm, fmt: &str) -> String {
 
 /// `sec` in local time, formatted by strftime(3) with `fmt` (the seconds
 /// themselves where the C library cannot break them down).
-fn local_time(sec: i64, fmt: &str) -> String {
+pub(crate) fn local_time(sec: i64, fmt: &str) -> String {
     local_tm(sec).map_or_else(|| sec.to_string(), |tm| strftime(&tm, fmt))
 }
 
@@ -682,12 +692,12 @@ fn time_field(k: u8, sec: i64, nsec: u32) -> String {
 }
 
 /// find's 1 KiB blocks (`%k`, `-ls`), of the 512-byte ones stat(2) shows.
-fn kib(ino: &Inode) -> u64 {
+pub(crate) fn kib(ino: &Inode) -> u64 {
     ino.stat_blocks().div_ceil(2)
 }
 
 /// A user's or group's name, else its number (as ls(1) and find(1) show).
-fn name_or_id(name: Option<&str>, id: u32) -> String {
+pub(crate) fn name_or_id(name: Option<&str>, id: u32) -> String {
     name.map_or_else(|| id.to_string(), str::to_string)
 }
 

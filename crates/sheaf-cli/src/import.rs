@@ -54,11 +54,11 @@ pub struct ImportArgs {
     /// Write the layers and the image record into this sheaf repository.
     #[arg(long, value_name = "REPO")]
     publish: Option<PathBuf>,
-    /// Write one merged image (with -o).
+    /// Write one merged image (to -o FILE; -o alone implies it).
     #[arg(long, requires = "output")]
     flatten: bool,
-    /// The merged image's path (with --flatten).
-    #[arg(short, long, value_name = "FILE", requires = "flatten")]
+    /// Write the merged image (the layers flattened) to FILE.
+    #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// OS/ARCH[/VARIANT] to take from a multi-platform image (default: this machine's).
     #[arg(long, value_name = "OS/ARCH[/VARIANT]")]
@@ -76,8 +76,8 @@ pub struct ImportArgs {
 /// Run `sheaf import`.
 pub fn run(a: ImportArgs) -> Result<i32> {
     let reference = Reference::parse(&a.source)?;
-    if a.publish.is_none() && !a.flatten {
-        bail!("nothing to do: give --publish REPO, --flatten -o FILE, or both");
+    if a.publish.is_none() && a.output.is_none() {
+        bail!("nothing to do: give --publish REPO, -o FILE (one merged image), or both");
     }
     let mut build = a.image.options()?;
     if !a.image.pack_size_given() {

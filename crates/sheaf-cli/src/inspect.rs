@@ -194,6 +194,17 @@ pub fn info(
 
 /// Arguments of `sheaf ls`.
 #[derive(clap::Args, Debug)]
+#[command(
+    disable_help_flag = true,
+    after_long_help = "As ls(1): names starting with '.' are left out unless -a or -A; -l prints\n\
+mode, links, owner, group, size, modification time and name, aligned, after a\n\
+'total' line of 1 KiB blocks, with times as GNU ls shows them (--time-style\n\
+full-iso, long-iso, iso or +FORMAT for others); on a terminal, names are quoted\n\
+as GNU ls quotes them. -R prints every path below PATH relative to it, one per\n\
+line (not GNU's per-directory sections). --json prints one array of entries.\n\
+\n\
+Examples:\n  sheaf ls -lh data.sheaf some/dir\n  sheaf ls -R base.sheaf,layer.sheaf"
+)]
 pub struct LsArgs {
     /// The image, or a stack of layers BASE,LAYER,... (later layers win;
     /// OCI whiteouts applied and not shown).
@@ -201,12 +212,38 @@ pub struct LsArgs {
     /// Directory or file inside the image (default: the root).
     #[arg(default_value = "/")]
     path: std::ffi::OsString,
-    /// Long listing: mode, links, owner, size, mtime, name -> target.
+    /// Long listing: mode, links, owner, group, size, mtime, name -> target.
     #[arg(short, long)]
     long: bool,
+    /// With -l: sizes as 1.5K, 23M, 4.0G (powers of 1024, rounded up).
+    #[arg(short = 'h', long)]
+    human_readable: bool,
+    /// Show entries whose names start with '.', and . and .. too.
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Show entries whose names start with '.', but not . and ...
+    #[arg(short = 'A', long)]
+    almost_all: bool,
+    /// List a directory itself, not its contents.
+    #[arg(short = 'd', long)]
+    directory: bool,
+    /// With -l: numeric user and group ids.
+    #[arg(short = 'n', long)]
+    numeric_uid_gid: bool,
+    /// With -l: how times are shown: locale (default), full-iso,
+    /// long-iso, iso, or +FORMAT (strftime).
+    #[arg(long, value_name = "STYLE", default_value = "locale")]
+    time_style: String,
     /// Recurse into subdirectories (paths printed relative to PATH).
     #[arg(short = 'R', long)]
     recursive: bool,
+    /// Print a JSON array of entries (path, type, mode, size, links, uid,
+    /// gid, user, group, mtime, mtime_nsec, target).
+    #[arg(long)]
+    json: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    help: Option<bool>,
 }
 
 pub(crate) fn mode_string(mode: u32) -> String {
@@ -251,52 +288,198 @@ pub(crate) fn mode_string(mode: u32) -> String {
     s
 }
 
-fn print_entry(
-    o: &mut impl Write,
-    img: &Image,
-    ino: &Inode,
-    name: &[u8],
-    long: bool,
-) -> Result<()> {
-    // On a terminal, quoted as ls quotes (an image's names may hold
-    // escape sequences); to a pipe, as they are.
-    let tty = crate::util::stdout_is_tty();
-    let shown = |b: &[u8]| {
-        if tty {
+/// One entry to list: its image (a layer, for stacks), inode and name.
+type Entry<'a> = (&'a Image, Inode, Vec<u8>);
+
+/// How `sheaf ls` prints: the options, the name cache, and what --json
+/// collects.
+struct Lister<'a> {
+    a: &'a LsArgs,
+    tty: bool,
+    now: i64,
+    names: crate::ident::Names,
+    json: Vec<serde_json::Value>,
+}
+
+impl Lister<'_> {
+    fn new(a: &LsArgs) -> Result<Lister<'_>> {
+        let style = a.time_style.as_str();
+        if !matches!(style, "locale" | "full-iso" | "long-iso" | "iso") && !style.starts_with('+') {
+            bail!("--time-style {style}: use locale, full-iso, long-iso, iso or +FORMAT");
+        }
+        Ok(Lister {
+            a,
+            tty: crate::util::stdout_is_tty(),
+            now: crate::find::now().0,
+            names: crate::ident::Names::default(),
+            json: Vec::new(),
+        })
+    }
+
+    /// Whether `name` (its last component) is shown.
+    fn shown(&self, name: &[u8]) -> bool {
+        self.a.all || self.a.almost_all || !name.starts_with(b".")
+    }
+
+    fn name(&self, b: &[u8]) -> String {
+        if self.tty {
             crate::util::terminal_name(b)
         } else {
             String::from_utf8_lossy(b).into_owned()
         }
-    };
-    let name = shown(name);
-    if !long {
-        writeln!(o, "{name}")?;
-        return Ok(());
     }
-    let r = &ino.rec;
-    let size = match ino.file_type() {
-        FileType::CharDevice | FileType::BlockDevice => {
-            format!("{},{}", libc::major(r.data), libc::minor(r.data))
+
+    fn when(&self, sec: i64, nsec: u32) -> String {
+        let half_year = 31_556_952 / 2;
+        let recent = (self.now - half_year..=self.now).contains(&sec);
+        match self.a.time_style.as_str() {
+            "full-iso" => {
+                let t = crate::find::local_time(sec, "%Y-%m-%d %H:%M:%S");
+                let z = crate::find::local_time(sec, "%z");
+                format!("{t}.{nsec:09} {z}")
+            }
+            "long-iso" => crate::find::local_time(sec, "%Y-%m-%d %H:%M"),
+            "iso" if recent => crate::find::local_time(sec, "%m-%d %H:%M"),
+            "iso" => crate::find::local_time(sec, "%Y-%m-%d "),
+            // %N, nanoseconds, as GNU ls's own strftime has it.
+            f if f.starts_with('+') => {
+                crate::find::local_time(sec, &f[1..].replace("%N", &format!("{nsec:09}")))
+            }
+            _ if recent => crate::find::local_time(sec, "%b %e %H:%M"),
+            _ => crate::find::local_time(sec, "%b %e  %Y"),
         }
-        _ => ino.stat_size().to_string(),
-    };
-    let target = if ino.file_type() == FileType::Symlink {
-        format!(" -> {}", shown(&img.read_link(ino)?))
-    } else {
-        String::new()
-    };
-    writeln!(
-        o,
-        "{} {:>3} {:>5} {:>5} {:>12} {}.{:09} {name}{target}",
-        mode_string(r.mode),
-        r.nlink,
-        r.uid,
-        r.gid,
-        size,
-        r.mtime_sec,
-        r.mtime_nsec
-    )?;
-    Ok(())
+    }
+
+    /// Print one batch (a directory's entries, or the operands): with -l,
+    /// columns aligned as ls aligns them, after `total` when `total`.
+    fn batch(&mut self, o: &mut impl Write, entries: &[Entry<'_>], total: bool) -> Result<()> {
+        if self.a.json {
+            for (img, ino, name) in entries {
+                let v = self.json_entry(img, ino, name)?;
+                self.json.push(v);
+            }
+            return Ok(());
+        }
+        if !self.a.long {
+            for (_, _, name) in entries {
+                writeln!(o, "{}", self.name(name))?;
+            }
+            return Ok(());
+        }
+        let mut rows = Vec::with_capacity(entries.len());
+        let mut blocks = 0u64;
+        for (img, ino, name) in entries {
+            let r = &ino.rec;
+            // 512-byte blocks, summed first (as ls sums st_blocks).
+            blocks += ino.stat_blocks();
+            let (user, group) = if self.a.numeric_uid_gid {
+                (r.uid.to_string(), r.gid.to_string())
+            } else {
+                (
+                    crate::find::name_or_id(self.names.user(r.uid), r.uid),
+                    crate::find::name_or_id(self.names.group(r.gid), r.gid),
+                )
+            };
+            let size = match ino.file_type() {
+                FileType::CharDevice | FileType::BlockDevice => {
+                    format!("{}, {}", libc::major(r.data), libc::minor(r.data))
+                }
+                _ if self.a.human_readable => ls_human(ino.stat_size()),
+                _ => ino.stat_size().to_string(),
+            };
+            let target = match ino.file_type() {
+                FileType::Symlink => format!(" -> {}", self.name(&img.read_link(ino)?)),
+                _ => String::new(),
+            };
+            rows.push([
+                mode_string(r.mode),
+                r.nlink.to_string(),
+                user,
+                group,
+                size,
+                self.when(r.mtime_sec, r.mtime_nsec),
+                format!("{}{target}", self.name(name)),
+            ]);
+        }
+        if total {
+            let t = if self.a.human_readable {
+                ls_human(blocks * 512)
+            } else {
+                blocks.div_ceil(2).to_string()
+            };
+            writeln!(o, "total {t}")?;
+        }
+        let w = |i: usize| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0);
+        let (w1, w2, w3, w4) = (w(1), w(2), w(3), w(4));
+        for r in &rows {
+            // Numeric ids are right-aligned, names left-aligned (as ls).
+            let (u, g) = if self.a.numeric_uid_gid {
+                (format!("{:>w2$}", r[2]), format!("{:>w3$}", r[3]))
+            } else {
+                (format!("{:<w2$}", r[2]), format!("{:<w3$}", r[3]))
+            };
+            writeln!(
+                o,
+                "{} {:>w1$} {u} {g} {:>w4$} {} {}",
+                r[0], r[1], r[4], r[5], r[6]
+            )?;
+        }
+        Ok(())
+    }
+
+    fn json_entry(&mut self, img: &Image, ino: &Inode, name: &[u8]) -> Result<serde_json::Value> {
+        let r = &ino.rec;
+        let target = match ino.file_type() {
+            FileType::Symlink => Some(String::from_utf8_lossy(&img.read_link(ino)?).into_owned()),
+            _ => None,
+        };
+        Ok(serde_json::json!({
+            "path": String::from_utf8_lossy(name),
+            "type": ino.file_type().name(),
+            "mode": format!("{:04o}", r.mode & 0o7777),
+            "size": ino.stat_size(),
+            "links": r.nlink,
+            "uid": r.uid,
+            "gid": r.gid,
+            "user": self.names.user(r.uid),
+            "group": self.names.group(r.gid),
+            "mtime": r.mtime_sec,
+            "mtime_nsec": r.mtime_nsec,
+            "target": target,
+        }))
+    }
+
+    fn finish(self, o: &mut impl Write) -> Result<()> {
+        if self.a.json {
+            writeln!(o, "{}", serde_json::Value::Array(self.json))?;
+        }
+        Ok(())
+    }
+}
+
+/// A size as `ls -h` shows it: bytes below 1 KiB, else one decimal below
+/// 10 and none above, rounded up, with K, M, G, T, P, E.
+fn ls_human(n: u64) -> String {
+    if n < 1024 {
+        return n.to_string();
+    }
+    let units = ['K', 'M', 'G', 'T', 'P', 'E'];
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    // Rounded up at the digit shown; 9.95 shows as 10, not 10.0.
+    let tenths = (v * 10.0 - 1e-9).ceil() / 10.0;
+    if tenths < 10.0 {
+        return format!("{tenths:.1}{}", units[u]);
+    }
+    let whole = (v - 1e-9).ceil();
+    if whole >= 1024.0 && u + 1 < units.len() {
+        return format!("1.0{}", units[u + 1]);
+    }
+    format!("{whole:.0}{}", units[u])
 }
 
 /// `sheaf ls`.
@@ -309,10 +492,15 @@ pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let path = a.path.as_bytes();
     let start = img.resolve(path)?;
     let mut o = std::io::BufWriter::new(std::io::stdout().lock());
-    if start.file_type() != FileType::Directory {
-        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        print_entry(&mut o, &img, &start, name, a.long)?;
-        return Ok(0);
+    let mut l = Lister::new(&a)?;
+    if start.file_type() != FileType::Directory || a.directory {
+        let name = if a.directory {
+            path
+        } else {
+            path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+        };
+        l.batch(&mut o, &[(&img, start, name.to_vec())], false)?;
+        return l.finish(&mut o).map(|()| 0);
     }
     let mut stack = vec![(start, Vec::<u8>::new())];
     let mut seen = sheaf_read::Seen::new(&img);
@@ -320,17 +508,26 @@ pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         seen.enter(&img, &dir)?;
         let n = img.dir_len(&dir)?;
         let mut subdirs = Vec::new();
+        let mut entries: Vec<Entry<'_>> = Vec::new();
+        if a.all && !a.recursive {
+            entries.push((&img, dir, b".".to_vec()));
+            entries.push((&img, img.inode(dir.rec.parent)?, b"..".to_vec()));
+        }
         for e in img.read_dir(&dir, 0, n as usize)? {
+            if !l.shown(&e.name) {
+                continue;
+            }
             let ino = img.child(&dir, e.ino, e.file_type)?;
             let full = join_name(&prefix, &e.name);
-            print_entry(&mut o, &img, &ino, &full, a.long)?;
             if a.recursive && e.file_type == FileType::Directory {
-                subdirs.push((ino, full));
+                subdirs.push((ino, full.clone()));
             }
+            entries.push((&img, ino, full));
         }
+        l.batch(&mut o, &entries, !a.recursive)?;
         stack.extend(subdirs.into_iter().rev());
     }
-    Ok(0)
+    l.finish(&mut o).map(|()| 0)
 }
 
 fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
@@ -353,13 +550,28 @@ fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let stack = Stack::new(layers);
     let path = a.path.as_bytes();
     let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut l = Lister::new(a)?;
     let start = stack.resolve(path)?;
     let dir = match start {
-        Found::Dir(d) => d,
-        Found::Node(l, ino) => {
+        Found::Dir(d) if !a.directory => d,
+        Found::Dir(d) => {
+            // The top layer's directory stands for the merged one.
+            let (layer, ino) = d.parts[0];
+            l.batch(
+                &mut o,
+                &[(&stack.layers()[layer], ino, path.to_vec())],
+                false,
+            )?;
+            return l.finish(&mut o).map(|()| 0);
+        }
+        Found::Node(layer, ino) => {
             let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-            print_entry(&mut o, &stack.layers()[l], &ino, name, a.long)?;
-            return Ok(0);
+            l.batch(
+                &mut o,
+                &[(&stack.layers()[layer], ino, name.to_vec())],
+                false,
+            )?;
+            return l.finish(&mut o).map(|()| 0);
         }
     };
     let mut todo = vec![(dir, Vec::<u8>::new())];
@@ -367,46 +579,76 @@ fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     while let Some((dir, prefix)) = todo.pop() {
         seen.enter(&stack, &dir)?;
         let mut subdirs = Vec::new();
+        let mut entries: Vec<Entry<'_>> = Vec::new();
         for e in stack.read_dir(&dir)? {
+            if !l.shown(&e.name) {
+                continue;
+            }
             let img = &stack.layers()[e.layer];
             let ino = stack.entry_inode(&dir, &e)?;
             let full = join_name(&prefix, &e.name);
-            print_entry(&mut o, img, &ino, &full, a.long)?;
             if a.recursive && e.file_type == FileType::Directory {
                 if let Some(Found::Dir(d)) = stack.lookup(&dir, &e.name)? {
-                    subdirs.push((d, full));
+                    subdirs.push((d, full.clone()));
                 }
             }
+            entries.push((&**img, ino, full));
         }
+        l.batch(&mut o, &entries, !a.recursive)?;
         todo.extend(subdirs.into_iter().rev());
     }
-    Ok(0)
+    l.finish(&mut o).map(|()| 0)
 }
 
 /// `sheaf cat`.
-pub fn cat(image: &Path, path: &std::ffi::OsStr, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn cat(
+    image: &Path,
+    paths: &[std::ffi::OsString],
+    remote: &crate::util::RemoteArgs,
+) -> Result<i32> {
     let img = open_path(image, remote)?;
-    let ino = img.resolve(path.as_bytes())?;
-    if ino.file_type() != FileType::Regular {
-        bail!(
-            "{}: not a regular file (a {})",
-            path.to_string_lossy(),
-            ino.file_type().name()
-        );
-    }
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; img.superblock().block_size as usize];
-    let mut off = 0u64;
-    loop {
-        let n = img.read(&ino, off, &mut buf)?;
-        if n == 0 {
-            break;
+    // As cat(1): symlinks inside the image are followed, each file is
+    // written in turn, and one that cannot be is named on stderr while the
+    // rest still are (exit 1 at the end). A damaged image stops it.
+    let mut failed = false;
+    for path in paths {
+        let shown = path.to_string_lossy();
+        let ino = match img.resolve_follow(path.as_bytes()) {
+            Ok(i) => i,
+            Err(
+                e @ (sheaf_read::ReadError::NotFound(_) | sheaf_read::ReadError::TooManyLinks(_)),
+            ) => {
+                let _ = out.flush();
+                eprintln!("sheaf: error: {}", sheaf_net::redact_text(&e.to_string()));
+                failed = true;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if ino.file_type() != FileType::Regular {
+            let _ = out.flush();
+            let what = match ino.file_type() {
+                FileType::Directory => "is a directory".to_string(),
+                t => format!("not a regular file (a {})", t.name()),
+            };
+            eprintln!("sheaf: error: {shown}: {what}");
+            failed = true;
+            continue;
         }
-        out.write_all(&buf[..n])?;
-        off += n as u64;
+        let mut off = 0u64;
+        loop {
+            let n = img.read(&ino, off, &mut buf)?;
+            if n == 0 {
+                break;
+            }
+            out.write_all(&buf[..n])?;
+            off += n as u64;
+        }
     }
     out.flush()?;
-    Ok(0)
+    Ok(i32::from(failed))
 }
 
 /// `sheaf check`.
@@ -441,6 +683,7 @@ pub fn check(
                 "block_bytes": rep.block_bytes, "logical_bytes": img.superblock().logical_bytes,
                 "data_bytes": logical, "mb_per_s": logical as f64 / secs / 1e6,
                 "seconds": secs, "errors": rep.errors,
+                "bad_blocks": rep.bad_blocks, "damaged_files": rep.damaged_files,
                 "root_digest": hex(&img.root_digest()),
             }))?
         );
@@ -459,6 +702,13 @@ pub fn check(
     } else {
         for e in &rep.errors {
             eprintln!("sheaf: {e}");
+        }
+        // What the damage costs: the files whose data is in a bad block.
+        for f in &rep.damaged_files {
+            eprintln!(
+                "sheaf: {}: {f}: damaged (its data is in a bad block)",
+                sheaf_net::redact_text(&image.display().to_string())
+            );
         }
         eprintln!(
             "sheaf: error: {}: {} problem{} found",

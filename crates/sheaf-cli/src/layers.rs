@@ -26,6 +26,7 @@ kept as OCI whiteouts. The overlay's temporary files (.wh..sheaf-*) are left
 out. Refused while a writable mount uses DIR.")]
 pub struct CommitArgs {
     /// The upper directory of a writable mount (`sheaf mount ... --upper DIR`).
+    #[arg(value_hint = clap::ValueHint::DirPath)]
     dir: PathBuf,
     /// The layer image to write.
     #[arg(short, long, value_name = "LAYER")]

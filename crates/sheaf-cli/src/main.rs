@@ -4,6 +4,7 @@
 
 mod bcast;
 mod build;
+mod docs;
 mod du;
 mod extract;
 mod find;
@@ -40,8 +41,33 @@ const VERSION: &str = concat!(
     " (without MPI: sheaf bcast copies locally only)"
 );
 
+const ABOUT: &str =
+    "sheaf: pack a directory tree into one compressed, verifiable, read-only image; \
+list, read, mount, run and share it without unpacking";
+
+const AFTER_HELP: &str = "\
+Most used:
+  sheaf build DIR -o data.sheaf        pack a tree (or a tar stream: -)
+  sheaf ls -l data.sheaf some/dir      list, as ls does; also cat, find, du, info
+  sheaf mount data.sheaf /mnt/data     mount without root (sheaf umount /mnt/data)
+  sheaf run -m data.sheaf:/data -- CMD run a command that sees the image at /data
+  sheaf extract data.sheaf -C DIR      unpack
+
+Images are files, http(s):// or ssh:// URLs (fetched lazily into a node
+cache) or published repositories; ls, mount and run also take stacks
+BASE,LAYER (later layers win). The flags under
+'Remote images (URLs)' apply to every command that reads a URL.
+'sheaf COMMAND --help' explains each command; 'man sheaf-COMMAND' too.";
+
 #[derive(Parser, Debug)]
-#[command(name = "sheaf", version = VERSION, propagate_version = true)]
+#[command(
+    name = "sheaf",
+    version = VERSION,
+    propagate_version = true,
+    about = ABOUT,
+    long_about = None,
+    after_help = AFTER_HELP
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -97,12 +123,15 @@ enum Cmd {
     Find(find::FindArgs),
     /// Sizes of an image's directories without mounting it (like du).
     Du(du::DuArgs),
-    /// Write a file of an image to standard output.
+    /// Write files of an image to standard output (like cat: symlinks in
+    /// the image are followed; a missing file is named and the rest still
+    /// written, exit 1).
     Cat {
         /// The image.
         image: PathBuf,
-        /// Path of a regular file inside the image.
-        path: std::ffi::OsString,
+        /// Paths of files inside the image (relative to its root).
+        #[arg(required = true, num_args = 1..)]
+        paths: Vec<std::ffi::OsString>,
     },
     /// Unpack an image (or parts of it) into a directory, with attributes.
     ///
@@ -139,6 +168,7 @@ enum Cmd {
     /// Show live statistics of a mount: cache, bytes read, per-op latency.
     Stats {
         /// Where the image is mounted.
+        #[arg(value_hint = clap::ValueHint::DirPath)]
         mountpoint: PathBuf,
         /// Machine-readable output.
         #[arg(long)]
@@ -164,6 +194,22 @@ enum Cmd {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Print the shell completion script for bash, zsh or fish.
+    ///
+    /// `make install` installs all three; by hand, e.g. `sheaf completions
+    /// bash > ~/.local/share/bash-completion/completions/sheaf`.
+    Completions {
+        /// The shell.
+        #[arg(value_parser = docs::SHELLS)]
+        shell: String,
+    },
+    /// Write a man page for every command into DIR (`make install` runs it).
+    #[command(hide = true)]
+    Man {
+        /// Where to write sheaf.1, sheaf-mount.1, sheaf-pool-load.1, ...
+        #[arg(long, value_name = "DIR", value_hint = clap::ValueHint::DirPath)]
+        dir: PathBuf,
     },
 }
 
@@ -216,7 +262,7 @@ fn main() {
         Cmd::Ls(a) => inspect::ls(a, r),
         Cmd::Find(a) => find::find(a, r),
         Cmd::Du(a) => du::du(a, r),
-        Cmd::Cat { image, path } => inspect::cat(&image, &path, r),
+        Cmd::Cat { image, paths } => inspect::cat(&image, &paths, r),
         Cmd::Extract(a) => extract::run(a, r),
         Cmd::Check {
             image,
@@ -231,17 +277,24 @@ fn main() {
         Cmd::Keygen { file, identity } => trust::keygen(&file, &identity),
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json),
+        Cmd::Completions { shell } => {
+            docs::completions(<Cli as clap::CommandFactory>::command(), &shell)
+        }
+        Cmd::Man { dir } => docs::man(<Cli as clap::CommandFactory>::command(), &dir),
     };
     finish(r)
 }
 
 /// Exit with the command's code, or print its error as one line and exit 1.
+/// A command a signal cancelled (Ctrl-C, SIGTERM) exits 128 + its number.
 fn finish(r: anyhow::Result<i32>) -> ! {
+    let signalled = util::cancelled_by().map(|s| 128 + s);
     match r {
-        Ok(code) => std::process::exit(code),
+        Ok(0) => std::process::exit(0),
+        Ok(code) => std::process::exit(signalled.unwrap_or(code)),
         Err(e) => {
             eprintln!("sheaf: error: {}", util::one_line(&e));
-            std::process::exit(1);
+            std::process::exit(signalled.unwrap_or(1));
         }
     }
 }
@@ -263,6 +316,8 @@ fn one_line_usage_error(text: &str) -> String {
         .collect();
     if msg.ends_with(':') && !items.is_empty() {
         msg = format!("{msg} {}", items.join(", "));
+    } else if let Some(v) = items.iter().find(|i| i.starts_with("[possible values:")) {
+        msg = format!("{msg} {v}");
     }
     let command = text
         .lines()
@@ -330,5 +385,10 @@ mod tests {
         assert!(l.ends_with("(see 'sheaf du --help')"), "{l}");
         let l = line(&["sheaf", "pool", "nosuch"]);
         assert!(l.ends_with("--help')") && !l.contains('\n'), "{l}");
+        let l = line(&["sheaf", "completions", "tcsh"]);
+        assert!(
+            l.starts_with("invalid value 'tcsh' for '<SHELL>' [possible values: bash, zsh, fish]"),
+            "{l}"
+        );
     }
 }

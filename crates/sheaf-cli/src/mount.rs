@@ -80,9 +80,9 @@ Examples:
 )]
 pub struct MountArgs {
     /// The image(s) to mount (files or http(s):// URLs, fetched lazily),
-    /// then an existing, empty directory to mount on. Several images are
+    /// then an existing directory to mount on (what it holds is hidden while mounted). Several images are
     /// stacked bottom first, later ones winning (also as BASE,LAYER,...).
-    #[arg(required_unless_present = "request", num_args = 2.., value_name = "PATH")]
+    #[arg(required_unless_present = "request", num_args = 1.., value_name = "PATH")]
     paths: Vec<PathBuf>,
     /// Make the mount writable: new and changed files go to DIR (an
     /// existing directory; whiteouts record deletions), the images never
@@ -168,7 +168,17 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     if let Some(file) = &a.request {
         return mount_request(file, &a, &policy, remote);
     }
-    let (mountpoint, images) = a.paths.split_last().expect("clap requires two");
+    if a.paths.len() < 2 {
+        // A usage error (exit 2), said as what is missing.
+        eprintln!(
+            "sheaf: error: missing the mount point: sheaf mount {} MOUNTPOINT (an existing directory; see 'sheaf mount --help')",
+            a.paths
+                .first()
+                .map_or(String::new(), |p| p.display().to_string())
+        );
+        return Ok(2);
+    }
+    let (mountpoint, images) = a.paths.split_last().expect("two or more");
     let images = split_layers(images);
     if a.pins.len() > images.len() {
         bail!(

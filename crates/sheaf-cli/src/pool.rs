@@ -14,6 +14,7 @@ pub enum PoolCmd {
     /// Write a pool skeleton (one example package and its modulefile).
     Init {
         /// Directory to create.
+        #[arg(value_hint = clap::ValueHint::DirPath)]
         dir: PathBuf,
     },
     /// Check a pool directory's layout and pack it into an image.
@@ -78,6 +79,7 @@ pub enum PoolCmd {
 #[derive(clap::Args, Debug)]
 pub struct PoolBuildArgs {
     /// The pool directory (install/, modulefiles/, optional source/, config/).
+    #[arg(value_hint = clap::ValueHint::DirPath)]
     dir: PathBuf,
     /// The image to write (convention: LOCATION/NAME/VERSION.sheaf).
     #[arg(short, long)]
@@ -151,6 +153,10 @@ fn build(a: PoolBuildArgs) -> Result<i32> {
         .collect();
     if !a.image.json && !a.image.quiet {
         eprintln!("pool {}: {}", a.name, names.join(", "));
+    }
+    // A location's layout is NAME/VERSION.sheaf: its NAME/ is made here.
+    if let Some(dir) = a.output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
     }
     write_image(
         &input,

@@ -24,6 +24,7 @@ pub struct PublishArgs {
     /// The image (file or URL).
     image: PathBuf,
     /// The repository directory (created if missing).
+    #[arg(value_hint = clap::ValueHint::DirPath)]
     dir: PathBuf,
     /// Name of the index in DIR [default: the image's file name without .sheaf].
     #[arg(long)]

@@ -82,6 +82,10 @@ pub struct RunArgs {
     /// docker-archive:FILE (imported into the node cache first).
     #[arg(long, value_name = "IMAGE")]
     image: Option<String>,
+    /// With --image: say what of the container's root could not be made
+    /// (e.g. a home directory the image has no place for), on one line.
+    #[arg(short = 'v', long, requires = "image")]
+    verbose: bool,
     /// With --image: keep the container's changes in DIR (default: a
     /// temporary upper, gone at exit).
     #[arg(long, value_name = "DIR", requires = "image")]
@@ -292,10 +296,20 @@ fn parse_spec(s: &str) -> Result<Spec> {
         }
         parts.pop();
     }
+    let missing =
+        || anyhow!("--mount {s}: missing :DEST, where the image appears (e.g. --mount {s}:/data)");
+    // No ':' at all: no DEST.
+    if parts.len() < 2 {
+        return Err(missing());
+    }
     let dest = parts
         .pop()
         .filter(|d| !d.is_empty())
         .ok_or_else(|| anyhow!("--mount {s}: expected IMAGE:DEST"))?;
+    // What follows a URL's own ':' ("http://host:8080/x.sheaf") is not a DEST.
+    if dest.starts_with("//") || (!dest.starts_with('/') && s.contains("://")) {
+        return Err(missing());
+    }
     if !dest.starts_with('/') {
         bail!("--mount {s}: DEST '{dest}' must be an absolute path");
     }
@@ -610,8 +624,8 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                     scratch: scratch.clone(),
                 },
             )?;
-            for n in notes {
-                eprintln!("sheaf run: note: {n}");
+            if a.verbose && !notes.is_empty() {
+                eprintln!("sheaf run: note: {}", notes.join("; "));
             }
             if command.is_empty() {
                 command = c
@@ -946,6 +960,9 @@ mod tests {
         assert!(e(":/data").contains("IMAGE:DEST"));
         assert!(e("a.sheaf:/d:bogus=1").contains("unknown option"));
         assert!(e("a,b:/d:record=/x").contains("single"));
+        assert!(e("tree.sheaf").contains("missing :DEST"));
+        assert!(e("http://h/a.sheaf").contains("missing :DEST"));
+        assert!(e("http://h:8080/a.sheaf").contains("missing :DEST"));
     }
 
     #[test]

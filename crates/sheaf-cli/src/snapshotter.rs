@@ -47,7 +47,12 @@ pub struct SnapshotterArgs {
     )]
     socket: PathBuf,
     /// Where snapshots, their state and mount points are kept.
-    #[arg(long, default_value = "/var/lib/sheaf/snapshotter", value_name = "DIR")]
+    #[arg(
+        long,
+        default_value = "/var/lib/sheaf/snapshotter",
+        value_name = "DIR",
+        value_hint = clap::ValueHint::DirPath
+    )]
     root: PathBuf,
     /// A sheaf repository (directory or URL) holding imported layers. Repeatable.
     #[arg(long = "repo", value_name = "DIR|URL")]

@@ -55,9 +55,10 @@ sign -n sheaf -f KEY - > IMAGE.sig`).")]
 pub struct VerifyArgs {
     /// The image (or image record).
     image: PathBuf,
-    /// OpenSSH allowed_signers file of trusted keys.
+    /// OpenSSH allowed_signers file of trusted keys (default: the site
+    /// configuration's `signers`, as mount uses).
     #[arg(long, value_name = "FILE")]
-    signers: PathBuf,
+    signers: Option<PathBuf>,
     /// Require the signing key to be trusted for this principal.
     #[arg(long, value_name = "NAME")]
     identity: Option<String>,
@@ -276,7 +277,7 @@ fn verify_record(a: &VerifyArgs, bytes: &[u8], remote: &crate::util::RemoteArgs)
         &msg,
         &[],
         &a.image,
-        &a.signers,
+        a.signers.as_deref().expect("set above"),
         a.identity.as_deref(),
     )?;
     let repo = a.image.parent().unwrap_or(Path::new("."));
@@ -337,12 +338,27 @@ fn verify_record(a: &VerifyArgs, bytes: &[u8], remote: &crate::util::RemoteArgs)
 }
 
 /// `sheaf verify`.
-pub fn verify(a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn verify(mut a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+    if a.signers.is_none() {
+        // The same trusted keys as every other command: the site's.
+        let site = Policy::load(false, None, None)?;
+        a.signers = Some(site.signers.ok_or_else(|| {
+            anyhow::anyhow!(
+                "no trusted keys: give --signers FILE (an OpenSSH allowed_signers file), or set signers in [signatures] of {}",
+                sheaf_trust::policy::config_path().display()
+            )
+        })?);
+    }
     if let Signable::Record(bytes) = signable(&a.image)? {
         return verify_record(&a, &bytes, remote);
     }
     let img = crate::util::open_image(&a.image, remote)?;
-    let c = check_image(&img, &a.image, &a.signers, a.identity.as_deref())?;
+    let c = check_image(
+        &img,
+        &a.image,
+        a.signers.as_deref().expect("set above"),
+        a.identity.as_deref(),
+    )?;
     let root = sheaf_format::hex(&img.root_digest());
     let mut damaged = None;
     if a.full && c.trusted().is_some() {

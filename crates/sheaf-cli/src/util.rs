@@ -163,9 +163,21 @@ fn scaled(n: u64, base: f64, units: &[&'static str]) -> (f64, &'static str) {
 }
 
 static CANCEL: AtomicBool = AtomicBool::new(false);
+static SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-extern "C" fn on_signal(_: libc::c_int) {
+extern "C" fn on_signal(sig: libc::c_int) {
+    SIGNAL.store(sig, Ordering::SeqCst);
     CANCEL.store(true, Ordering::SeqCst);
+}
+
+/// The signal that cancelled the command, if one did: it then exits
+/// 128 + the signal's number, as a shell reports a process the signal
+/// killed (130 for Ctrl-C).
+pub fn cancelled_by() -> Option<i32> {
+    match SIGNAL.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
 }
 
 /// Make SIGINT/SIGTERM set a flag that long operations poll, so they can

@@ -199,6 +199,19 @@ fn every_command_fails_cleanly_on_every_kind_of_damage() {
                         "{d:?}: check does not report data block 0:\n{}",
                         o.describe()
                     );
+                    // And what it costs: the files in that block, by path
+                    // (the base checks which files use block 0).
+                    assert!(
+                        o.stderr
+                            .contains(&format!("/{VICTIM}: damaged (its data is in a bad block)")),
+                        "{d:?}: check does not name {VICTIM}:\n{}",
+                        o.describe()
+                    );
+                    assert!(
+                        !o.stderr.contains(INTACT),
+                        "{d:?}: {INTACT} named:\n{}",
+                        o.describe()
+                    );
                 }
                 if d == Damage::FlipInodePage {
                     assert!(

@@ -131,9 +131,10 @@ fn describe_tree(root: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Like a layer's name list, relative paths of `sheaf ls -R IMAGE`.
+/// Like a layer's name list, relative paths of `sheaf ls -AR IMAGE`
+/// (-A: whiteouts are dot names, which ls leaves out without it).
 fn ls_r(image: &str) -> Vec<String> {
-    let o = sheaf(["ls", "-R", image]).ok();
+    let o = sheaf(["ls", "-AR", image]).ok();
     let mut v: Vec<String> = o.text().lines().map(String::from).collect();
     v.sort();
     v

@@ -103,6 +103,8 @@ pub struct Http {
     pub stats: NetStats,
     /// The last failure, for messages and `sheaf stats`.
     last_error: Mutex<String>,
+    /// Whether any route has answered yet (with any status).
+    reached: std::sync::atomic::AtomicBool,
 }
 
 /// What a request asks for.
@@ -194,6 +196,20 @@ fn env_proxy() -> Option<String> {
     .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
 }
 
+/// Whether a transport error is a refused connection (nothing listening).
+fn is_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<io::Error>() {
+            if io.kind() == io::ErrorKind::ConnectionRefused {
+                return true;
+            }
+        }
+        cur = c.source();
+    }
+    false
+}
+
 /// Whether a transport error is TLS refusing the server (its certificate
 /// or the handshake), not a network failure.
 fn is_tls_rejection(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -271,6 +287,7 @@ impl Http {
             opts,
             stats: NetStats::default(),
             last_error: Mutex::new(String::new()),
+            reached: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -381,6 +398,18 @@ impl Http {
                         return Err(e);
                     }
                     failed_in_round += 1;
+                    // Nothing listening, on every route, and nothing ever
+                    // answered: a wrong address or port, not an outage to
+                    // wait out (a server that was reached is waited for).
+                    if e.kind() == io::ErrorKind::ConnectionRefused
+                        && failed_in_round >= self.routes()
+                        && !self.reached.load(Relaxed)
+                    {
+                        return Err(io::Error::new(
+                            e.kind(),
+                            format!("{e} (nothing is listening there; sheaf waits only for a server it has reached)"),
+                        ));
+                    }
                     if failed_in_round < self.routes() {
                         self.failover(route);
                         continue;
@@ -456,6 +485,8 @@ impl Http {
         let resp = req.send().map_err(|e| {
             let kind = if e.is_timeout() {
                 io::ErrorKind::TimedOut
+            } else if is_refused(&e) {
+                io::ErrorKind::ConnectionRefused
             } else if is_tls_rejection(&e) {
                 // Waiting will not make an untrusted server trusted.
                 io::ErrorKind::PermissionDenied
@@ -464,6 +495,7 @@ impl Http {
             };
             io::Error::new(kind, one_line(&e.without_url()))
         })?;
+        self.reached.store(true, Relaxed);
         let status = resp.status().as_u16();
         let read_err =
             |e: io::Error| io::Error::new(e.kind(), format!("reading the reply: {}", one_line(&e)));

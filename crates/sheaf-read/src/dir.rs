@@ -220,6 +220,51 @@ impl Image {
         Ok(cur)
     }
 
+    /// Resolve a path as a program inside the image would (`cat`, `open`):
+    /// symlinks are followed in every component, the last one too,
+    /// relative ones from their directory and absolute ones from the image's
+    /// root (never outside it: `..` at the root stays there); more than 40
+    /// links in one resolution is a loop.
+    pub fn resolve_follow(&self, path: &[u8]) -> Result<Inode, ReadError> {
+        const MAX_LINKS: usize = 40;
+        let whole = || String::from_utf8_lossy(path).into_owned();
+        let mut todo: std::collections::VecDeque<Vec<u8>> =
+            path.split(|&b| b == b'/').map(<[u8]>::to_vec).collect();
+        let root = self.root()?;
+        let mut cur = root;
+        let mut links = 0;
+        while let Some(comp) = todo.pop_front() {
+            match comp.as_slice() {
+                b"" | b"." => {}
+                b".." => cur = self.inode(cur.rec.parent)?,
+                c => {
+                    if cur.file_type() != FileType::Directory {
+                        return Err(ReadError::NotFound(whole()));
+                    }
+                    let child = self
+                        .lookup_child(&cur, c)?
+                        .ok_or_else(|| ReadError::NotFound(whole()))?;
+                    if child.file_type() != FileType::Symlink {
+                        cur = child;
+                        continue;
+                    }
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return Err(ReadError::TooManyLinks(whole()));
+                    }
+                    let target = self.read_link(&child)?;
+                    if target.first() == Some(&b'/') {
+                        cur = root;
+                    }
+                    for t in target.split(|&b| b == b'/').rev() {
+                        todo.push_front(t.to_vec());
+                    }
+                }
+            }
+        }
+        Ok(cur)
+    }
+
     /// Stat several inodes; consecutive numbers (a directory's children, by
     /// the builder's breadth-first numbering) are read as one range.
     pub fn inodes(&self, inos: &[u32]) -> Result<Vec<Inode>, ReadError> {

@@ -41,6 +41,9 @@ pub enum ReadError {
     /// readlink on something else.
     #[error("inode {0} is not a symlink")]
     NotASymlink(u32),
+    /// Following symlinks went round (more than 40 in one path).
+    #[error("{0}: too many levels of symbolic links in the image")]
+    TooManyLinks(String),
     /// The image opened is not the one an earlier open of the same name
     /// decided on ([`crate::Image::expect_root`]).
     #[error("{image}: refused: its root digest is {found}, not {expected}, the one opened first (the image changed between two opens)")]
@@ -71,6 +74,7 @@ impl ReadError {
             ReadError::NotADirectory(_) => libc::ENOTDIR,
             ReadError::NotAFile(_) => libc::EISDIR,
             ReadError::NotASymlink(_) => libc::EINVAL,
+            ReadError::TooManyLinks(_) => libc::ELOOP,
             ReadError::Io { .. } | ReadError::Format { .. } => libc::EIO,
             ReadError::RootChanged { .. } => libc::EACCES,
         }

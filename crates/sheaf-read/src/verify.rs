@@ -25,7 +25,15 @@ pub struct VerifyReport {
     pub block_bytes: u64,
     /// Problems found, one line each.
     pub errors: Vec<String>,
+    /// Data blocks that failed their check.
+    pub bad_blocks: Vec<u32>,
+    /// The files whose data lies in a bad block (paths from the root, at
+    /// most [`MAX_DAMAGED_FILES`]): what a user loses.
+    pub damaged_files: Vec<String>,
 }
+
+/// Most damaged files [`verify`] names.
+pub const MAX_DAMAGED_FILES: usize = 1000;
 
 /// Verify everything; `progress` counts checked uncompressed bytes. Uses the
 /// current rayon pool. Stops listing after 100 errors.
@@ -58,7 +66,7 @@ pub fn verify(img: &Image, progress: &AtomicU64) -> VerifyReport {
     }
     let sb = img.superblock();
     let block_count = sb.block_count as u32;
-    let (bytes, errs): (u64, Vec<String>) = (0..block_count)
+    let (bytes, errs): (u64, Vec<(u32, String)>) = (0..block_count)
         .into_par_iter()
         .map(|id| {
             let r = img.block_ref(id).and_then(|r| {
@@ -71,14 +79,19 @@ pub fn verify(img: &Image, progress: &AtomicU64) -> VerifyReport {
                     progress.fetch_add(n, Ordering::Relaxed);
                     (n, vec![])
                 }
-                Err(e) => (0, vec![e.to_string()]),
+                Err(e) => (0, vec![(id, e.to_string())]),
             }
         })
         .reduce(|| (0, vec![]), |a, b| (a.0 + b.0, [a.1, b.1].concat()));
     rep.blocks = block_count as u64;
     rep.block_bytes = bytes;
-    for e in errs {
+    for (id, e) in errs {
+        rep.bad_blocks.push(id);
         push(&mut rep, e);
+    }
+    rep.bad_blocks.sort_unstable();
+    if !rep.bad_blocks.is_empty() {
+        rep.damaged_files = files_in_blocks(img, &rep.bad_blocks);
     }
     let errs: Vec<String> = (0..sb.inode_count as u32)
         .into_par_iter()
@@ -93,6 +106,31 @@ pub fn verify(img: &Image, progress: &AtomicU64) -> VerifyReport {
         Err(e) => push(&mut rep, e.to_string()),
     }
     rep
+}
+
+/// The paths of the regular files with data in `blocks` (sorted), in walk
+/// order, at most [`MAX_DAMAGED_FILES`]; a walk the damage cuts short
+/// names what it reached.
+pub fn files_in_blocks(img: &Image, blocks: &[u32]) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(root) = img.root() else {
+        return out;
+    };
+    let _ = img.walk(root, b"/".to_vec(), &mut |path, ino, _| {
+        if ino.file_type() == FileType::Regular {
+            if let Ok(bs) = img.file_blocks(ino) {
+                if bs.iter().any(|b| blocks.binary_search(b).is_ok()) {
+                    out.push(String::from_utf8_lossy(path).into_owned());
+                }
+            }
+        }
+        Ok(if out.len() >= MAX_DAMAGED_FILES {
+            crate::Step::Stop
+        } else {
+            crate::Step::Continue
+        })
+    });
+    out
 }
 
 /// Walk the whole tree from the root, each directory once, checking every

@@ -1,0 +1,321 @@
+//! Man pages and shell completion scripts, made from the same clap
+//! definitions as `--help` (clap_mangen, clap_complete): `sheaf completions
+//! SHELL` and the hidden `sheaf man --dir DIR` that `make install` runs.
+
+use anyhow::{bail, Context, Result};
+use clap::{Command, ValueHint};
+use std::io::Write;
+use std::path::Path;
+
+/// The shells `sheaf completions` writes scripts for.
+pub const SHELLS: [&str; 3] = ["bash", "zsh", "fish"];
+
+/// The name the scripts complete and the man pages are named after.
+const BIN: &str = "sheaf";
+
+/// `sheaf completions SHELL`: the script on standard output.
+pub fn completions(cmd: Command, shell: &str) -> Result<i32> {
+    let script = completion_script(cmd, shell)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(script.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing the completion script")?;
+    Ok(0)
+}
+
+/// The completion script for `shell` (one of [`SHELLS`]).
+pub fn completion_script(mut cmd: Command, shell: &str) -> Result<String> {
+    use clap_complete::Shell;
+    let sh = match shell {
+        "bash" => Shell::Bash,
+        "zsh" => Shell::Zsh,
+        "fish" => Shell::Fish,
+        other => bail!(
+            "completions: unknown shell '{other}': one of {}",
+            SHELLS.join(", ")
+        ),
+    };
+    cmd = without_hidden_commands(cmd);
+    if sh == Shell::Bash {
+        cmd = any_path_as_file(cmd);
+    }
+    let mut buf = Vec::new();
+    clap_complete::generate(sh, &mut cmd, BIN, &mut buf);
+    let script = String::from_utf8(buf).context("clap_complete wrote a non-UTF-8 script")?;
+    if sh == Shell::Bash {
+        bash_with_paths(&cmd, script)
+    } else {
+        Ok(script)
+    }
+}
+
+/// clap_complete's bash script offers only the options where a positional
+/// argument goes (an empty word gets all of them, and a file name is left
+/// to readline's `-o default`, unseen by anything that reads COMPREPLY),
+/// and nothing for an option's directory (left to `-o plusdirs`). Its
+/// function becomes `_sheaf__clap`, sharing the command it found with a
+/// new `_sheaf` that completes paths in those places, files or only
+/// directories as the arguments' value hints say.
+fn bash_with_paths(cmd: &Command, script: String) -> Result<String> {
+    const FN: &str = "_sheaf() {\n";
+    const LOCALS: &str = "local i cur prev opts cmd\n";
+    if script.matches(FN).count() != 1 || script.matches(LOCALS).count() != 1 {
+        bail!("clap_complete's bash script changed shape: cannot add path completion");
+    }
+    let mut s =
+        script
+            .replacen(FN, "_sheaf__clap() {\n", 1)
+            .replacen(LOCALS, "local i cur prev opts\n", 1);
+    let mut k = PathArgs::default();
+    k.collect(cmd, BIN);
+    let arm = |names: &[String], what: &str| {
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!("        {}) {what} ;;\n", names.join("|"))
+        }
+    };
+    s.push_str(&format!(
+        r#"
+# Added by sheaf: paths where a positional argument goes (the function
+# above offers only options there) and after an option that takes a
+# directory, as their value hints say.
+_sheaf() {{
+    local cmd=""
+    _sheaf__clap "$@"
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" w
+    if [[ "${{BASH_VERSINFO[0]}}" -ge 4 ]]; then
+        cur="$2"
+        prev="$3"
+    fi
+    case "$cmd,$prev" in
+{dir_opts}    esac
+    [[ "$cur" == -* ]] && return 0
+    for w in "${{COMPREPLY[@]}}"; do
+        [[ "$w" == -* ]] || return 0
+    done
+    case "$cmd" in
+{files}{dirs}    esac
+    return 0
+}}
+
+_sheaf__paths() {{
+    COMPREPLY=()
+    if declare -F _filedir >/dev/null; then
+        if [[ "$1" == d ]]; then _filedir -d; else _filedir; fi
+    else
+        local IFS=$'\n'
+        COMPREPLY=( $(compgen -"$1" -- "$cur") )
+        compopt -o filenames 2>/dev/null
+    fi
+}}
+"#,
+        dir_opts = arm(&k.dir_options, "_sheaf__paths d; return 0"),
+        files = arm(&k.files, "_sheaf__paths f"),
+        dirs = arm(&k.dirs, "_sheaf__paths d"),
+    ));
+    Ok(s)
+}
+
+/// `cmd` without its hidden subcommands, which clap_complete would offer
+/// (remade: a clap command cannot lose a subcommand). Only what completion
+/// needs is kept: the options and the visible subcommands, whole.
+fn without_hidden_commands(cmd: Command) -> Command {
+    Command::new(BIN)
+        .version(env!("CARGO_PKG_VERSION"))
+        .propagate_version(cmd.is_propagate_version_set())
+        .args(cmd.get_arguments().cloned())
+        .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
+}
+
+/// `cmd` with every argument hinted as a path of any kind (clap's default
+/// for a PathBuf) hinted as a file path instead, for clap_complete's bash
+/// script: it completes both the same way (files and directories) except
+/// that only for a file path does it keep names with spaces whole.
+fn any_path_as_file(cmd: Command) -> Command {
+    cmd.mut_args(|a| {
+        if a.get_value_hint() == ValueHint::AnyPath {
+            a.value_hint(ValueHint::FilePath)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(any_path_as_file)
+}
+
+/// Where the bash script completes paths itself, by the names its
+/// generated part gives the commands (`sheaf__subcmd__pool__subcmd__load`).
+#[derive(Default, Debug)]
+struct PathArgs {
+    /// Commands whose positional arguments take files (or paths of any kind).
+    files: Vec<String>,
+    /// Commands whose positional arguments take only directories.
+    dirs: Vec<String>,
+    /// `COMMAND,OPTION` for each option that takes a directory.
+    dir_options: Vec<String>,
+}
+
+impl PathArgs {
+    /// Add `cmd` (built, so that global options are in every subcommand),
+    /// named `name`, and its subcommands.
+    fn collect(&mut self, cmd: &Command, name: &str) {
+        let hints: Vec<ValueHint> = cmd
+            .get_positionals()
+            .filter(|a| !a.is_hide_set())
+            .map(|a| a.get_value_hint())
+            .collect();
+        if hints.iter().any(|h| {
+            matches!(
+                h,
+                ValueHint::AnyPath | ValueHint::FilePath | ValueHint::ExecutablePath
+            )
+        }) {
+            self.files.push(name.to_string());
+        } else if hints.contains(&ValueHint::DirPath) {
+            self.dirs.push(name.to_string());
+        }
+        for o in cmd.get_opts() {
+            if o.get_value_hint() == ValueHint::DirPath && !o.is_hide_set() {
+                let longs = o.get_long_and_visible_aliases().unwrap_or_default();
+                let shorts = o.get_short_and_visible_aliases().unwrap_or_default();
+                let flags = longs
+                    .iter()
+                    .map(|l| format!("--{l}"))
+                    .chain(shorts.iter().map(|c| format!("-{c}")));
+                self.dir_options
+                    .extend(flags.map(|f| format!("{name},{f}")));
+            }
+        }
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let n = format!(
+                "{name}__subcmd__{}",
+                sub.get_name().replace('-', "__subcmd__")
+            );
+            self.collect(sub, &n);
+        }
+    }
+}
+
+/// `sheaf man --dir DIR`: write every man page into DIR (created if missing).
+pub fn man(cmd: Command, dir: &Path) -> Result<i32> {
+    std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+    for (file, page) in man_pages(cmd)? {
+        let p = dir.join(&file);
+        std::fs::write(&p, page).with_context(|| format!("{}", p.display()))?;
+    }
+    Ok(0)
+}
+
+/// One man page (section 1) per command that `--help` shows, the hidden
+/// ones and `help` left out: (file name, roff text), e.g. `sheaf.1`,
+/// `sheaf-mount.1`, `sheaf-pool-load.1`.
+pub fn man_pages(cmd: Command) -> Result<Vec<(String, Vec<u8>)>> {
+    fn walk(cmd: &Command, out: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
+        let man = clap_mangen::Man::new(cmd.clone())
+            .source(format!("{BIN} {}", env!("CARGO_PKG_VERSION")))
+            .manual("sheaf manual");
+        let mut page = Vec::new();
+        man.render(&mut page)
+            .with_context(|| format!("man page of {}", cmd.get_name()))?;
+        out.push((man.get_filename(), page));
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub, out)?;
+        }
+        Ok(())
+    }
+    let mut cmd = cmd.name(BIN).bin_name(BIN).disable_help_subcommand(true);
+    cmd.build();
+    let mut out = Vec::new();
+    walk(&cmd, &mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli() -> Command {
+        <crate::Cli as clap::CommandFactory>::command()
+    }
+
+    /// The names the added bash function uses for the commands are the
+    /// ones the generated part gives them.
+    #[test]
+    fn bash_names_the_commands_as_clap_complete_does() {
+        let script = completion_script(cli(), "bash").unwrap();
+        let mut cmd = any_path_as_file(cli());
+        cmd.set_bin_name(BIN);
+        cmd.build();
+        let mut k = PathArgs::default();
+        k.collect(&cmd, BIN);
+        for n in [
+            "sheaf__subcmd__info",
+            "sheaf__subcmd__pool__subcmd__publish",
+        ] {
+            assert!(k.files.iter().any(|f| f == n), "{n}: {k:?}");
+        }
+        for n in [
+            "sheaf__subcmd__stats",
+            "sheaf__subcmd__commit",
+            "sheaf__subcmd__pool__subcmd__init",
+        ] {
+            assert!(k.dirs.iter().any(|f| f == n), "{n}: {k:?}");
+        }
+        assert!(
+            k.dir_options
+                .iter()
+                .any(|o| o == "sheaf__subcmd__extract,-C"),
+            "{k:?}"
+        );
+        let names = k.files.iter().chain(&k.dirs).cloned().chain(
+            k.dir_options
+                .iter()
+                .map(|o| o.split(',').next().unwrap().to_string()),
+        );
+        for n in names {
+            assert!(
+                script.contains(&format!("cmd=\"{n}\"")),
+                "{n} is not a name in the script"
+            );
+        }
+    }
+
+    #[test]
+    fn man_pages_are_named_after_their_commands() {
+        let pages = man_pages(cli()).unwrap();
+        let names: Vec<&str> = pages.iter().map(|p| p.0.as_str()).collect();
+        for n in [
+            "sheaf.1",
+            "sheaf-mount.1",
+            "sheaf-pool-load.1",
+            "sheaf-cache-gc.1",
+        ] {
+            assert!(names.contains(&n), "{n}: {names:?}");
+        }
+        assert!(!names
+            .iter()
+            .any(|n| n.starts_with("sheaf-man") || n.contains("help")));
+        let load = String::from_utf8(
+            pages
+                .iter()
+                .find(|p| p.0 == "sheaf-pool-load.1")
+                .unwrap()
+                .1
+                .clone(),
+        )
+        .unwrap();
+        assert!(
+            load.starts_with(".ie") && load.contains(".TH sheaf-pool-load 1"),
+            "{load}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_shell_is_refused_naming_the_known_ones() {
+        let e = completion_script(cli(), "tcsh").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "completions: unknown shell 'tcsh': one of bash, zsh, fish"
+        );
+    }
+}

@@ -1,0 +1,475 @@
+//! Installed like a real tool: a man page per command that man(1) renders,
+//! shell completions that bash-completion runs (commands, options, image
+//! paths), and the Debian package `make deb` writes — its contents, its
+//! Depends, and (as root, outside the fast tier) a real `dpkg -i`, use and
+//! `dpkg -P` that leaves nothing behind.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Whether `name` is an executable on PATH.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            fs::metadata(d.join(name)).is_ok_and(|m| {
+                use std::os::unix::fs::PermissionsExt;
+                m.is_file() && m.permissions().mode() & 0o111 != 0
+            })
+        })
+    })
+}
+
+/// The repository's root (scripts/, Makefile).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The commands `sheaf ... --help` lists under "Commands:", as the man
+/// page names they should have (`sheaf-pool-load`), found independently of
+/// the man page generator by walking the help texts.
+fn commands_by_help(path: &[String], out: &mut BTreeSet<String>) {
+    out.insert(path.join("-"));
+    let o = sheaf(path[1..].iter().map(String::as_str).chain(["--help"])).ok();
+    let text = o.text();
+    let Some(list) = text.split("\nCommands:\n").nth(1) else {
+        return;
+    };
+    for line in list.lines().take_while(|l| l.starts_with("  ")) {
+        let name = line.split_whitespace().next().expect("a command name");
+        if name != "help" {
+            let mut p = path.to_vec();
+            p.push(name.to_string());
+            commands_by_help(&p, out);
+        }
+    }
+}
+
+/// Lines troff may print for a page that still renders whole: a line it
+/// cannot justify because of one long unbreakable word.
+fn harmless_troff_line(l: &str) -> bool {
+    l.contains("warning") && (l.contains("cannot adjust line") || l.contains("can't break line"))
+}
+
+#[test]
+fn every_command_has_a_man_page_that_man_renders() {
+    if !prerequisite(on_path("man"), "man (Debian package man-db)") {
+        return;
+    }
+    let t = tmpdir();
+    let dir = t.path().join("man1");
+    // Through the small `sheaf`, which hands the hidden command to sheaf-full.
+    sheaf(["man".as_ref(), "--dir".as_ref(), dir.as_os_str()]).ok();
+    let written: BTreeSet<String> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let mut commands = BTreeSet::new();
+    commands_by_help(&["sheaf".to_string()], &mut commands);
+    for must in [
+        "sheaf",
+        "sheaf-mount",
+        "sheaf-pool-load",
+        "sheaf-cache-gc",
+        "sheaf-completions",
+    ] {
+        assert!(
+            commands.contains(must),
+            "{must} missing from --help: {commands:?}"
+        );
+    }
+    let expected: BTreeSet<String> = commands.iter().map(|c| format!("{c}.1")).collect();
+    assert_eq!(written, expected, "man pages written vs commands in --help");
+    assert!(!written.contains("sheaf-man.1") && !written.contains("sheaf-help.1"));
+    assert!(
+        !sheaf(["--help"]).ok().text().contains("\n  man "),
+        "the man command is hidden from --help"
+    );
+
+    for page in &written {
+        let name = page.trim_end_matches(".1");
+        let o = run_cmd(
+            Command::new("man")
+                .arg("-l")
+                .arg(dir.join(page))
+                .env("MANWIDTH", "100")
+                .env("LANG", "C.UTF-8")
+                .env_remove("MANPAGER")
+                .env_remove("PAGER")
+                .stdin(Stdio::null()),
+        )
+        .ok();
+        let text = o.text();
+        let bad: Vec<&str> = o
+            .err_lines()
+            .into_iter()
+            .filter(|l| !harmless_troff_line(l))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{page}: man -l complained:\n{}",
+            o.describe()
+        );
+        assert!(text.len() > 200, "{page}: rendered nearly empty:\n{text}");
+        assert!(text.contains(name), "{page}: does not name {name}:\n{text}");
+        for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS"] {
+            assert!(
+                text.lines().any(|l| l == section),
+                "{page}: no {section} section:\n{text}"
+            );
+        }
+        assert!(
+            text.contains("--help"),
+            "{page}: options not listed:\n{text}"
+        );
+    }
+    // What a page says comes from the same definitions as --help.
+    let mount = fs::read_to_string(dir.join("sheaf-mount.1")).unwrap();
+    assert!(mount.contains("\\-\\-upper") && mount.contains("\\-\\-foreground"));
+    let load = fs::read_to_string(dir.join("sheaf-pool-load.1")).unwrap();
+    assert!(load.contains("sheaf pool load") && load.contains("\\-\\-sh"));
+}
+
+const BASH_COMPLETION: &str = "/usr/share/bash-completion/bash_completion";
+
+/// The candidates `_sheaf` puts in COMPREPLY for the command line `words`
+/// (the last one being completed), with bash-completion's framework and the
+/// generated script loaded, run in `cwd`.
+fn complete(script: &Path, cwd: &Path, words: &[&str]) -> Vec<String> {
+    let prog = r#"
+source /usr/share/bash-completion/bash_completion || exit 97
+source "$1" || exit 98
+shift
+COMP_WORDS=("$@")
+COMP_CWORD=$(( $# - 1 ))
+COMP_LINE="$*"
+COMP_POINT=${#COMP_LINE}
+_sheaf sheaf "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" || exit 99
+printf '%s\n' "${COMPREPLY[@]}"
+"#;
+    let o = run_cmd(
+        Command::new("bash")
+            .arg("-c")
+            .arg(prog)
+            .arg("bash")
+            .arg(script)
+            .args(words)
+            .current_dir(cwd)
+            .stdin(Stdio::null()),
+    )
+    .ok();
+    // Outside a real completion, compopt says so; nothing else may be said.
+    let noise: Vec<&str> = o
+        .err_lines()
+        .into_iter()
+        .filter(|l| !l.contains("compopt: not currently executing completion function"))
+        .collect();
+    assert!(noise.is_empty(), "completing {words:?}:\n{}", o.describe());
+    let mut v: Vec<String> = o
+        .text()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn bash_completes_commands_options_and_image_paths() {
+    if !prerequisite(
+        Path::new(BASH_COMPLETION).is_file(),
+        "bash-completion (Debian package bash-completion)",
+    ) {
+        return;
+    }
+    let t = tmpdir();
+    // Through the small `sheaf`, which hands the command to sheaf-full.
+    let o = sheaf(["completions", "bash"]).ok();
+    assert!(o.stderr.is_empty(), "{}", o.describe());
+    let script = t.path().join("sheaf.bash");
+    fs::write(&script, &o.stdout).unwrap();
+    let d = t.path().join("work");
+    fs::create_dir_all(d.join("alps")).unwrap();
+    for f in ["alpha.sheaf", "al pine.sheaf", "beta.txt"] {
+        fs::write(d.join(f), b"x").unwrap();
+    }
+    let c = |w: &[&str]| complete(&script, &d, w);
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+
+    assert_eq!(c(&["sheaf", "mo"]), s(&["mount"]));
+    assert_eq!(c(&["sheaf", "pool", "lo"]), s(&["load"]));
+    assert_eq!(c(&["sheaf", "info", "--js"]), s(&["--json"]));
+    assert_eq!(c(&["sheaf", "completions", "z"]), s(&["zsh"]));
+    // The hidden command is not offered.
+    assert!(c(&["sheaf", "ma"]).is_empty());
+    // An image: files (and directories on the way), names with spaces whole.
+    assert_eq!(
+        c(&["sheaf", "info", "al"]),
+        s(&["al pine.sheaf", "alpha.sheaf", "alps"])
+    );
+    let abs = format!("{}/alp", d.display());
+    assert_eq!(
+        c(&["sheaf", "info", &abs]),
+        vec![
+            format!("{}/alpha.sheaf", d.display()),
+            format!("{}/alps", d.display())
+        ]
+    );
+    // An empty word where an image goes: files, not the options.
+    assert_eq!(
+        c(&["sheaf", "check", ""]),
+        s(&["al pine.sheaf", "alpha.sheaf", "alps", "beta.txt"])
+    );
+    // Later positionals and a mount's images too.
+    assert_eq!(
+        c(&["sheaf", "mount", "alpha.sheaf", "al"]),
+        s(&["al pine.sheaf", "alpha.sheaf", "alps"])
+    );
+    // Where only a directory fits (value hint DirPath): directories only.
+    assert_eq!(c(&["sheaf", "stats", "al"]), s(&["alps"]));
+    assert_eq!(
+        c(&["sheaf", "extract", "alpha.sheaf", "-C", "al"]),
+        s(&["alps"])
+    );
+    // An option's file value.
+    assert_eq!(
+        c(&["sheaf", "build", "src", "-o", "al"]),
+        s(&["al pine.sheaf", "alpha.sheaf", "alps"])
+    );
+}
+
+#[test]
+fn completions_for_each_shell_and_a_one_line_error_for_others() {
+    let zsh = sheaf(["completions", "zsh"]).ok().text();
+    assert!(
+        zsh.starts_with("#compdef sheaf"),
+        "{}",
+        &zsh[..zsh.len().min(200)]
+    );
+    assert!(
+        zsh.contains("_files") && zsh.contains("'mount:"),
+        "zsh: no files or commands"
+    );
+    let fish = sheaf(["completions", "fish"]).ok().text();
+    assert!(
+        fish.contains("complete -c sheaf") && fish.contains("-a \"mount\""),
+        "fish"
+    );
+    let bash = sheaf(["completions", "bash"]).ok().text();
+    assert!(bash.contains("complete -F _sheaf") && bash.contains("_sheaf()"));
+    for (sh, text) in [("zsh", &zsh), ("fish", &fish), ("bash", &bash)] {
+        if on_path(sh) {
+            let f = tmpdir();
+            let p = f.path().join("script");
+            fs::write(&p, text).unwrap();
+            run_cmd(Command::new(sh).arg("-n").arg(&p)).ok();
+        }
+    }
+    let o = sheaf(["completions", "tcsh"]).fails_with(2);
+    let l = o.one_err_line();
+    assert!(
+        l.contains("'tcsh'") && l.contains("bash, zsh, fish"),
+        "the error names the shell and the valid ones: {l}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+/// Runs `dpkg -P sheaf` when dropped, so that a failing test leaves no
+/// package behind.
+struct Purge;
+
+impl Drop for Purge {
+    fn drop(&mut self) {
+        let _ = Command::new("dpkg")
+            .args(["-P", "sheaf"])
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
+/// Whether dpkg has a sheaf package installed (status `install ok installed`).
+fn package_installed() -> bool {
+    let o = run_cmd(Command::new("dpkg-query").args(["-W", "-f=${Status}", "sheaf"]));
+    o.code == 0 && o.text().split_whitespace().last() == Some("installed")
+}
+
+/// What the package installs outside /usr/share, as `dpkg -i` puts it.
+const INSTALLED: [&str; 4] = [
+    "/usr/bin/sheaf",
+    "/usr/libexec/sheaf",
+    "/sbin/mount.fuse.sheaf",
+    "/etc/systemd/system/sheaf-snapshotter.service",
+];
+
+#[test]
+fn make_deb_builds_a_package_that_installs_and_removes_cleanly() {
+    if !prerequisite(
+        on_path("dpkg-deb") && on_path("make"),
+        "dpkg-deb and make (Debian packages dpkg, make)",
+    ) {
+        return;
+    }
+    let t = tmpdir();
+    let out = t.path().join("deb");
+    // scripts/deb.sh with the binaries under test, not a new build.
+    let o = run_cmd(
+        Command::new("bash")
+            .arg("scripts/deb.sh")
+            .arg(&out)
+            .env("SHEAF", bin())
+            .env_remove("MAKEFLAGS")
+            .env_remove("MFLAGS")
+            .current_dir(repo_root())
+            .stdin(Stdio::null()),
+    )
+    .ok();
+    let version = sheaf(["--version"]).ok().text();
+    let version = version
+        .split_whitespace()
+        .nth(1)
+        .expect("sheaf VERSION")
+        .to_string();
+    let arch = run_cmd(Command::new("dpkg").arg("--print-architecture"))
+        .ok()
+        .text()
+        .trim()
+        .to_string();
+    let deb = out.join(format!("sheaf_{version}_{arch}.deb"));
+    assert_eq!(
+        o.text().trim(),
+        deb.display().to_string(),
+        "{}",
+        o.describe()
+    );
+    assert!(deb.is_file());
+
+    let contents = run_cmd(Command::new("dpkg-deb").arg("--contents").arg(&deb))
+        .ok()
+        .text();
+    let paths: BTreeSet<&str> = contents
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .collect();
+    for p in [
+        "./usr/bin/sheaf",
+        "./usr/libexec/sheaf/sheaf-full",
+        "./sbin/mount.fuse.sheaf",
+        "./etc/systemd/system/sheaf-snapshotter.service",
+        "./usr/share/man/man1/sheaf.1.gz",
+        "./usr/share/man/man1/sheaf-mount.1.gz",
+        "./usr/share/man/man1/sheaf-pool-load.1.gz",
+        "./usr/share/bash-completion/completions/sheaf",
+        "./usr/share/zsh/site-functions/_sheaf",
+        "./usr/share/fish/vendor_completions.d/sheaf.fish",
+        "./usr/share/doc/sheaf/copyright",
+    ] {
+        assert!(paths.contains(p), "{p} not in the package:\n{contents}");
+    }
+    assert!(
+        contents
+            .lines()
+            .any(|l| l.ends_with("./sbin/mount.fuse.sheaf -> /usr/bin/sheaf")),
+        "mount.fuse.sheaf is a link to /usr/bin/sheaf:\n{contents}"
+    );
+    let info = run_cmd(Command::new("dpkg-deb").arg("--info").arg(&deb))
+        .ok()
+        .text();
+    let depends = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Depends: "))
+        .unwrap_or_else(|| panic!("no Depends:\n{info}"));
+    let deps: Vec<&str> = depends
+        .split(',')
+        .map(|d| d.split_whitespace().next().unwrap_or(""))
+        .collect();
+    for d in ["fuse3", "libc6"] {
+        assert!(deps.contains(&d), "Depends lacks {d}: {depends}");
+    }
+    assert!(info.contains(&format!("Version: {version}")), "{info}");
+    assert!(
+        info.contains("conffiles"),
+        "the unit is a conffile:\n{info}"
+    );
+
+    // A real install, as root, outside the fast tier (it changes the system).
+    if check_tier() || !is_root() {
+        eprintln!("not installing the package: needs root outside the check tier");
+        return;
+    }
+    assert!(
+        !package_installed(),
+        "a sheaf package is already installed here; not touching it"
+    );
+    for p in INSTALLED {
+        assert!(
+            fs::symlink_metadata(p).is_err(),
+            "{p} exists (an earlier `make install` with PREFIX=/usr?); not overwriting it"
+        );
+    }
+    let _purge = Purge;
+    run_cmd(
+        Command::new("dpkg")
+            .arg("-i")
+            .arg(&deb)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null()),
+    )
+    .ok();
+    let sys = |args: &[&std::ffi::OsStr]| {
+        run_cmd(
+            Command::new("/usr/bin/sheaf")
+                .args(args)
+                .env_remove("SOURCE_DATE_EPOCH")
+                .env("SHEAF_CACHE_DIR", t.path().join("cache"))
+                .stdin(Stdio::null()),
+        )
+    };
+    let v = sys(&["--version".as_ref()]).ok().text();
+    assert!(v.starts_with(&format!("sheaf {version}")), "{v}");
+    let src = t.path().join("tree");
+    small_tree(&src, 7);
+    let img = t.path().join("tree.sheaf");
+    sys(&[
+        "build".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+    ])
+    .ok();
+    let cat = sys(&["cat".as_ref(), img.as_os_str(), "docs/b.txt".as_ref()]).ok();
+    assert_eq!(cat.stdout, fs::read(src.join("docs/b.txt")).unwrap());
+    // man finds the installed pages by name, bash-completion loads the script
+    // on demand from its standard place.
+    // (unless this system's dpkg excludes man pages, as slim images do)
+    if on_path("man") && Path::new("/usr/share/man/man1/sheaf-pool-load.1.gz").exists() {
+        let w = run_cmd(Command::new("man").args(["-w", "sheaf-pool-load"])).ok();
+        assert_eq!(w.text().trim(), "/usr/share/man/man1/sheaf-pool-load.1.gz");
+    }
+    if Path::new(BASH_COMPLETION).is_file() {
+        let o = run_cmd(Command::new("bash").arg("-c").arg(format!(
+            "source {BASH_COMPLETION}; __load_completion sheaf && complete -p sheaf"
+        )))
+        .ok();
+        assert!(o.text().contains("-F _sheaf"), "{}", o.describe());
+    }
+
+    run_cmd(
+        Command::new("dpkg")
+            .args(["-P", "sheaf"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null()),
+    )
+    .ok();
+    for p in INSTALLED.iter().chain(&[
+        "/usr/share/man/man1/sheaf.1.gz",
+        "/usr/share/bash-completion/completions/sheaf",
+    ]) {
+        assert!(fs::symlink_metadata(p).is_err(), "{p} left after dpkg -P");
+    }
+    assert!(!package_installed(), "dpkg still has sheaf installed");
+}

@@ -1,0 +1,314 @@
+//! The command line a Unix user expects: `ls` as GNU ls prints the same
+//! mounted tree, `find` from relative start paths, usage mistakes answered
+//! with what is missing, Ctrl-C as 130, and a server that is not there
+//! refused at once.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A tree with the kinds `ls -l` shows: sizes from bytes to a few hundred
+/// KiB, an old file, a symlink, a hidden file, another owner.
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("sub/deep")).unwrap();
+    fs::write(root.join("a.txt"), "hello\n").unwrap();
+    let mut rng = Rng::new(7);
+    fs::write(root.join("big.bin"), rng.bytes(150_000)).unwrap();
+    fs::write(root.join("mid.bin"), rng.bytes(5_000)).unwrap();
+    fs::write(root.join(".hidden"), "x").unwrap();
+    std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
+    fs::write(root.join("sub/old"), "").unwrap();
+    set_mtime(&root.join("sub/old"), 1_577_934_245, 0);
+    if is_root() {
+        lchown(&root.join("a.txt"), 1000, 1000);
+    }
+}
+
+#[test]
+fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    let _m = Mounted::run(cmd().arg("mount").arg(&img).arg(&mp), &mp);
+    for (flags, path) in [
+        (vec!["-l"], "."),
+        (vec!["-lh"], "."),
+        (vec!["-la"], "sub"),
+        (vec!["-lA"], "."),
+        (vec!["-ln"], "."),
+        (vec!["-l", "--time-style=long-iso"], "."),
+        (vec!["-l", "--time-style=full-iso"], "sub"),
+        (vec!["-ld"], "sub"),
+        (vec![], "."),
+        (vec!["-A"], "."),
+    ] {
+        let gnu = run_cmd(
+            Command::new("ls")
+                .args(&flags)
+                .arg(path)
+                .current_dir(&mp)
+                .env("LC_ALL", "C")
+                .env("TZ", "UTC"),
+        )
+        .ok()
+        .text();
+        let ours = run_cmd(
+            cmd()
+                .arg("ls")
+                .args(&flags)
+                .arg(&img)
+                .arg(path)
+                .env("LC_ALL", "C")
+                .env("TZ", "UTC"),
+        )
+        .ok()
+        .text();
+        // ls -la of a subdirectory: ".." is the image's own parent.
+        assert_eq!(ours, gnu, "sheaf ls {flags:?} {path}");
+    }
+    // --json: one array, sizes and names as stat(2) of the mount says.
+    let v = json(&sheaf(["ls".as_ref(), "--json".as_ref(), img.as_os_str()]).ok());
+    let big = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "big.bin")
+        .unwrap();
+    assert_eq!(big["size"], 150_000);
+    assert_eq!(big["type"], "file");
+    let link = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["path"] == "link")
+        .unwrap();
+    assert_eq!(link["target"], "a.txt");
+    assert!(v.as_array().unwrap().iter().all(|e| e["path"] != ".hidden"));
+}
+
+#[test]
+fn find_starts_from_relative_paths_and_prints_them_as_given() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    let i = img.to_str().unwrap();
+    let sorted = |o: Out| {
+        let mut v: Vec<String> = o.text().lines().map(String::from).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(sheaf(["find", i, "sub"]).ok()),
+        ["sub", "sub/deep", "sub/old"]
+    );
+    assert_eq!(
+        sorted(sheaf(["find", i, "/sub"]).ok()),
+        ["/sub", "/sub/deep", "/sub/old"]
+    );
+    assert_eq!(
+        sorted(sheaf(["find", i, "sub", "-type", "f"]).ok()),
+        ["sub/old"]
+    );
+    // GNU find on the source, from the same relative start, agrees.
+    let gnu = run_cmd(Command::new("find").arg("sub").current_dir(&src)).ok();
+    assert_eq!(sorted(sheaf(["find", i, "sub"]).ok()), sorted(gnu));
+    // An expression without a start path still starts at the root.
+    let o = sorted(sheaf(["find", i, "-name", "old"]).ok());
+    assert_eq!(o, ["/sub/old"]);
+}
+
+#[test]
+fn the_first_screen_says_what_sheaf_is_and_what_most_people_run() {
+    for args in [vec!["--help"], vec![]] {
+        let o = sheaf(&args);
+        let text = if args.is_empty() {
+            o.stderr.clone()
+        } else {
+            o.text()
+        };
+        assert!(
+            text.starts_with("sheaf: pack a directory tree"),
+            "{args:?}: {}",
+            &text[..text.len().min(200)]
+        );
+        assert!(text.contains("Most used:"), "{args:?}");
+    }
+}
+
+#[test]
+fn usage_mistakes_say_what_is_missing() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    let i = img.to_str().unwrap();
+    let o = sheaf(["mount", i]);
+    assert_eq!(o.code, 2, "{}", o.describe());
+    assert!(
+        o.one_err_line().contains("missing the mount point"),
+        "{}",
+        o.describe()
+    );
+    let o = sheaf(["run", "-m", i, "--", "true"]);
+    assert_ne!(o.code, 0);
+    assert!(
+        o.one_err_line().contains("missing :DEST"),
+        "{}",
+        o.describe()
+    );
+    // A sheaf image given to build: what to use instead.
+    let o = sheaf(["build", i, "-o", t.path().join("y.sheaf").to_str().unwrap()]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.one_err_line().contains("is a sheaf image"),
+        "{}",
+        o.describe()
+    );
+    assert!(o.one_err_line().contains("sheaf merge"), "{}", o.describe());
+    // An output directory that does not exist is named.
+    let o = sheaf([
+        "build",
+        src.to_str().unwrap(),
+        "-o",
+        t.path().join("no/dir/y.sheaf").to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1);
+    assert!(
+        o.one_err_line().contains("y.sheaf: no such directory")
+            && o.one_err_line().contains("mkdir -p"),
+        "{}",
+        o.describe()
+    );
+    assert!(!t.path().join("no").exists());
+    // `ls -h` is human sizes, not help; --help still is help.
+    let o = sheaf(["ls", "-lh", i]).ok();
+    assert!(
+        o.text()
+            .lines()
+            .any(|l| l.contains(" 147K ") && l.ends_with(" big.bin")),
+        "{}",
+        o.text()
+    );
+    assert!(sheaf(["ls", "--help"])
+        .ok()
+        .text()
+        .contains("--human-readable"));
+}
+
+#[test]
+fn import_with_o_alone_writes_one_merged_image() {
+    if !prerequisite(oci::have("skopeo"), "skopeo") {
+        return;
+    }
+    let t = tmpdir();
+    let lay = oci::layout(t.path());
+    let out = t.path().join("app.sheaf");
+    sheaf(["import", &lay.oci("gz"), "-o", out.to_str().unwrap(), "-q"]).ok();
+    let o = sheaf(["cat", out.to_str().unwrap(), "/.sheaf.d/config.json"]).ok();
+    assert!(o.text().contains("\"architecture\""), "{}", o.text());
+}
+
+#[test]
+fn ctrl_c_exits_130_and_a_closed_port_fails_at_once() {
+    let t = tmpdir();
+    // A build of a large stream, interrupted.
+    let mut child = cmd()
+        .args(["build", "-", "-o"])
+        .arg(t.path().join("x.sheaf"))
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    use std::io::Write;
+    // A tar stream that never ends: headers of zero-length files.
+    let writer = std::thread::spawn(move || {
+        let mut b = tar::Builder::new(&mut stdin);
+        for n in 0.. {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(0);
+            h.set_mode(0o644);
+            h.set_cksum();
+            if b.append_data(&mut h, format!("f{n}"), std::io::empty())
+                .is_err()
+            {
+                break;
+            }
+        }
+        drop(b);
+        let _ = stdin.flush();
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let _ = writer.join();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Nothing listening: refused on the first request, not waited for.
+    let port = servers::free_port();
+    let start = Instant::now();
+    let o = sheaf([
+        "--timeout",
+        "30",
+        "info",
+        &format!("http://127.0.0.1:{port}/x.sheaf"),
+    ]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "waited {:?}: {}",
+        start.elapsed(),
+        o.describe()
+    );
+    assert!(
+        o.one_err_line().contains("nothing is listening"),
+        "{}",
+        o.describe()
+    );
+}
+
+#[test]
+fn verify_uses_the_site_signers_as_mount_does() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    let (key, signers) = ssh_signer(t.path());
+    sheaf([
+        "sign".as_ref(),
+        img.as_os_str(),
+        "-k".as_ref(),
+        key.as_os_str(),
+    ])
+    .ok();
+    let conf = t.path().join("config.toml");
+    fs::write(
+        &conf,
+        format!("[signatures]\nsigners = \"{}\"\n", signers.display()),
+    )
+    .unwrap();
+    run_cmd(cmd().env("SHEAF_CONFIG", &conf).arg("verify").arg(&img)).ok();
+    let none = t.path().join("empty.toml");
+    fs::write(&none, "").unwrap();
+    let o = run_cmd(cmd().env("SHEAF_CONFIG", &none).arg("verify").arg(&img));
+    assert_ne!(o.code, 0);
+    assert!(o.one_err_line().contains("--signers"), "{}", o.describe());
+}
