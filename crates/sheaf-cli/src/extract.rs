@@ -43,11 +43,36 @@ pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
             );
         }
     }
+    // The user's own arguments first: a path that climbs is theirs, not
+    // the image's; one the image lacks is refused before DIR is made.
+    for p in &a.paths {
+        if p.as_bytes().split(|&b| b == b'/').any(|c| c == b"..") {
+            anyhow::bail!(
+                "{}: PATHS name entries inside the image, from its root, without '..'",
+                p.to_string_lossy()
+            );
+        }
+        if let Err(e @ sheaf_read::ReadError::NotFound(_)) = img.resolve(p.as_bytes()) {
+            return Err(e.into());
+        }
+    }
     let opts = ExtractOptions {
         target: a.dir.clone(),
         paths: a.paths.iter().map(|p| p.as_bytes().to_vec()).collect(),
     };
-    let s = sheaf_read::extract(&img, &opts)?;
+    let s = match sheaf_read::extract(&img, &opts) {
+        Ok(s) => s,
+        Err(sheaf_read::ExtractError::Io { path, cause })
+            if cause.kind() == std::io::ErrorKind::AlreadyExists =>
+        {
+            let full = a.dir.join(path.trim_start_matches('/'));
+            anyhow::bail!(
+                "{}: already exists (extract never replaces a file: extract into an empty directory with -C DIR, or remove what is there)",
+                full.display()
+            );
+        }
+        Err(e) => return Err(e.into()),
+    };
     if a.json {
         println!(
             "{}",

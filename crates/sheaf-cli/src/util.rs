@@ -341,12 +341,19 @@ pub fn open_image_with(
     opts: sheaf_read::ImageOptions,
     wrap: impl FnOnce(Arc<dyn sheaf_read::Source>) -> Arc<dyn sheaf_read::Source>,
 ) -> anyhow::Result<sheaf_read::Image> {
+    let s = arg.to_string_lossy();
+    if s.contains(',') && !sheaf_net::is_url(&s) && !arg.exists() {
+        // One image is opened here; stacks are ls's, mount's and run's.
+        anyhow::bail!(
+            "{s}: a stack of layers (BASE,LAYER) is read by ls, mount and run; for this command merge it first (sheaf merge {s} -o MERGED.sheaf)"
+        );
+    }
     let o = sheaf_net::open_image(arg, &remote.config()?, opts, wrap)?;
     if let Some(t) = o.offline_since {
         let age = t.elapsed().unwrap_or_default().as_secs();
         eprintln!(
             "sheaf: warning: {} is unreachable; using the index cached {} ago",
-            arg.display(),
+            sheaf_net::redact(&s),
             human_duration(age)
         );
     }

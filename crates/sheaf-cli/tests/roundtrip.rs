@@ -356,8 +356,25 @@ fn sparse_file_is_extracted_sparse() {
 #[test]
 fn ls_long_recursive_lists_every_path_with_its_attributes() {
     let (f, _done) = fixture();
-    let o = sheaf(["ls".as_ref(), f.img.as_os_str(), "-lR".as_ref()]).ok();
-    let listing = format!("\n{}", o.text());
+    // GNU ls's long format, every name (-A), numeric ids, exact times;
+    // columns are padded, so runs of spaces are compared as one.
+    let o = sheaf([
+        "ls".as_ref(),
+        f.img.as_os_str(),
+        "-lAnR".as_ref(),
+        "--time-style=+%s.%N".as_ref(),
+    ])
+    .ok();
+    let squeeze = |l: &str| {
+        l.split(' ')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let listing = format!(
+        "\n{}\n",
+        o.text().lines().map(squeeze).collect::<Vec<_>>().join("\n")
+    );
     let mut missing = Vec::new();
     let paths = walk(&f.src);
     for p in &paths[1..] {
@@ -367,7 +384,7 @@ fn ls_long_recursive_lists_every_path_with_its_attributes() {
         let size = match ft {
             libc::S_IFDIR => fs::read_dir(&full).unwrap().count().to_string(),
             libc::S_IFCHR | libc::S_IFBLK => {
-                format!("{},{}", libc::major(md.rdev()), libc::minor(md.rdev()))
+                format!("{}, {}", libc::major(md.rdev()), libc::minor(md.rdev()))
             }
             _ => md.size().to_string(),
         };
@@ -379,7 +396,7 @@ fn ls_long_recursive_lists_every_path_with_its_attributes() {
         } else {
             String::new()
         };
-        let line = format!(
+        let line = squeeze(&format!(
             "{} {:>3} {:>5} {:>5} {:>12} {}.{:09} {}{target}",
             mode_string(md.mode()),
             md.nlink(),
@@ -389,7 +406,7 @@ fn ls_long_recursive_lists_every_path_with_its_attributes() {
             md.mtime(),
             md.mtime_nsec(),
             lossy(p)
-        );
+        ));
         if !listing.contains(&format!("\n{line}\n")) {
             missing.push(line);
         }

@@ -193,6 +193,21 @@ fn usage_mistakes_say_what_is_missing() {
         o.describe()
     );
     assert!(!t.path().join("no").exists());
+    // A stack where one image is read: one line saying what to do.
+    let stack = format!("{i},{i}");
+    for cmd in ["cat", "info", "find", "du", "check"] {
+        let mut args = vec![cmd, stack.as_str()];
+        if cmd == "cat" {
+            args.push("a.txt");
+        }
+        let o = sheaf(&args);
+        assert_eq!(o.code, 1, "{cmd}: {}", o.describe());
+        assert!(
+            o.one_err_line().contains("sheaf merge"),
+            "{cmd}: {}",
+            o.describe()
+        );
+    }
     // `ls -h` is human sizes, not help; --help still is help.
     let o = sheaf(["ls", "-lh", i]).ok();
     assert!(
@@ -311,4 +326,52 @@ fn verify_uses_the_site_signers_as_mount_does() {
     let o = run_cmd(cmd().env("SHEAF_CONFIG", &none).arg("verify").arg(&img));
     assert_ne!(o.code, 0);
     assert!(o.one_err_line().contains("--signers"), "{}", o.describe());
+}
+
+#[test]
+fn extract_says_which_file_exists_and_leaves_nothing_for_a_missing_path() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    let out = t.path().join("out");
+    run_cmd(cmd().arg("extract").arg(&img).arg("-C").arg(&out)).ok();
+    // Again into the same place: the full path of the first file there.
+    let o = run_cmd(cmd().arg("extract").arg(&img).arg("-C").arg(&out));
+    assert_eq!(o.code, 1, "{}", o.describe());
+    let line = o.one_err_line();
+    assert!(
+        line.contains(&out.display().to_string()) && line.contains("already exists"),
+        "{line}"
+    );
+    // A path the image lacks: refused, and no empty DIR made.
+    let fresh = t.path().join("fresh");
+    let o = run_cmd(
+        cmd()
+            .arg("extract")
+            .arg(&img)
+            .arg("nope")
+            .arg("-C")
+            .arg(&fresh),
+    );
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert!(o.one_err_line().contains("nope"), "{}", o.describe());
+    assert!(!fresh.exists(), "an empty target was left behind");
+    // '..' on the command line is the user's argument, said so.
+    let o = run_cmd(
+        cmd()
+            .arg("extract")
+            .arg(&img)
+            .arg("sub/../a.txt")
+            .arg("-C")
+            .arg(&fresh),
+    );
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert!(
+        o.one_err_line().contains("without '..'"),
+        "{}",
+        o.describe()
+    );
+    assert!(!fresh.exists());
 }
