@@ -213,13 +213,75 @@ enum Cmd {
     },
 }
 
+/// The ids of the remote-image flags ([`util::RemoteArgs`]).
+const REMOTE_FLAGS: [&str; 7] = [
+    "cache_dir",
+    "cache_size",
+    "no_cache",
+    "mirrors",
+    "proxy",
+    "timeout",
+    "failback",
+];
+
+/// Commands that never read an image by URL: the remote flags are left out
+/// of their help (and man pages), though accepted. `pool X` is "pool X".
+const LOCAL_ONLY: [&str; 14] = [
+    "build",
+    "import",
+    "shell-init",
+    "commit",
+    "sign",
+    "keygen",
+    "umount",
+    "stats",
+    "completions",
+    "man",
+    "pool init",
+    "pool build",
+    "pool unload",
+    "pool list",
+];
+
+/// The command line as users see it: [`Cli`], with the remote flags shown
+/// only where they apply (`sheaf --help` shows them once, under their own
+/// heading). Parsing, help, man pages and completions all use this.
+pub(crate) fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut c = Cli::command();
+    // A command that has an argument of a global's id does not get the
+    // global (clap's propagation skips it): these get hidden copies, so
+    // the flags are still accepted there but not shown.
+    let remote: Vec<clap::Arg> = c
+        .get_arguments()
+        .filter(|a| REMOTE_FLAGS.contains(&a.get_id().as_str()))
+        .cloned()
+        .collect();
+    let hide = |mut sc: clap::Command| {
+        for a in &remote {
+            sc = sc.arg(a.clone().hide(true));
+        }
+        sc
+    };
+    for name in LOCAL_ONLY {
+        c = match name.split_once(' ') {
+            Some((top, sub)) => c.mut_subcommand(top, |p| p.mut_subcommand(sub, hide)),
+            None => c.mut_subcommand(name, hide),
+        };
+    }
+    c
+}
+
 fn main() {
     // mount(8) runs us as /sbin/mount.fuse.sheaf for `-t fuse.sheaf` and fstab.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if sheaf_cli::options::is_helper(args.first().map(|a| a.as_os_str())) {
         finish(mount::mount_helper(args));
     }
-    let cli = match Cli::try_parse() {
+    let parsed = command()
+        .try_get_matches()
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind::*;
@@ -231,8 +293,7 @@ fn main() {
             }
             if e.kind() == MissingSubcommand {
                 // No command (environment-set flags aside): the usage, on stderr.
-                use clap::CommandFactory;
-                eprintln!("{}", Cli::command().render_help());
+                eprintln!("{}", command().render_help());
                 std::process::exit(2);
             }
             eprintln!("sheaf: {}", one_line_usage_error(&e.render().to_string()));
@@ -277,10 +338,8 @@ fn main() {
         Cmd::Keygen { file, identity } => trust::keygen(&file, &identity),
         Cmd::Umount(a) => mount::umount(a),
         Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json),
-        Cmd::Completions { shell } => {
-            docs::completions(<Cli as clap::CommandFactory>::command(), &shell)
-        }
-        Cmd::Man { dir } => docs::man(<Cli as clap::CommandFactory>::command(), &dir),
+        Cmd::Completions { shell } => docs::completions(command(), &shell),
+        Cmd::Man { dir } => docs::man(command(), &dir),
     };
     finish(r)
 }

@@ -197,7 +197,8 @@ pub fn stderr_is_tty() -> bool {
     unsafe { libc::isatty(2) == 1 }
 }
 
-/// How remote images are reached and cached: flags every command takes.
+/// How remote images are reached and cached: the flags of every command
+/// that reads an image (shown only there: `command` in main.rs).
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Remote images (URLs)")]
 pub struct RemoteArgs {

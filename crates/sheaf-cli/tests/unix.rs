@@ -145,6 +145,23 @@ fn the_first_screen_says_what_sheaf_is_and_what_most_people_run() {
         );
         assert!(text.contains("Most used:"), "{args:?}");
     }
+    // The remote flags where they apply, not in every command's help.
+    for (cmd, shown) in [
+        (vec!["info"], true),
+        (vec!["mount"], true),
+        (vec!["pool", "load"], true),
+        (vec!["keygen"], false),
+        (vec!["shell-init"], false),
+        (vec!["umount"], false),
+        (vec!["pool", "init"], false),
+    ] {
+        let mut args = cmd.clone();
+        args.push("--help");
+        let help = sheaf(&args).ok().text();
+        assert_eq!(help.contains("--timeout"), shown, "sheaf {cmd:?} --help");
+    }
+    // Still accepted there (a script may pass them everywhere).
+    sheaf(["--timeout", "5", "keygen", "--help"]).ok();
 }
 
 #[test]
