@@ -408,6 +408,14 @@ fn scenario(t: &Path) {
         (st["lazy_layers"].as_u64(), st["applied_layers"].as_u64()),
         (Some(3), Some(1))
     );
+    // Each decision is logged, as the counters count them.
+    let log = fs::read_to_string(&sn.log).unwrap();
+    assert_eq!(log.matches(": lazy, from ").count(), 3, "{log}");
+    assert_eq!(
+        log.matches("applied by containerd and packed").count(),
+        1,
+        "{log}"
+    );
 
     // A restart of the snapshotter under a running container.
     ctd.ctr(&[

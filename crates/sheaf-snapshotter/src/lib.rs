@@ -209,8 +209,9 @@ impl SheafSnapshotter {
         let st = s.state.lock().unwrap_or_else(|e| e.into_inner());
         for (key, snap) in &st.snaps {
             if snap.kind != Kind::Committed {
-                if let Err(e) = s.ensure_mounted(snap, &st) {
-                    log::warn!("{key}: {e}");
+                match s.ensure_mounted(snap, &st) {
+                    Ok(()) => log::info!("{key}: mounted again after a restart"),
+                    Err(e) => log::warn!("{key}: {e}"),
                 }
             }
         }
@@ -492,12 +493,13 @@ impl SheafSnapshotter {
                             labels: labels.into_iter().collect(),
                             created: now(),
                             updated: now(),
-                            layer: Some(Layer::Lazy(url)),
+                            layer: Some(Layer::Lazy(url.clone())),
                             overlay: false,
                         },
                     );
                     st.save(&self.cfg.root)
                         .map_err(|e| internal("saving state", e))?;
+                    log::info!("{target}: lazy, from {}", sheaf_net::redact(&url));
                     return Err(SnapError::AlreadyExists(format!(
                         "target snapshot {target} (a sheaf layer, mounted lazily)"
                     )));
@@ -737,6 +739,10 @@ impl snapshots::Snapshotter for SheafSnapshotter {
         let _ = std::fs::remove_dir_all(d.join("work"));
         let _ = std::fs::remove_dir(d.join("fs"));
         st.snaps.remove(&key);
+        log::info!(
+            "{name}: applied by containerd and packed (fallback): {}",
+            layer.display()
+        );
         let mut all_labels = s.labels.clone();
         all_labels.extend(labels);
         st.applied_layers += 1;
@@ -778,6 +784,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
             })
             .map_err(|e| internal("removing the snapshot", e))?;
         st.snaps.remove(&key);
+        log::info!("{key}: removed");
         st.save(&self.cfg.root)
             .map_err(|e| internal("saving state", e))
     }
