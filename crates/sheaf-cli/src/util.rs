@@ -324,8 +324,23 @@ pub fn http_options(a: &RemoteArgs) -> anyhow::Result<sheaf_net::HttpOptions> {
             .map(|p| p.trim().to_string())
             .filter(|p| !p.is_empty())
             .collect(),
+        on_wait: stderr_is_tty().then_some(waiting_line as fn(&str, _, _)),
         ..Default::default()
     })
+}
+
+/// The live line shown on a terminal while a server that failed is waited
+/// for ("waiting for HOST: 12 s of 60"), rewritten in place.
+fn waiting_line(host: &str, waited: std::time::Duration, limit: std::time::Duration) {
+    use std::io::Write;
+    let mut e = std::io::stderr().lock();
+    let _ = write!(
+        e,
+        "\r\x1b[2Ksheaf: waiting for {host}: {} s of {} (--timeout)\r",
+        waited.as_secs(),
+        limit.as_secs()
+    );
+    let _ = e.flush();
 }
 
 /// The node cache named by the flags (None with --no-cache).

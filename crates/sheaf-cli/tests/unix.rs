@@ -392,3 +392,50 @@ fn extract_says_which_file_exists_and_leaves_nothing_for_a_missing_path() {
     );
     assert!(!fresh.exists());
 }
+
+/// A server that answered once and then stops answering is waited for up
+/// to --timeout; on a terminal a live line says so.
+#[test]
+fn waiting_for_a_server_shows_a_live_line_on_a_terminal() {
+    use common::hostile::{Hostile, Reply};
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    let bytes = std::sync::Arc::new(fs::read(&img).unwrap());
+    // The first request (the probe) is answered; every later one dropped.
+    let srv = Hostile::start(move |n, _| {
+        if n == 0 {
+            Reply::File(bytes.clone())
+        } else {
+            Reply::Drop
+        }
+    });
+    let cmdline = format!(
+        "SHEAF_CACHE_DIR={} {} --timeout 3 cat {} /a.txt",
+        t.path().join("cache").display(),
+        bin(),
+        srv.url("/t.sheaf")
+    );
+    let start = Instant::now();
+    let o = run_cmd(
+        Command::new("script")
+            .args(["-qec", &cmdline, "/dev/null"])
+            .stdin(std::process::Stdio::null()),
+    );
+    let out = o.text();
+    assert!(
+        start.elapsed() >= Duration::from_secs(3),
+        "did not wait: {out:?}"
+    );
+    let host = format!("127.0.0.1:{}", srv.port);
+    assert!(
+        out.contains(&format!("sheaf: waiting for {host}: ")) && out.contains(" of 3 (--timeout)"),
+        "{out:?}"
+    );
+    assert!(out.contains("gave up after"), "{out:?}");
+    // Not on a terminal: no live line, just the error.
+    let o = sheaf(["--timeout", "2", "cat", &srv.url("/t.sheaf"), "/a.txt"]);
+    assert!(!o.stderr.contains("waiting for"), "{}", o.describe());
+}

@@ -41,6 +41,10 @@ pub struct HttpOptions {
     /// Proxies to try in order (`DIRECT` = none). Empty: from the
     /// environment (`http_proxy`, `https_proxy`, `no_proxy`), else direct.
     pub proxies: Vec<String>,
+    /// Told before each wait for a server that failed: its host, how long
+    /// it has been waited for, and the deadline (the CLI shows a live line
+    /// on a terminal; this crate knows nothing of terminals).
+    pub on_wait: Option<fn(host: &str, waited: Duration, limit: Duration)>,
 }
 
 impl Default for HttpOptions {
@@ -54,6 +58,7 @@ impl Default for HttpOptions {
             failback: Duration::from_secs(300),
             mirrors: Vec::new(),
             proxies: Vec::new(),
+            on_wait: None,
         }
     }
 }
@@ -127,6 +132,9 @@ pub enum Want<'a> {
 /// limit of the request); past it the last error is returned saying how
 /// long it was tried. Waits are counted in `stats`.
 pub(crate) struct Backoff<'a> {
+    /// Who is waited for (a host), for `on_wait`.
+    label: String,
+    on_wait: Option<fn(&str, Duration, Duration)>,
     start: Instant,
     /// When the request gives up.
     pub(crate) deadline: Instant,
@@ -136,9 +144,16 @@ pub(crate) struct Backoff<'a> {
 }
 
 impl<'a> Backoff<'a> {
-    pub(crate) fn new(opts: &HttpOptions, limit: Duration, stats: &'a NetStats) -> Self {
+    pub(crate) fn new(
+        opts: &HttpOptions,
+        limit: Duration,
+        stats: &'a NetStats,
+        label: &str,
+    ) -> Self {
         let start = Instant::now();
         Backoff {
+            label: label.to_string(),
+            on_wait: opts.on_wait,
             start,
             deadline: start + limit.min(opts.deadline),
             delay: opts.backoff,
@@ -160,6 +175,9 @@ impl<'a> Backoff<'a> {
             ));
         }
         let wait = self.delay.min(self.deadline - now);
+        if let Some(f) = self.on_wait {
+            f(&self.label, now - self.start, self.deadline - self.start);
+        }
         self.stats.retries.fetch_add(1, Relaxed);
         self.stats
             .wait_ms
@@ -373,7 +391,14 @@ impl Http {
 
     /// [`Http::get`] with a deadline of its own (at most the configured one).
     pub fn get_within(&self, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
-        let mut backoff = Backoff::new(&self.opts, limit, &self.stats);
+        let host = reqwest::Url::parse(&self.urls[0])
+            .ok()
+            .and_then(|u| {
+                u.host_str()
+                    .map(|h| format!("{h}{}", u.port().map_or(String::new(), |p| format!(":{p}"))))
+            })
+            .unwrap_or_default();
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &host);
         let deadline = backoff.deadline;
         let mut failed_in_round = 0;
         loop {

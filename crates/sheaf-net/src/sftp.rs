@@ -759,7 +759,7 @@ impl Sftp {
     /// Run `f` on a live session; a dead connection is replaced, with
     /// backoff, until the deadline.
     fn retrying<T>(&self, limit: Duration, f: impl Fn(&Session) -> io::Result<T>) -> io::Result<T> {
-        let mut backoff = Backoff::new(&self.opts, limit, &self.stats);
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.target.host);
         loop {
             self.stats.requests.fetch_add(1, Relaxed);
             let r = self.session().and_then(|s| {
