@@ -251,14 +251,13 @@ pub fn write_image(
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if !a.quiet {
-        let ratio = rep.image_bytes as f64 / rep.logical_bytes.max(1) as f64;
         eprintln!(
-            "{}: {} entries, {} of data -> {} image ({:.1}%) in {:.1} s; root {}",
+            "{}: {} entries, {} of data -> {} image (ratio {}) in {:.1} s; root {}",
             rep.image.display(),
             rep.inodes,
             human(rep.logical_bytes),
             human(rep.image_bytes),
-            ratio * 100.0,
+            crate::util::ratio(rep.logical_bytes, rep.image_bytes),
             secs,
             &rep.root_digest[..16]
         );

@@ -151,8 +151,8 @@ pub fn info(
     }
     writeln!(
         o,
-        "ratio:        {:.2}x (logical / image size)",
-        v["compression_ratio"].as_f64().unwrap_or(0.0)
+        "ratio:        {} (logical / image size)",
+        crate::util::ratio(sb.logical_bytes, img.len())
     )?;
     if let Some(d) = v["dedup_bytes"].as_u64() {
         writeln!(

@@ -134,6 +134,12 @@ pub fn output_with_input(
     child.wait_with_output()
 }
 
+/// The compression ratio as every command shows it: file data over image
+/// size, "8.65x" (below 1 when the image is larger, e.g. a tiny layer).
+pub fn ratio(logical: u64, image: u64) -> String {
+    format!("{:.2}x", logical as f64 / image.max(1) as f64)
+}
+
 /// Human-readable bytes.
 pub fn human(n: u64) -> String {
     match scaled(n, 1024.0, &["B", "KiB", "MiB", "GiB", "TiB"]) {

@@ -439,3 +439,34 @@ fn waiting_for_a_server_shows_a_live_line_on_a_terminal() {
     let o = sheaf(["--timeout", "2", "cat", &srv.url("/t.sheaf"), "/a.txt"]);
     assert!(!o.stderr.contains("waiting for"), "{}", o.describe());
 }
+
+/// One way to say the compression ratio: file data over image size, the
+/// same in build's summary, commit's and info's.
+#[test]
+fn build_and_info_say_the_ratio_the_same_way() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    let o = run_cmd(cmd().arg("build").arg(&src).arg("-o").arg(&img));
+    assert_eq!(o.code, 0, "{}", o.describe());
+    // Expected from the tree and the file: regular files' bytes (and the
+    // symlink's target, which an image counts as data too, if it does)
+    // over the image's length, as info's JSON also gives them.
+    let info = json(&sheaf(["info".as_ref(), "--json".as_ref(), img.as_os_str()]).ok());
+    let logical = info["logical_bytes"].as_u64().unwrap();
+    let files: u64 = ["a.txt", "big.bin", "mid.bin", ".hidden"]
+        .iter()
+        .map(|f| fs::metadata(src.join(f)).unwrap().len())
+        .sum();
+    assert!(logical >= files, "{logical} < {files}");
+    let image = fs::metadata(&img).unwrap().len();
+    let want = format!("{:.2}x", logical as f64 / image as f64);
+    assert!(
+        o.stderr.contains(&format!("(ratio {want})")),
+        "{}",
+        o.stderr
+    );
+    let text = sheaf(["info".as_ref(), img.as_os_str()]).ok().text();
+    assert!(text.contains(&format!("ratio:        {want} ")), "{text}");
+}
