@@ -96,6 +96,11 @@ pub struct MountArgs {
     /// mount is ready and serve it from a background process).
     #[arg(short = 'f', long)]
     foreground: bool,
+    /// Once the mount is ready, print it as JSON on stdout: mountpoint,
+    /// pid of the serving process, images, their root digests, and the
+    /// milliseconds it took (not with -f).
+    #[arg(long, conflicts_with = "foreground")]
+    json: bool,
     /// Refuse the image unless its root digest is ROOT (64 hex digits, as
     /// `sheaf root` prints): what was checked once is what is mounted, even
     /// if the server changes it. Once per image, in order (`-`: not pinned).
@@ -195,7 +200,8 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
             p => crate::trust::parse_root(p).map(Some),
         })
         .collect::<Result<Vec<_>>>()?;
-    mount(
+    let started = Instant::now();
+    let code = mount(
         &Target {
             images: &images,
             pins: &pins,
@@ -207,7 +213,33 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
         false,
         &policy,
         remote,
-    )
+    )?;
+    if a.json && code == 0 {
+        print_mounted(mountpoint, started)?;
+    }
+    Ok(code)
+}
+
+/// `sheaf mount --json`: what is mounted, read back from the mount itself
+/// (its statistics report), so the line says what is served.
+fn print_mounted(mountpoint: &Path, started: Instant) -> Result<()> {
+    let mp = absolute(mountpoint);
+    let v = control(&mp, sheaf_mount::STATS_XATTR, sheaf_mount::STATS_IOCTL)?
+        .ok_or_else(|| anyhow!("{}: not the root of a sheaf mount", mp.display()))?;
+    let r: sheaf_mount::stats::Report =
+        serde_json::from_slice(&v).map_err(|e| anyhow!("{}: bad statistics: {e}", mp.display()))?;
+    println!(
+        "{}",
+        serde_json::json!({
+            "mountpoint": mp,
+            "pid": r.pid,
+            "images": r.layers.clone().unwrap_or_else(|| vec![r.image.clone()]),
+            "roots": r.roots,
+            "writable": r.upper.unwrap_or(false),
+            "ms": started.elapsed().as_secs_f64() * 1e3,
+        })
+    );
+    Ok(())
 }
 
 /// `sheaf mount --request FILE`: the typed request of a parent process.

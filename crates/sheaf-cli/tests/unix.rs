@@ -470,3 +470,37 @@ fn build_and_info_say_the_ratio_the_same_way() {
     let text = sheaf(["info".as_ref(), img.as_os_str()]).ok().text();
     assert!(text.contains(&format!("ratio:        {want} ")), "{text}");
 }
+
+/// `sheaf mount --json` says what is mounted once it is ready: the serving
+/// process and the root digest, as `sheaf stats` and `sheaf root` give them.
+#[test]
+fn mount_json_names_the_server_and_the_root() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let o = run_cmd(cmd().args(["mount", "--json"]).arg(&img).arg(&mp)).ok();
+    let m = Mounted::adopt(&mp);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["mountpoint"], mp.to_str().unwrap());
+    assert_eq!(v["pid"].as_i64().unwrap() as i32, m.pid());
+    let root = sheaf(["root".as_ref(), img.as_os_str()]).ok().text();
+    let hex = root.trim().rsplit(':').next().unwrap().to_string();
+    assert_eq!(v["roots"], serde_json::json!([hex]));
+    assert_eq!(v["writable"], false);
+    m.umount();
+    let o = sheaf([
+        "mount",
+        "--json",
+        "-f",
+        img.to_str().unwrap(),
+        mp.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 2, "{}", o.describe());
+}
