@@ -692,7 +692,7 @@ fn time_field(k: u8, sec: i64, nsec: u32) -> String {
 }
 
 /// find's 1 KiB blocks (`%k`, `-ls`), of the 512-byte ones stat(2) shows.
-pub(crate) fn kib(ino: &Inode) -> u64 {
+fn kib(ino: &Inode) -> u64 {
     ino.stat_blocks().div_ceil(2)
 }
 

@@ -224,10 +224,7 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
 /// (its statistics report), so the line says what is served.
 fn print_mounted(mountpoint: &Path, started: Instant) -> Result<()> {
     let mp = absolute(mountpoint);
-    let v = control(&mp, sheaf_mount::STATS_XATTR, sheaf_mount::STATS_IOCTL)?
-        .ok_or_else(|| anyhow!("{}: not the root of a sheaf mount", mp.display()))?;
-    let r: sheaf_mount::stats::Report =
-        serde_json::from_slice(&v).map_err(|e| anyhow!("{}: bad statistics: {e}", mp.display()))?;
+    let r = report(&mp)?;
     println!(
         "{}",
         serde_json::json!({
@@ -317,18 +314,13 @@ pub(crate) fn check_existing(mp: &Path, roots: &[sheaf_format::Digest]) -> Resul
             m.owner.map_or("an unknown user".to_string(), |u| format!("uid {u}"))
         );
     }
-    let v = control(mp, sheaf_mount::STATS_XATTR, sheaf_mount::STATS_IOCTL)
-        .ok()
-        .flatten()
-        .ok_or_else(|| {
-            anyhow!(
-                "{}: the sheaf mount there does not answer: refusing to use it (sheaf umount {})",
-                mp.display(),
-                mp.display()
-            )
-        })?;
-    let r: sheaf_mount::stats::Report =
-        serde_json::from_slice(&v).map_err(|e| anyhow!("{}: bad statistics: {e}", mp.display()))?;
+    let r = report(mp).map_err(|_| {
+        anyhow!(
+            "{}: the sheaf mount there does not answer: refusing to use it (sheaf umount {})",
+            mp.display(),
+            mp.display()
+        )
+    })?;
     let want: Vec<String> = roots.iter().map(|d| sheaf_format::hex(d)).collect();
     if r.roots != want {
         bail!(
@@ -625,14 +617,15 @@ fn alive(pid: i32) -> bool {
     }
 }
 
-/// `sheaf stats`.
-pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
-    let v = match control(
+/// The statistics a mount's server reports (the hidden xattr or ioctl on
+/// its root), as JSON bytes.
+fn stats_bytes(mountpoint: &Path) -> Result<Vec<u8>> {
+    match control(
         mountpoint,
         sheaf_mount::STATS_XATTR,
         sheaf_mount::STATS_IOCTL,
     ) {
-        Ok(Some(v)) => v,
+        Ok(Some(v)) => Ok(v),
         Ok(None) => bail!("{}: not the root of a sheaf mount", mountpoint.display()),
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
             "{}: the mount's process is gone (run `sheaf umount {}`)",
@@ -640,15 +633,25 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
             mountpoint.display()
         ),
         Err(e) => bail!("{}: {e}", mountpoint.display()),
-    };
+    }
+}
+
+/// [`stats_bytes`], typed: what `stats`, `mount --json` and a check of a
+/// mount found in place read.
+fn report(mountpoint: &Path) -> Result<sheaf_mount::stats::Report> {
+    serde_json::from_slice(&stats_bytes(mountpoint)?)
+        .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))
+}
+
+/// `sheaf stats`.
+pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
     if json {
-        let s: serde_json::Value = serde_json::from_slice(&v)
+        let s: serde_json::Value = serde_json::from_slice(&stats_bytes(mountpoint)?)
             .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))?;
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(0);
     }
-    let s: sheaf_mount::stats::Report = serde_json::from_slice(&v)
-        .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))?;
+    let s = report(mountpoint)?;
     println!("image             {}", s.image);
     if let Some(layers) = &s.layers {
         println!(

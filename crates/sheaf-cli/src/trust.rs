@@ -224,16 +224,9 @@ pub fn parse_root(s: &str) -> Result<sheaf_format::Digest> {
     // As `sheaf root` prints it ("sheaf-root-v1 blake3:HEX"), or the hex.
     let s = s.strip_prefix("sheaf-root-v1").map_or(s, str::trim_start);
     let s = s.strip_prefix("blake3:").unwrap_or(s);
-    let bad =
-        || anyhow::anyhow!("{s}: not a root digest (64 hex digits, as `sheaf root IMAGE` prints)");
-    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(bad());
-    }
-    let mut d = [0u8; 32];
-    for (i, b) in d.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-    }
-    Ok(d)
+    sheaf_format::unhex(s).ok_or_else(|| {
+        anyhow::anyhow!("{s}: not a root digest (64 hex digits, as `sheaf root IMAGE` prints)")
+    })
 }
 
 /// Print one signature check, as text or JSON.

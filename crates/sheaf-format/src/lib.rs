@@ -75,6 +75,19 @@ pub fn content_key(hash: &Digest) -> Digest {
     cache_key(Codec::None, hash)
 }
 
+/// A digest from the 64 hex digits [`hex`] writes (either case); `None`
+/// for anything else.
+pub fn unhex(s: &str) -> Option<Digest> {
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut d = [0u8; 32];
+    for (i, b) in d.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(d)
+}
+
 /// Render a digest as lowercase hex (used in messages and `sheaf info`).
 pub fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()

@@ -127,15 +127,9 @@ mod hex_digest {
         let Some(s) = Option::<String>::deserialize(d)? else {
             return Ok(None);
         };
-        let bad = || serde::de::Error::custom(format!("root {s:?}: not 64 hex digits"));
-        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad());
-        }
-        let mut out = [0u8; 32];
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-        }
-        Ok(Some(out))
+        sheaf_format::unhex(&s)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("root {s:?}: not 64 hex digits")))
     }
 }
 

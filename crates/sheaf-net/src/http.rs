@@ -110,6 +110,8 @@ pub struct Http {
     last_error: Mutex<String>,
     /// Whether any route has answered yet (with any status).
     reached: std::sync::atomic::AtomicBool,
+    /// HOST[:PORT] of the first URL: who is waited for (`on_wait`).
+    host: String,
 }
 
 /// What a request asks for.
@@ -133,7 +135,7 @@ pub enum Want<'a> {
 /// long it was tried. Waits are counted in `stats`.
 pub(crate) struct Backoff<'a> {
     /// Who is waited for (a host), for `on_wait`.
-    label: String,
+    label: &'a str,
     on_wait: Option<fn(&str, Duration, Duration)>,
     start: Instant,
     /// When the request gives up.
@@ -148,11 +150,11 @@ impl<'a> Backoff<'a> {
         opts: &HttpOptions,
         limit: Duration,
         stats: &'a NetStats,
-        label: &str,
+        label: &'a str,
     ) -> Self {
         let start = Instant::now();
         Backoff {
-            label: label.to_string(),
+            label,
             on_wait: opts.on_wait,
             start,
             deadline: start + limit.min(opts.deadline),
@@ -176,7 +178,7 @@ impl<'a> Backoff<'a> {
         }
         let wait = self.delay.min(self.deadline - now);
         if let Some(f) = self.on_wait {
-            f(&self.label, now - self.start, self.deadline - self.start);
+            f(self.label, now - self.start, self.deadline - self.start);
         }
         self.stats.retries.fetch_add(1, Relaxed);
         self.stats
@@ -306,6 +308,13 @@ impl Http {
             stats: NetStats::default(),
             last_error: Mutex::new(String::new()),
             reached: std::sync::atomic::AtomicBool::new(false),
+            host: reqwest::Url::parse(url)
+                .ok()
+                .and_then(|u| {
+                    let port = u.port().map_or(String::new(), |p| format!(":{p}"));
+                    u.host_str().map(|h| format!("{h}{port}"))
+                })
+                .unwrap_or_default(),
         })
     }
 
@@ -391,14 +400,7 @@ impl Http {
 
     /// [`Http::get`] with a deadline of its own (at most the configured one).
     pub fn get_within(&self, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
-        let host = reqwest::Url::parse(&self.urls[0])
-            .ok()
-            .and_then(|u| {
-                u.host_str()
-                    .map(|h| format!("{h}{}", u.port().map_or(String::new(), |p| format!(":{p}"))))
-            })
-            .unwrap_or_default();
-        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &host);
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.host);
         let deadline = backoff.deadline;
         let mut failed_in_round = 0;
         loop {

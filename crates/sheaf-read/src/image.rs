@@ -3,8 +3,8 @@
 use crate::cache::Cache;
 use crate::error::ReadError;
 use crate::source::{ObjectStore, Source};
-use sheaf_format::dict::{self, DictLookup, Dictionary};
-use sheaf_format::remote::{self, ImageIndex};
+use sheaf_format::dict::{self, Dictionary};
+use sheaf_format::remote::ImageIndex;
 use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
 use sheaf_format::superblock::level_lengths;
 use sheaf_format::{
@@ -13,6 +13,7 @@ use sheaf_format::{
 };
 use std::sync::Arc;
 
+mod dicts;
 mod load;
 
 /// How much of the file's tail to read on open; usually covers the trailer,
@@ -112,13 +113,6 @@ impl std::fmt::Debug for Image {
         f.debug_struct("Image")
             .field("name", &self.src.name())
             .finish()
-    }
-}
-
-/// Blocks of an image find their dictionaries through [`Image::dictionary`].
-impl DictLookup for Image {
-    fn dictionary(&self, d: &Digest) -> Option<Arc<Dictionary>> {
-        Image::dictionary(self, d)
     }
 }
 
@@ -297,68 +291,6 @@ impl Image {
             dicts: dicts.unwrap_or_default(),
             foreign: Default::default(),
         })
-    }
-
-    /// The dictionaries this image carries (its dictionary section).
-    pub fn dictionaries(&self) -> &[Arc<Dictionary>] {
-        &self.dicts
-    }
-
-    /// Dictionaries not in the image that its blocks' objects named (from a
-    /// shared store or repository), found so far.
-    pub fn foreign_dictionaries(&self) -> Vec<Arc<Dictionary>> {
-        self.foreign.lock().expect("lock").clone()
-    }
-
-    /// The dictionary with digest `d`: the image's own, or one a shared
-    /// object named, found in the object store or, from a repository, as
-    /// the object of that digest (checked against it). `None` if nowhere.
-    pub fn dictionary(&self, d: &Digest) -> Option<Arc<Dictionary>> {
-        if let Some(x) = self.dicts.as_slice().dictionary(d) {
-            return Some(x);
-        }
-        if let Some(x) = self.foreign.lock().expect("lock").as_slice().dictionary(d) {
-            return Some(x);
-        }
-        // A dictionary travels as the object of its digest, stored as is
-        // (codec 0: format.md §13), and is checked against that digest.
-        let decode = |codec: sheaf_format::Codec, b: &[u8]| -> Option<Dictionary> {
-            let x = (codec == sheaf_format::Codec::None)
-                .then(|| Dictionary::new(b.to_vec()).ok())??;
-            (x.digest() == d).then_some(x)
-        };
-        let found = self
-            .store
-            .as_ref()
-            .and_then(|s| s.get(&sheaf_format::content_key(d)))
-            .and_then(|obj| {
-                let (codec, b) = remote::decode_object(&obj).ok()?;
-                decode(codec, b)
-            })
-            .or_else(|| {
-                if self.src.ranged() {
-                    return None; // an image file holds no objects by digest
-                }
-                let r = BlockRef {
-                    hash: *d,
-                    offset: 0,
-                    codec: sheaf_format::Codec::None,
-                    clen: 0,
-                    ulen: 0,
-                };
-                let (codec, b) = self.src.read_object(&r).ok()?;
-                let x = decode(codec, &b)?;
-                if let Some(s) = &self.store {
-                    s.put(
-                        &sheaf_format::content_key(d),
-                        &remote::encode_object(sheaf_format::Codec::None, x.bytes()),
-                    );
-                }
-                Some(x)
-            })?;
-        let found = Arc::new(found);
-        self.foreign.lock().expect("lock").push(found.clone());
-        Some(found)
     }
 
     /// Consult and fill `store` (a node's disk cache) for pages and blocks.

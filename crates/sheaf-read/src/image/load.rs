@@ -48,12 +48,13 @@ impl Image {
         if let Some(store) = &self.store {
             // Keyed by what the ref decodes to: an object that fails here
             // is damaged, never another image's (sheaf_format::cache_key).
-            if let Some(obj) = store.get(&r.key()) {
+            let key = r.key();
+            if let Some(obj) = store.get(&key) {
                 match remote::decode_object(&obj)
                     .and_then(|(codec, b)| self.decode_checked(r, codec, b, &mut data, end))
                 {
                     Ok(()) => return Ok(data),
-                    Err(_) => store.remove(&r.key()),
+                    Err(_) => store.remove(&key),
                 }
             }
         }
