@@ -549,6 +549,9 @@ pub fn build(
             "max_stale_pct": opts.base_max_stale_pct,
         });
     }
+    if !opts.labels.is_empty() {
+        info["labels"] = serde_json::json!(opts.labels);
+    }
     if !dicts.is_empty() {
         info["dictionaries"] = dicts
             .iter()

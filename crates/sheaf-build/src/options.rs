@@ -136,6 +136,10 @@ pub struct BuildOptions {
     /// start, see [`crate::dict::STREAM_HOLD_BYTES`]); with `base`, that
     /// image's dictionary is used instead of training one.
     pub dictionary: bool,
+    /// Labels the tool that builds the image records in its build
+    /// information (format.md §4, `labels`), e.g. `pool` = NAME/VERSION.
+    /// They do not change how anything is read.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Default [`BuildOptions::base_max_stale_pct`]: a fifth (docs/build.md).
@@ -182,6 +186,7 @@ impl Default for BuildOptions {
             base: None,
             base_max_stale_pct: DEFAULT_BASE_MAX_STALE_PCT,
             dictionary: true,
+            labels: Default::default(),
         }
     }
 }

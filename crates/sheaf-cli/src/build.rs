@@ -76,9 +76,9 @@ pub struct ImageArgs {
     /// of their own. For archives that are read whole: --pack-size 4M -c xz:9.
     #[arg(long, value_name = "SIZE")]
     pack_size: Option<String>,
-    /// Do not train a zstd dictionary on SOURCE's small files. By default
+    /// Do not train a zstd dictionary on the input's small files. By default
     /// an image compressed with zstd gets one (110 KiB, kept in the image)
-    /// when SOURCE has 16 MiB or more of small files, sampled across a
+    /// when the input has 16 MiB or more of small files, sampled across a
     /// directory or from the first 32 MiB of a tar stream; its packs come
     /// out 1–3% smaller. Readers older than the dictionary format refuse
     /// such images.
@@ -90,7 +90,7 @@ pub struct ImageArgs {
     /// Compression threads (default: all cores). Does not change the output.
     #[arg(short = 'j', long, value_name = "N")]
     threads: Option<usize>,
-    /// Leave out paths matching GLOB (relative to SOURCE, or a bare name). Repeatable.
+    /// Leave out paths matching GLOB (relative to the input's top, or a bare name). Repeatable.
     #[arg(long, value_name = "GLOB")]
     exclude: Vec<String>,
     /// Store every entry as owned by UID:GID.
@@ -160,6 +160,7 @@ impl ImageArgs {
             base: None,
             base_max_stale_pct: sheaf_build::options::DEFAULT_BASE_MAX_STALE_PCT,
             dictionary: !self.no_dict,
+            labels: Default::default(),
         })
     }
 }

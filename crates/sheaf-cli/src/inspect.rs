@@ -162,11 +162,24 @@ pub fn info(
             human(v["hole_bytes"].as_u64().unwrap_or(0))
         )?;
     }
+    // "zstd:12 (1 block stored raw, 1 zstd)": blocks that did not shrink
+    // are stored raw ("none").
+    let by_codec = v["blocks_by_codec"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, n)| match k.as_str() {
+                    "none" => format!("{n} stored raw"),
+                    _ => format!("{n} {k}"),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
     writeln!(
         o,
-        "codecs:       {} (blocks: {})",
+        "codecs:       {} (blocks: {by_codec})",
         build["compression"].as_str().unwrap_or("?"),
-        v["blocks_by_codec"]
     )?;
     writeln!(
         o,
@@ -680,7 +693,8 @@ pub fn check(
                 "image": image.display().to_string(),
                 "ok": rep.errors.is_empty(),
                 "pages": rep.pages, "blocks": rep.blocks, "inodes": rep.inodes, "entries": rep.entries,
-                "block_bytes": rep.block_bytes, "logical_bytes": img.superblock().logical_bytes,
+                "block_bytes": rep.block_bytes, "stored_data_bytes": img.superblock().stored_data_bytes,
+                "logical_bytes": img.superblock().logical_bytes,
                 "data_bytes": logical, "mb_per_s": logical as f64 / secs / 1e6,
                 "seconds": secs, "errors": rep.errors,
                 "bad_blocks": rep.bad_blocks, "damaged_files": rep.damaged_files,
@@ -689,11 +703,12 @@ pub fn check(
         );
     } else if rep.errors.is_empty() {
         println!(
-            "{}: OK: {} pages, {} blocks ({}), {} inodes, a tree of {} entries verified in {:.2} s ({:.0} MB/s of file data)",
+            "{}: OK: {} pages, {} blocks ({} of data, {} stored), {} inodes, a tree of {} entries verified in {:.2} s ({:.0} MB/s of file data)",
             image.display(),
             rep.pages,
             rep.blocks,
             human(rep.block_bytes),
+            human(img.superblock().stored_data_bytes),
             rep.inodes,
             rep.entries,
             secs,

@@ -56,8 +56,46 @@ Most used:
 Images are files, http(s):// or ssh:// URLs (fetched lazily into a node
 cache) or published repositories; ls, mount and run also take stacks
 BASE,LAYER (later layers win). The flags under
-'Remote images (URLs)' apply to every command that reads a URL.
+'Remote images (URLs)' apply to every command that reads a URL
+('sheaf help remote' says more).
 'sheaf COMMAND --help' explains each command; 'man sheaf-COMMAND' too.";
+
+const REMOTE_ABOUT: &str = "\
+How remote images are reached and cached. Every command that reads an image
+(ls, cat, find, du, info, check, extract, mount, run, pool load, bcast...)
+takes these flags; only the pages and blocks a command touches are fetched,
+each checked against its digest before use.";
+
+const REMOTE_AFTER_HELP: &str = "\
+Image forms:
+  data.sheaf                       a file
+  https://host/data.sheaf          a whole image on any web server or S3-style
+                                   store (Range requests)
+  https://host/repo/data           a repository that `sheaf publish` wrote
+                                   (whole objects named by digest; proxies cache them)
+  ssh://user@host/path/data.sheaf  over SFTP, with your OpenSSH keys and agent
+  BASE,LAYER                       a stack (ls, mount, run)
+
+Credentials in URLs (user:password@, signed query parameters) never appear
+in /proc/mounts, errors or `sheaf stats`.
+
+Examples:
+  sheaf ls https://host/data.sheaf sub/dir
+  sheaf mount --mirror https://b/data.sheaf https://a/data.sheaf /mnt/data
+  SHEAF_PROXY='http://squid:3128;DIRECT' sheaf cat https://host/repo/data README
+
+More: docs/remote.md, 'man sheaf'.";
+
+/// `sheaf help remote`: the remote flags with what they are for.
+pub(crate) fn remote_help() -> clap::Command {
+    use clap::Args;
+    util::RemoteArgs::augment_args(clap::Command::new("sheaf help remote"))
+        .about(REMOTE_ABOUT)
+        .override_usage("sheaf COMMAND [REMOTE FLAGS] [ARGS]...")
+        .disable_help_flag(true)
+        .disable_version_flag(true)
+        .after_help(REMOTE_AFTER_HELP)
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -277,6 +315,10 @@ fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if sheaf_cli::options::is_helper(args.first().map(|a| a.as_os_str())) {
         finish(mount::mount_helper(args));
+    }
+    if args.len() == 3 && args[1] == "help" && args[2] == "remote" {
+        print!("{}", remote_help().render_help());
+        std::process::exit(0);
     }
     let parsed = command()
         .try_get_matches()

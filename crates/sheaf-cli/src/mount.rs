@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 const MOUNT_OPTIONS_HELP: &str = "\
 Mount options (-o, comma-separated, repeatable):
-  cache_size=SIZE   decompressed-block cache (default 256M; e.g. 64M, 2G)
+  mem_cache=SIZE    memory for decompressed blocks (default 256M; e.g. 64M, 2G;
+                    also cache_size=, its old name; the disk cache of remote
+                    images is cache_quota= / --cache-size)
   threads=N         request threads (default: 4 per core, 8..32)
   readahead=N       blocks decompressed ahead of a sequential reader (default 1; 0 = off)
   readdirplus=WHEN  list directories with attributes: auto (default), always, never
@@ -54,7 +56,7 @@ Logs: with -f, stderr; otherwise the file given with log=FILE, else syslog.
 Remote images (URLs) use the node cache and network flags shared by all
 commands (see 'sheaf --help'); as mount options, for fstab:
   cache_dir=DIR     node cache (--cache-dir)
-  cache_quota=SIZE  its size quota (--cache-size; cache_size= is the memory cache)
+  cache_quota=SIZE  its size quota (--cache-size; mem_cache= is the memory cache)
   no_cache          fetch every read (--no-cache)
   mirror=URL        another URL of the same image (repeatable; --mirror)
   proxy=P1;P2;DIRECT  proxies in order, ';'-separated (--proxy)
@@ -62,11 +64,11 @@ commands (see 'sheaf --help'); as mount options, for fstab:
 
 In /etc/fstab (mount(8) runs /sbin/mount.fuse.sheaf, a link to this program
 installed by `make install`):
-  /images/stack.sheaf  /opt/stack  fuse.sheaf  defaults,allow_other,cache_size=1G  0 0
+  /images/stack.sheaf  /opt/stack  fuse.sheaf  defaults,allow_other,mem_cache=1G  0 0
 
 Examples:
   sheaf mount data.sheaf /mnt/data && ls /mnt/data
-  sheaf mount -o cache_size=1G,allow_other stack.sheaf /opt/stack
+  sheaf mount -o mem_cache=1G,allow_other stack.sheaf /opt/stack
   sheaf mount site.sheaf project.sheaf /opt/sw          (a union, read-only)
   sheaf mount base.sheaf /work --upper changes/          (writable overlay)
   sheaf stats /mnt/data

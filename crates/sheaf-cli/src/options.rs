@@ -129,10 +129,11 @@ impl MountOptions {
                 .map_err(|_| anyhow!("mount option {key}={v}: {what} must be a number"))
         };
         match key {
-            "cache_size" => {
+            // cache_size= is mem_cache='s first name, kept for fstab lines.
+            "mem_cache" | "cache_size" => {
                 let v = need()?;
                 p.cache_size =
-                    parse_size64(v).map_err(|e| anyhow!("mount option cache_size: {e}"))? as usize;
+                    parse_size64(v).map_err(|e| anyhow!("mount option {key}: {e}"))? as usize;
             }
             "threads" => {
                 p.threads = num("threads")? as usize;

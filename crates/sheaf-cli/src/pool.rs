@@ -72,6 +72,9 @@ pub enum PoolCmd {
         /// Only say what would be removed.
         #[arg(long)]
         dry_run: bool,
+        /// Print what was (or would be) removed as JSON (docs/json.md).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -130,7 +133,11 @@ pub fn run(cmd: PoolCmd, remote: &RemoteArgs) -> Result<i32> {
         PoolCmd::List { json } => list(json),
         PoolCmd::Avail { json } => avail(json, remote),
         PoolCmd::Publish { paths, name, json } => publish(paths, name, json, remote),
-        PoolCmd::Gc { keep, dry_run } => gc(keep, dry_run),
+        PoolCmd::Gc {
+            keep,
+            dry_run,
+            json,
+        } => gc(keep, dry_run, json),
     }
 }
 
@@ -145,6 +152,8 @@ fn build(a: PoolBuildArgs) -> Result<i32> {
     }
     let mut opts = a.image.options()?;
     opts.pack_boundaries = sheaf_pool::pack_boundaries(&a.dir)?;
+    // `pool load FILE` mounts it by this name, wherever the file lies.
+    opts.labels.insert(POOL_LABEL.into(), a.name.clone());
     let input = sheaf_build::Input::Dir(a.dir.clone());
     let names: Vec<String> = layout
         .packages
@@ -187,7 +196,27 @@ fn resolve(arg: &str, cfg: &Config, remote: &RemoteArgs) -> Result<(String, Stri
         }
         bail!("{arg}: no such pool file, and not a NAME/VERSION");
     }
-    name_from_path(arg).map(|(n, v)| (n, v, arg.to_string()))
+    let img = crate::util::open_image(Path::new(arg), remote)?;
+    name_of(&img, arg).map(|(n, v)| (n, v, arg.to_string()))
+}
+
+/// The name a pool image was built with (`pool build --name`, kept in its
+/// build information), else one made from where the file lies.
+fn name_of(img: &sheaf_read::Image, arg: &str) -> Result<(String, String)> {
+    match recorded_name(img) {
+        Some(n) => sheaf_pool::parse_name(&n)
+            .with_context(|| format!("{arg}: the pool name recorded in the image")),
+        None => name_from_path(arg),
+    }
+}
+
+/// The build-information label that holds a pool's NAME/VERSION.
+const POOL_LABEL: &str = "pool";
+
+/// `pool build --name`'s NAME/VERSION, as recorded in the image.
+fn recorded_name(img: &sheaf_read::Image) -> Option<String> {
+    let info: serde_json::Value = serde_json::from_str(&img.build_info().ok()??).ok()?;
+    info["labels"][POOL_LABEL].as_str().map(str::to_string)
 }
 
 /// NAME and VERSION from a file or URL named like
@@ -258,6 +287,17 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
         let policy = a.policy.load()?;
         let img = crate::util::open_image(&local, remote)?;
         crate::trust::enforce(&policy, &img, &local)?;
+        // A file or URL is named by what it records, read when first
+        // opened: the copy must say the same.
+        let by_file = sheaf_net::is_url(&a.pool) || Path::new(&a.pool).exists();
+        if let (true, Some(n)) = (by_file, recorded_name(&img)) {
+            if n != format!("{name}/{version}") {
+                bail!(
+                    "{}: the copy is pool {n}, not {name}/{version} (the image changed while it was loaded); run sheaf pool load again",
+                    local.display()
+                );
+            }
+        }
         img.root_digest()
     };
     // Ranks sharing a node mount once: the first under the lock mounts, the
@@ -325,10 +365,21 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `pool unload` takes NAME/VERSION, the pool's image file (named by what
+/// it records) or its mount point.
 fn unload(pool: &str, sh: bool) -> Result<i32> {
     let cfg = config()?;
-    let (n, v) = sheaf_pool::parse_name(pool)?;
-    let mp = cfg.mount_point(&n, &v);
+    let given = Path::new(pool);
+    let mp = if given.is_dir() && sheaf_mounted(given) {
+        given.to_path_buf()
+    } else if given.is_file() {
+        let img = sheaf_read::open_path(given)?;
+        let (n, v) = name_of(&img, pool)?;
+        cfg.mount_point(&n, &v)
+    } else {
+        let (n, v) = sheaf_pool::parse_name(pool)?;
+        cfg.mount_point(&n, &v)
+    };
     if !sheaf_mounted(&mp) {
         bail!(
             "pool {pool} is not loaded (nothing mounted at {})",
@@ -477,7 +528,7 @@ fn publish(
     Ok(0)
 }
 
-fn gc(keep: usize, dry_run: bool) -> Result<i32> {
+fn gc(keep: usize, dry_run: bool, json: bool) -> Result<i32> {
     let cfg = config()?;
     let mut copies = local_copies(&cfg);
     // Newest first within each pool name.
@@ -487,6 +538,7 @@ fn gc(keep: usize, dry_run: bool) -> Result<i32> {
     });
     let mut kept: std::collections::HashMap<String, usize> = Default::default();
     let mut freed = 0u64;
+    let mut removed = Vec::new();
     for (pool, path, bytes, _) in copies {
         let (n, v) = sheaf_pool::parse_name(&pool).unwrap_or_default();
         let k = kept.entry(n.clone()).or_default();
@@ -494,14 +546,27 @@ fn gc(keep: usize, dry_run: bool) -> Result<i32> {
             *k += 1;
             continue;
         }
-        if dry_run {
-            println!("would remove {}", path.display());
-        } else {
+        if !dry_run {
             std::fs::remove_file(&path).with_context(|| path.display().to_string())?;
             let _ = std::fs::remove_file(sheaf_trust::policy::detached_path(&path));
+        }
+        if json {
+            removed.push(serde_json::json!({
+                "pool": pool, "path": path.display().to_string(), "bytes": bytes,
+            }));
+        } else if dry_run {
+            println!("would remove {}", path.display());
+        } else {
             println!("removed {}", path.display());
         }
         freed += bytes;
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"dry_run": dry_run, "removed": removed, "freed_bytes": freed})
+        );
+        return Ok(0);
     }
     eprintln!(
         "{} {}",

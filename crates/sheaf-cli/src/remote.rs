@@ -233,6 +233,9 @@ pub struct OptimizeArgs {
     /// Replace the output if it exists.
     #[arg(short = 'f', long)]
     force: bool,
+    /// Print what was written as JSON (docs/json.md).
+    #[arg(long)]
+    json: bool,
 }
 
 /// `sheaf optimize`: the same tree with the listed files' blocks first and
@@ -289,6 +292,22 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
         &Default::default(),
         a.force,
     )?;
+    if a.json {
+        // The new root, read back from what was written.
+        let out = sheaf_read::open_path(&a.output)?;
+        println!(
+            "{}",
+            json!({
+                "output": a.output.display().to_string(),
+                "bytes": len,
+                "root_digest": sheaf_format::hex(&out.root_digest()),
+                "from_root": sheaf_format::hex(&img.root_digest()),
+                "prefetch_blocks": first.len(),
+                "blocks": sb.block_count,
+            })
+        );
+        return Ok(0);
+    }
     println!(
         "wrote {} ({}): {} of {} blocks placed first and listed for prefetch",
         a.output.display(),

@@ -565,7 +565,7 @@ fn the_small_sheaf_mounts_local_images_and_hands_the_rest_over() {
     };
     let mp = t.path().join("mnt");
     {
-        let _m = mount(&img, &mp, &["cache_size=32M"]);
+        let _m = mount(&img, &mp, &["mem_cache=32M"]);
         assert_eq!(exe_of(&mp), "sheaf");
         same_content(&src.join("big2.bin"), &mp.join("big2.bin")).unwrap();
     }

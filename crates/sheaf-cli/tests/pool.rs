@@ -786,3 +786,106 @@ fn pool_load_never_uses_a_foreign_or_different_mount_at_its_mount_point() {
     let ran = run_cmd(&mut Command::new(mp.join("install/tool/2.0/bin/tool"))).ok();
     assert_eq!(ran.text().trim(), "the real tool");
 }
+
+/// `pool load ./demo.sheaf` of a pool built `--name demo/1.0` mounts it by
+/// the name it records, so `pool unload demo/1.0` finds it; unload also
+/// takes the file and the mount point. `pool gc --json` says what it
+/// removes, keeping the newest version and any mounted one.
+#[test]
+fn a_pool_file_loads_by_its_recorded_name_and_gc_says_what_it_removes() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let pool = t.path().join("pool");
+    make_pool(&pool, "demo says hi");
+    let img = t.path().join("demo.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "--name".as_ref(),
+        "demo/1.0".as_ref(),
+        "-q".as_ref(),
+    ])
+    .ok();
+    let conf = t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = []\nlocal = \"{l}\"\nmounts = \"{m}\"\n",
+            l = t.path().join("local").display(),
+            m = t.path().join("mnt").display()
+        )
+        .as_bytes(),
+    );
+    let mp = t.path().join("mnt/demo/1.0");
+    let env = |c: &mut Command| {
+        c.env("SHEAF_CONFIG", &conf);
+    };
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut c = cmd();
+        env(&mut c);
+        run_cmd(c.args(args))
+    };
+    let load = || {
+        let o = run(&["pool".as_ref(), "load".as_ref(), img.as_os_str()]);
+        assert_eq!(o.code, 0, "{}", o.describe());
+        assert!(is_mounted(&mp), "not mounted at {}", mp.display());
+        assert!(mp.join("modulefiles/tool/2.0.lua").is_file());
+    };
+    for how in [
+        "demo/1.0".into(),
+        img.clone().into_os_string(),
+        mp.clone().into_os_string(),
+    ] {
+        load();
+        let o = run(&["pool".as_ref(), "unload".as_ref(), how.as_os_str()]);
+        assert_eq!(o.code, 0, "unload {how:?}: {}", o.describe());
+        assert!(!is_mounted(&mp), "unload {how:?} left the pool mounted");
+    }
+    // Two older versions beside the loaded one: gc keeps the newest and
+    // the mounted one, and removes the oldest.
+    let local = t.path().join("local/demo");
+    assert!(local.join("1.0.sheaf").is_file());
+    for (v, age) in [("0.8", 3000), ("0.9", 2000)] {
+        std::fs::copy(local.join("1.0.sheaf"), local.join(format!("{v}.sheaf"))).unwrap();
+        let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+        let f = std::fs::File::options()
+            .write(true)
+            .open(local.join(format!("{v}.sheaf")))
+            .unwrap();
+        f.set_modified(when).unwrap();
+    }
+    let size = std::fs::metadata(local.join("0.8.sheaf")).unwrap().len();
+    load();
+    let gc = |dry: bool| {
+        let mut a: Vec<&std::ffi::OsStr> = vec!["pool".as_ref(), "gc".as_ref(), "--json".as_ref()];
+        if dry {
+            a.push("--dry-run".as_ref());
+        }
+        json(&run(&a).ok())
+    };
+    let dry = gc(true);
+    let removed: Vec<&str> = dry["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["pool"].as_str().unwrap())
+        .collect();
+    // 1.0 is mounted (kept, but counts as the kept newest), so 0.9 and 0.8 go.
+    assert_eq!(removed, ["demo/0.9", "demo/0.8"], "{dry}");
+    assert_eq!(dry["freed_bytes"].as_u64().unwrap(), 2 * size, "{dry}");
+    assert!(
+        local.join("0.8.sheaf").is_file(),
+        "--dry-run removed a copy"
+    );
+    let done = gc(false);
+    assert_eq!(done["removed"], dry["removed"]);
+    assert!(!local.join("0.8.sheaf").exists() && !local.join("0.9.sheaf").exists());
+    assert!(local.join("1.0.sheaf").is_file());
+    let o = run(&["pool".as_ref(), "unload".as_ref(), "demo/1.0".as_ref()]);
+    assert_eq!(o.code, 0, "{}", o.describe());
+}

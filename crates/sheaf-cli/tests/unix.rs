@@ -504,3 +504,92 @@ fn mount_json_names_the_server_and_the_root() {
     ]);
     assert_eq!(o.code, 2, "{}", o.describe());
 }
+
+/// `sheaf help remote` explains the remote flags; `check` and `info` say
+/// block bytes the same way (data and stored), info's codec line is text,
+/// not JSON, and a bad block's error names the block once.
+#[test]
+fn help_remote_and_one_way_to_say_block_bytes() {
+    let h = sheaf(["help", "remote"]).ok().text();
+    assert!(
+        h.starts_with("How remote images are reached and cached"),
+        "{h}"
+    );
+    for f in ["--cache-dir", "--proxy", "--timeout", "--mirror", "ssh://"] {
+        assert!(h.contains(f), "{f} missing from: {h}");
+    }
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    sheaf([
+        "build".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+    ])
+    .ok();
+    let info = json(&sheaf(["info".as_ref(), "--json".as_ref(), img.as_os_str()]).ok());
+    let stored = info["stored_data_bytes"].as_u64().unwrap();
+    let text = sheaf(["info".as_ref(), img.as_os_str()]).ok().text();
+    let codecs = text.lines().find(|l| l.starts_with("codecs:")).unwrap();
+    assert!(!codecs.contains('{') && !codecs.contains('"'), "{codecs}");
+    let check = sheaf(["check".as_ref(), img.as_os_str()]).ok().text();
+    let human_stored = if stored < 1024 {
+        format!("{stored} B stored")
+    } else {
+        format!("{:.1} KiB stored", stored as f64 / 1024.0)
+    };
+    assert!(check.contains(&human_stored), "{check} / {stored}");
+    // A flipped byte in the first data block (right after the 64-byte header).
+    let mut bytes = fs::read(&img).unwrap();
+    bytes[64 + 10] ^= 0xff;
+    fs::write(&img, &bytes).unwrap();
+    let o = sheaf(["check".as_ref(), img.as_os_str()]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    let line = o.stderr.lines().next().unwrap();
+    assert_eq!(line.matches("data block").count(), 1, "{line}");
+    assert!(line.contains("checksum mismatch at offset 64"), "{line}");
+}
+
+/// `optimize --json` and the new image agree: its root is `sheaf root`'s.
+#[test]
+fn optimize_json_names_the_new_root() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    tree(&src);
+    let img = t.path().join("t.sheaf");
+    sheaf([
+        "build".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+    ])
+    .ok();
+    let list = t.path().join("first");
+    fs::write(&list, "big.bin\n").unwrap();
+    let out = t.path().join("o.sheaf");
+    let j = json(
+        &sheaf([
+            "optimize".as_ref(),
+            img.as_os_str(),
+            "--prefetch".as_ref(),
+            list.as_os_str(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            "--json".as_ref(),
+        ])
+        .ok(),
+    );
+    let root = sheaf(["root".as_ref(), out.as_os_str()]).ok().text();
+    // `sheaf root` prints "sheaf-root-v1 blake3:HEX".
+    assert_eq!(
+        root.trim().rsplit(':').next().unwrap(),
+        j["root_digest"].as_str().unwrap()
+    );
+    assert_eq!(
+        j["bytes"].as_u64().unwrap(),
+        fs::metadata(&out).unwrap().len()
+    );
+    assert_eq!(j["prefetch_blocks"].as_u64().unwrap(), 1);
+}

@@ -25,8 +25,10 @@ pub enum FormatError {
         /// What is wrong with it.
         detail: String,
     },
-    /// A hash over some bytes did not match the recorded digest.
-    #[error("checksum mismatch in {0}")]
+    /// A hash over some bytes did not match the recorded digest. The
+    /// string is a detail the reader adds (e.g. "at offset 4096"); which
+    /// part failed is said by the error that wraps this one.
+    #[error("checksum mismatch{}", if .0.is_empty() { String::new() } else { format!(" {}", .0) })]
     HashMismatch(String),
     /// A block names a dictionary the reader was not given (format.md §7).
     #[error(

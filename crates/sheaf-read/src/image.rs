@@ -221,7 +221,7 @@ impl Image {
         if sheaf_format::digest(&table) != trailer.root_digest {
             return Err(fmt(
                 "section table",
-                FormatError::HashMismatch("section table (root digest)".into()),
+                FormatError::HashMismatch("against the root digest".into()),
             ));
         }
         let sections = SectionEntry::decode_table(&table, trailer.table_offset)
@@ -235,7 +235,7 @@ impl Image {
                     .ok_or_else(|| fmt(what, FormatError::invalid(what, "too large")))?;
                 let b = fetch(s.offset, n)?;
                 if sheaf_format::digest(&b) != s.hash {
-                    return Err(fmt(what, FormatError::HashMismatch(what.into())));
+                    return Err(fmt(what, FormatError::HashMismatch(String::new())));
                 }
                 Ok(b)
             };
@@ -466,7 +466,7 @@ impl Image {
             return Err(ReadError::format(
                 self.name(),
                 &what,
-                FormatError::HashMismatch(format!("{what} (kind {:?})", s.kind)),
+                FormatError::HashMismatch(format!("(section kind {:?})", s.kind)),
             ));
         }
         Ok(b)

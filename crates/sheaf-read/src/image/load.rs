@@ -74,8 +74,7 @@ impl Image {
                 Err(_) if routes_left > 0 && self.src.reject(r.offset) => routes_left -= 1,
                 Err(FormatError::HashMismatch(_)) => {
                     return Err(err(FormatError::HashMismatch(format!(
-                        "{} at offset {}",
-                        what(),
+                        "at offset {}",
                         r.offset
                     ))))
                 }
@@ -278,8 +277,7 @@ impl Image {
         match r.verify_stored(codec, &stored, scratch, self) {
             Ok(()) => Ok((codec, stored)),
             Err(FormatError::HashMismatch(_)) => Err(err(FormatError::HashMismatch(format!(
-                "{} at offset {}",
-                what(),
+                "at offset {}",
                 r.offset
             )))),
             Err(e) => Err(err(e)),
