@@ -24,7 +24,11 @@ pub struct ExtractArgs {
         value_hint = clap::ValueHint::DirPath
     )]
     dir: PathBuf,
-    /// Print a JSON report on stdout.
+    /// Go on past files the image cannot give (a damaged block): extract
+    /// everything that verifies, list what is lost, and exit 1.
+    #[arg(short = 'k', long)]
+    keep_going: bool,
+    /// Print a JSON report on stdout (docs/json.md).
     #[arg(long)]
     json: bool,
 }
@@ -59,6 +63,7 @@ pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let opts = ExtractOptions {
         target: a.dir.clone(),
         paths: a.paths.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        keep_going: a.keep_going,
     };
     let s = match sheaf_read::extract(&img, &opts) {
         Ok(s) => s,
@@ -71,15 +76,28 @@ pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 full.display()
             );
         }
+        Err(e @ sheaf_read::ExtractError::Read(_)) => anyhow::bail!(
+            "{} (extraction stopped; sheaf extract --keep-going extracts every file that verifies and lists the others)",
+            sheaf_format::one_line(&e)
+        ),
         Err(e) => return Err(e.into()),
     };
+    let lost: Vec<serde_json::Value> = s
+        .lost
+        .iter()
+        .map(|l| serde_json::json!({"path": l.path, "error": l.error}))
+        .collect();
     if a.json {
         println!(
             "{}",
             serde_json::json!({"directory": s.directory, "entries": s.entries, "bytes": s.bytes,
-                "unrestored_attributes": s.unrestored, "first_unrestored": s.first_unrestored})
+                "unrestored_attributes": s.unrestored, "first_unrestored": s.first_unrestored,
+                "lost": lost})
         );
     } else {
+        for l in &s.lost {
+            eprintln!("sheaf: {}: lost: {}", l.path, l.error);
+        }
         eprintln!(
             "extracted {} entries ({}) into {}",
             s.entries,
@@ -93,8 +111,17 @@ pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 s.first_unrestored.as_deref().unwrap_or("?")
             );
         }
+        if !s.lost.is_empty() {
+            eprintln!(
+                "sheaf: error: {} entr{} could not be read from {} and {} left out (listed above)",
+                s.lost.len(),
+                if s.lost.len() == 1 { "y" } else { "ies" },
+                sheaf_net::redact(&a.image.to_string_lossy()),
+                if s.lost.len() == 1 { "was" } else { "were" },
+            );
+        }
     }
-    Ok(0)
+    Ok(i32::from(!s.lost.is_empty()))
 }
 
 /// Whether `p`, missing from the image, looks like a directory to extract

@@ -447,3 +447,73 @@ fn random_flips_are_always_detected_and_never_leak_wrong_bytes() {
         problems.join("\n  ")
     );
 }
+
+/// `extract --keep-going` of an image with a bad data block writes every
+/// other file byte for byte, lists the lost one (its whole file, not a
+/// half-written one), and exits 1; without it the extraction stops and
+/// says how to salvage.
+#[test]
+fn extract_keep_going_salvages_every_file_that_verifies() {
+    let b = base();
+    let bad = damage(&b, Damage::FlipDataBlock0);
+    let out = b.dir.join("salvage");
+    let o = sheaf([
+        "extract".as_ref(),
+        "--keep-going".as_ref(),
+        bad.as_os_str(),
+        "-C".as_ref(),
+        out.as_os_str(),
+    ]);
+    o.no_panic();
+    assert_eq!(o.code, 1, "{}", o.describe());
+    let lines = o.err_lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with(&format!("sheaf: {VICTIM}: lost: "))),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("sheaf: error: 1 entry could not be read"),
+        "{}",
+        o.describe()
+    );
+    assert!(!out.join(VICTIM).exists(), "a half-written {VICTIM} stayed");
+    for f in [INTACT, "dir/c.txt"] {
+        assert_eq!(
+            fs::read(out.join(f)).unwrap(),
+            fs::read(b.src.join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert_eq!(fs::read_link(out.join("link")).unwrap(), Path::new("a.bin"));
+    // The JSON report lists the same loss.
+    let out2 = b.dir.join("salvage2");
+    let o = sheaf([
+        "extract".as_ref(),
+        "-k".as_ref(),
+        "--json".as_ref(),
+        bad.as_os_str(),
+        "-C".as_ref(),
+        out2.as_os_str(),
+    ]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    let j = json(&o);
+    let lost = j["lost"].as_array().unwrap();
+    assert_eq!(lost.len(), 1, "{j}");
+    assert_eq!(lost[0]["path"], VICTIM);
+    assert!(lost[0]["error"].as_str().unwrap().contains("data block 0"));
+    // Without --keep-going: one line that says how to salvage.
+    let o = sheaf([
+        "extract".as_ref(),
+        bad.as_os_str(),
+        "-C".as_ref(),
+        b.dir.join("stopped").as_os_str(),
+    ]);
+    assert_clean_failure(&o, &bad, "extract without -k");
+    assert!(o.stderr.contains("--keep-going"), "{}", o.describe());
+}

@@ -60,6 +60,22 @@ pub struct ExtractOptions {
     /// Paths inside the image to extract, each with its parent directories
     /// (empty: the whole tree, and the root's attributes go to `target`).
     pub paths: Vec<Vec<u8>>,
+    /// Go on past an entry the image cannot give (a bad block, a damaged
+    /// directory or inode): it is listed in [`ExtractReport::lost`] and left
+    /// out, and everything that verifies is extracted. Without it the first
+    /// such entry stops the extraction. A file is never left half-written:
+    /// one whose data fails is removed either way.
+    pub keep_going: bool,
+}
+
+/// An entry [`extract`] left out because the image could not give it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    /// Its path relative to the target (a directory's ends in `/`: what it
+    /// holds past the damage is lost with it).
+    pub path: String,
+    /// Why, one line (names the image and the bad part).
+    pub error: String,
 }
 
 /// What an extraction did.
@@ -76,6 +92,9 @@ pub struct ExtractReport {
     pub unrestored: u64,
     /// The first of those, as "NAME: what: why".
     pub first_unrestored: Option<String>,
+    /// With [`ExtractOptions::keep_going`]: what could not be read, in the
+    /// order met.
+    pub lost: Vec<Lost>,
 }
 
 /// Why an extraction stopped. What it had written stays.
@@ -165,6 +184,7 @@ fn extract_with(
         is_root: unsafe { libc::geteuid() } == 0,
         buf: vec![0; img.superblock().block_size as usize],
         seen: Seen::new(img),
+        keep_going: opts.keep_going,
     };
     let all: [Vec<u8>; 1] = [b"/".to_vec()];
     let paths = if opts.paths.is_empty() {
@@ -190,7 +210,8 @@ fn extract_with(
                 for c in parents {
                     w.enter(safe_name(c)?, 0o755)?;
                 }
-                w.one(&ino, leaf)?;
+                let r = w.one(&ino, leaf);
+                w.lose(String::from_utf8_lossy(p).into_owned(), r)?;
             }
         }
     }
@@ -218,6 +239,7 @@ struct Walk<'a> {
     buf: Vec<u8>,
     /// Directories entered, so a hostile image cannot make the walk loop.
     seen: Seen,
+    keep_going: bool,
 }
 
 impl Walk<'_> {
@@ -259,16 +281,45 @@ impl Walk<'_> {
         Ok(fd)
     }
 
+    /// With `keep_going`, a read error about `what` (a path relative to
+    /// the target) is recorded and passed over; any other error stops.
+    fn lose(&mut self, what: String, r: Result<(), ExtractError>) -> Result<(), ExtractError> {
+        match r {
+            Err(ExtractError::Read(e)) if self.keep_going => {
+                self.report.lost.push(Lost {
+                    path: what,
+                    error: sheaf_format::one_line(&e),
+                });
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
     fn contents(&mut self, dir: &Inode) -> Result<(), ExtractError> {
         self.seen.enter(self.img, dir)?;
         let n = self.img.dir_len(dir)?;
         let mut from = 0;
         while from < n {
-            let batch = self.img.read_dir(dir, from, 4096)?;
+            let batch = match self.img.read_dir(dir, from, 4096) {
+                Ok(b) => b,
+                Err(e) => {
+                    let here = format!("{}/", self.rel.display());
+                    return self.lose(here, Err(e.into()));
+                }
+            };
             from += batch.len() as u64;
             for e in batch {
-                let ino = self.img.child(dir, e.ino, e.file_type)?;
-                self.one(&ino, &e.name)?;
+                let r = self
+                    .img
+                    .child(dir, e.ino, e.file_type)
+                    .map_err(ExtractError::from)
+                    .and_then(|ino| self.one(&ino, &e.name));
+                let what = || shown(&self.rel, OsStr::from_bytes(&e.name));
+                if r.is_err() {
+                    let w = what();
+                    self.lose(w, r)?;
+                }
             }
         }
         Ok(())
@@ -281,8 +332,9 @@ impl Walk<'_> {
         let r = ino.rec;
         if ino.file_type() == FileType::Directory {
             self.enter(name, r.mode & 0o7777)?;
-            self.contents(ino)?;
+            let listed = self.contents(ino);
             let fd = self.leave()?;
+            listed?;
             return self.set_attrs(ino, Target::Fd(&fd), name);
         }
         let dir = self.dirs.top(&self.rel)?;
@@ -308,7 +360,22 @@ impl Walk<'_> {
                 let mut off = 0u64;
                 let mut buf = std::mem::take(&mut self.buf);
                 while off < r.size {
-                    let n = self.img.read(ino, off, &mut buf)?;
+                    let n = match self.img.read(ino, off, &mut buf) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            // No half-written file stays behind (nor a
+                            // later hard link to it).
+                            self.buf = buf;
+                            self.links.remove(&ino.ino);
+                            self.report.entries -= 1;
+                            let _ = nix::unistd::unlinkat(
+                                &*dir,
+                                name,
+                                nix::unistd::UnlinkatFlags::NoRemoveDir,
+                            );
+                            return Err(e.into());
+                        }
+                    };
                     if n == 0 {
                         break;
                     }
@@ -659,6 +726,7 @@ mod tests {
         let opts = ExtractOptions {
             target: out.clone(),
             paths: Vec::new(),
+            keep_going: false,
         };
         let r = extract_with(&img, &opts, 3).unwrap();
         assert_eq!(open_fds_under(t.path()), before, "descriptors left open");
@@ -706,6 +774,7 @@ mod tests {
         let opts = ExtractOptions {
             target: out.clone(),
             paths: Vec::new(),
+            keep_going: false,
         };
         let e = extract(&img, &opts).unwrap_err();
         assert!(
@@ -718,6 +787,7 @@ mod tests {
         let named = ExtractOptions {
             target: out,
             paths: vec![b"a/f".to_vec()],
+            keep_going: false,
         };
         assert!(matches!(
             extract(&img, &named),

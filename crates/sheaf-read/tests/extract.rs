@@ -116,6 +116,7 @@ fn a_symlinks_xattrs_never_reach_its_target() {
         &ExtractOptions {
             target: out.clone(),
             paths: Vec::new(),
+            keep_going: false,
         },
     )
     .unwrap();
