@@ -32,7 +32,9 @@ Mount options (-o, comma-separated, repeatable):
   allow_root        let root in
   suid, dev         honour setuid bits / device files (root only; default nosuid,nodev)
   noexec            forbid running programs from the mount
-  log=FILE          append messages to FILE (default: syslog, `journalctl -t sheaf`)
+  log=FILE          append messages to FILE (default: syslog, `journalctl -t sheaf`;
+                    without one (no /dev/log), /var/log/sheaf/MOUNT.log for root,
+                    ~/.local/state/sheaf/log/MOUNT.log for users)
   debug             log every request (with -f: to stderr)
   record=FILE       at unmount, write the paths of the files read, in first-read order
   prefetch=FILE     fetch the blocks of the files listed in FILE (one path per line,
@@ -51,7 +53,9 @@ deletions as .wh.NAME whiteouts), the images never change, and
 stacked bottom first, later ones winning (OCI whiteouts honoured, never shown).
 The kernel caches entries, attributes, listings and file pages forever.
 
-Logs: with -f, stderr; otherwise the file given with log=FILE, else syslog.
+Logs: with -f, stderr; otherwise the file given with log=FILE, else syslog,
+else a log file (see log= above). `sheaf stats MOUNTPOINT` says where, and
+lists the last errors readers met with the paths they were reading.
 
 Remote images (URLs) use the node cache and network flags shared by all
 commands (see 'sheaf --help'); as mount options, for fstab:
@@ -744,6 +748,21 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
         );
     }
     println!("image errors      {}", s.image_errors);
+    if let Some(l) = &s.log {
+        println!("log               {l}");
+    }
+    if !s.recent_errors.is_empty() {
+        println!("recent errors (oldest first):");
+        for e in &s.recent_errors {
+            println!(
+                "  {} {} {}: {}",
+                crate::find::local_time(e.unix_time as i64, "%F %T"),
+                e.op,
+                e.path.as_deref().unwrap_or("?"),
+                e.error
+            );
+        }
+    }
     println!(
         "{:<12} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",
         "op", "count", "errors", "mean µs", "p50 µs≤", "p99 µs≤", "max µs"

@@ -72,7 +72,7 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
                 logging::open_file(f).with_context(|| format!("log file {}", f.display()))?
             }
             None if stderr => logging::Target::Stderr,
-            None => logging::Target::Syslog,
+            None => logging::default_target(&mp),
         })
     };
     if foreground {

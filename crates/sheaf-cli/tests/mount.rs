@@ -854,6 +854,72 @@ fn a_corrupt_block_is_eio_with_a_log_line() {
     assert!(stats(&mp)["image_errors"].as_u64().unwrap() >= 1);
 }
 
+/// Without log=: messages go to the system log, or, where there is none
+/// (no /dev/log, as on this machine), to a file for the mount point that
+/// `sheaf stats` names; stats lists the last errors with the file's path.
+#[test]
+fn a_background_mount_without_syslog_logs_to_a_file_and_stats_names_the_failing_path() {
+    let t = tmpdir();
+    let a = Rng::new(2).text(2 << 20);
+    let img = one_file_image(t.path(), "a.txt", &a, &["-c", "none"]);
+    let mut b = fs::read(&img).unwrap();
+    b[64 + 1000] ^= 1;
+    fs::write(&img, &b).unwrap();
+    let mp = t.path().join("mnt");
+    let state = t.path().join("state");
+    // A user's state directory, when not root.
+    let mut c = cmd();
+    c.arg("mount")
+        .arg(&img)
+        .arg(&mp)
+        .env("XDG_STATE_HOME", &state);
+    fs::create_dir_all(&mp).unwrap();
+    let _m = Mounted::run(&mut c, &mp);
+    let e = fs::read(mp.join("a.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    let s = stats(&mp);
+    let recent = s["recent_errors"].as_array().expect("recent_errors");
+    assert!(!recent.is_empty(), "{s}");
+    assert_eq!(recent[0]["path"], "/a.txt", "{s}");
+    assert_eq!(recent[0]["op"], "read", "{s}");
+    assert!(
+        recent[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("data block 0"),
+        "{s}"
+    );
+    let log = s["log"].as_str().unwrap();
+    if Path::new("/dev/log").exists() {
+        assert_eq!(log, "syslog");
+    } else {
+        let canon = fs::canonicalize(&mp).unwrap();
+        let name = format!(
+            "{}.log",
+            canon.to_str().unwrap().trim_matches('/').replace('/', "-")
+        );
+        let want = if is_root() {
+            Path::new("/var/log/sheaf").join(&name)
+        } else {
+            state.join("sheaf/log").join(&name)
+        };
+        assert_eq!(Path::new(log), want, "{s}");
+        let text = fs::read_to_string(&want).unwrap();
+        assert!(
+            text.contains("read: ") && text.contains("data block 0"),
+            "{text}"
+        );
+        if is_root() {
+            let _ = fs::remove_file(&want);
+        }
+    }
+    let human = sheaf(["stats".as_ref(), mp.as_os_str()]).ok().text();
+    assert!(
+        human.contains("recent errors") && human.contains(" read /a.txt: "),
+        "{human}"
+    );
+}
+
 /// An image without xattrs answers the first getxattr with ENOSYS, so the
 /// kernel stops asking (ls -l asks two or three times per entry); statistics
 /// and umount then talk through the root's ioctl. An image with an xattr

@@ -248,6 +248,12 @@ impl SheafFs {
         Errno::from_i32(self.stats.read_errno(op, e))
     }
 
+    /// [`Self::errno`] for a request about `ino`, which `sheaf stats`
+    /// names among the recent errors.
+    fn errno_at(&self, op: Op, ino: INodeNo, e: &ReadError) -> Errno {
+        Errno::from_i32(self.stats.read_errno_at(op, self.image_ino(ino).ok(), e))
+    }
+
     fn attr(&self, i: &Inode) -> FileAttr {
         let mut a = image_attr(self.fuse_ino(i.ino).0, i);
         a.uid = self.cfg.uid.unwrap_or(a.uid);
@@ -287,6 +293,8 @@ impl SheafFs {
             disk_cache: self.img.store().map(|c| c.stats_json()),
             ops: s.ops_json(),
             io_uring_requests: fuser::io_uring_requests_served(),
+            recent_errors: s.recent_errors(|inos| sheaf_read::verify::paths_of(&self.img, inos)),
+            log: crate::logging::destination(),
             ..Default::default()
         };
         serde_json::to_value(r).expect("a report serializes")
@@ -515,7 +523,7 @@ impl Filesystem for SheafFs {
         let _t = self.stats.time(Op::Getattr);
         match self.inode(ino) {
             Ok(i) => reply.attr(&FOREVER, &self.attr(&i)),
-            Err(e) => reply.error(self.errno(Op::Getattr, &e)),
+            Err(e) => reply.error(self.errno_at(Op::Getattr, ino, &e)),
         }
     }
 
@@ -523,7 +531,7 @@ impl Filesystem for SheafFs {
         let _t = self.stats.time(Op::Readlink);
         match self.inode(ino).and_then(|i| self.img.read_link(&i)) {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(self.errno(Op::Readlink, &e)),
+            Err(e) => reply.error(self.errno_at(Op::Readlink, ino, &e)),
         }
     }
 
@@ -578,7 +586,7 @@ impl Filesystem for SheafFs {
                 reply.data(&bytes);
                 self.readahead.complete(&used);
             }
-            Err(e) => reply.error(self.errno(Op::Read, &e)),
+            Err(e) => reply.error(self.errno_at(Op::Read, ino, &e)),
         }
     }
 
@@ -603,7 +611,7 @@ impl Filesystem for SheafFs {
         );
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(self.errno(Op::Readdir, &e)),
+            Err(e) => reply.error(self.errno_at(Op::Readdir, ino, &e)),
         }
     }
 
@@ -637,7 +645,7 @@ impl Filesystem for SheafFs {
         );
         match r {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(self.errno(Op::Readdirplus, &e)),
+            Err(e) => reply.error(self.errno_at(Op::Readdirplus, ino, &e)),
         }
     }
 
@@ -716,7 +724,7 @@ impl Filesystem for SheafFs {
                 }
                 reply_xattr(reply, size, &names)
             }
-            Err(e) => reply.error(self.errno(Op::Listxattr, &e)),
+            Err(e) => reply.error(self.errno_at(Op::Listxattr, ino, &e)),
         }
     }
 

@@ -6,8 +6,8 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A log destination.
@@ -81,6 +81,60 @@ pub fn open_file(path: &Path) -> std::io::Result<Target> {
     Ok(Target::File(Mutex::new(f)))
 }
 
+/// Where messages go when no log file is named: the system log when it
+/// listens (`/dev/log`), else a file for this mount point
+/// ([`default_file`]), so the cause of an EIO is not lost. A file that
+/// cannot be made does not stop the mount: the system log is used anyway.
+pub fn default_target(mountpoint: &Path) -> Target {
+    if Path::new("/dev/log").exists() {
+        return Target::Syslog;
+    }
+    let f = default_file(mountpoint);
+    let made = match f.parent() {
+        Some(d) => {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+        }
+        None => Ok(()),
+    };
+    made.and_then(|()| open_file(&f)).unwrap_or(Target::Syslog)
+}
+
+/// The log file of a mount at `mountpoint` on a machine without a system
+/// log: `/var/log/sheaf/` for root, else `$XDG_STATE_HOME/sheaf/log/` (by
+/// default `~/.local/state/sheaf/log/`), named after the mount point as
+/// systemd names mount units (`/mnt/data` -> `mnt-data.log`).
+pub fn default_file(mountpoint: &Path) -> PathBuf {
+    let name = mountpoint
+        .to_string_lossy()
+        .trim_matches('/')
+        .replace('/', "-");
+    let name = if name.is_empty() { "-".into() } else { name };
+    // SAFETY: geteuid has no preconditions.
+    let dir = if unsafe { libc::geteuid() } == 0 {
+        PathBuf::from("/var/log/sheaf")
+    } else {
+        std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("/tmp"))
+            .join("sheaf/log")
+    };
+    dir.join(format!("{name}.log"))
+}
+
+static DESTINATION: OnceLock<String> = OnceLock::new();
+
+/// Where this process's messages go ("stderr", "syslog" or a file's
+/// path), once [`init`] has run: `sheaf stats` shows it.
+pub fn destination() -> Option<String> {
+    DESTINATION.get().cloned()
+}
+
 /// Install the process-wide logger (once; later calls are ignored).
 /// `prefix` starts every message, e.g. the mountpoint.
 pub fn init(target: Target, prefix: String, verbose: bool) {
@@ -93,6 +147,19 @@ pub fn init(target: Target, prefix: String, verbose: bool) {
     } else {
         log::LevelFilter::Info
     };
+    let _ = DESTINATION.set(match &target {
+        Target::Stderr => "stderr".into(),
+        Target::Syslog => "syslog".into(),
+        Target::File(f) => f
+            .lock()
+            .ok()
+            .and_then(|f| {
+                use std::os::fd::AsRawFd;
+                std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).ok()
+            })
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "a file".into()),
+    });
     if log::set_boxed_logger(Box::new(Logger { target, prefix })).is_ok() {
         log::set_max_level(level);
     }

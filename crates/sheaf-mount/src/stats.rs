@@ -4,8 +4,31 @@
 //! request path; readers (`sheaf stats`) get a consistent-enough snapshot.
 
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// How many of the last errors a mount keeps for `sheaf stats`.
+pub const RECENT_ERRORS: usize = 16;
+
+/// An error a reader of the mount met, as `sheaf stats` shows it.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RecentError {
+    /// When (seconds since the epoch).
+    pub unix_time: u64,
+    /// The operation (read, lookup, ...).
+    pub op: String,
+    /// The entry, from the image's root, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The image's inode the request was about, when known (a path is
+    /// found for it when the report is made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u32>,
+    /// The error, one line (names the image and the part that failed).
+    pub error: String,
+}
 
 /// FUSE operations that are counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +159,8 @@ pub struct Stats {
     pub prefetch_bytes: AtomicU64,
     /// Errors reading the image (I/O or a failed hash check).
     pub image_errors: AtomicU64,
+    /// The last [`RECENT_ERRORS`] errors, oldest first.
+    pub recent: Mutex<VecDeque<RecentError>>,
 }
 
 /// Records the latency of one request when dropped.
@@ -178,15 +203,59 @@ impl Stats {
     /// but a plain "no such entry" is counted and logged (the log says which
     /// image and which page or block; the reader sees only the errno).
     pub fn read_errno(&self, op: Op, e: &sheaf_read::ReadError) -> i32 {
+        self.read_errno_at(op, None, e)
+    }
+
+    /// [`Stats::read_errno`] for a request about the image's inode `ino`,
+    /// kept among the recent errors with it.
+    pub fn read_errno_at(&self, op: Op, ino: Option<u32>, e: &sheaf_read::ReadError) -> i32 {
         let n = e.errno();
         if n != libc::ENOENT {
             self.error(op);
             if n == libc::EIO {
                 self.image_errors.fetch_add(1, Relaxed);
             }
-            log::error!("{}: {e}", op.name());
+            let error = sheaf_format::one_line(e);
+            log::error!("{}: {error}", op.name());
+            let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if r.len() == RECENT_ERRORS {
+                r.pop_front();
+            }
+            r.push_back(RecentError {
+                unix_time: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+                op: op.name().to_string(),
+                path: None,
+                inode: ino,
+                error,
+            });
         }
         n
+    }
+
+    /// The recent errors, oldest first, with paths found by `path_of` for
+    /// those that have an inode and no path yet (kept for later reports).
+    pub fn recent_errors(
+        &self,
+        path_of: impl FnOnce(&[u32]) -> Vec<(u32, String)>,
+    ) -> Vec<RecentError> {
+        let mut r = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        let want: Vec<u32> = r
+            .iter()
+            .filter(|e| e.path.is_none())
+            .filter_map(|e| e.inode)
+            .collect();
+        if !want.is_empty() {
+            let found = path_of(&want);
+            for e in r.iter_mut().filter(|e| e.path.is_none()) {
+                e.path = e
+                    .inode
+                    .and_then(|i| found.iter().find(|f| f.0 == i).map(|f| f.1.clone()));
+            }
+        }
+        r.iter().cloned().collect()
     }
 
     /// Per-operation counters as JSON.
@@ -273,6 +342,13 @@ pub struct Report {
     pub io_uring_requests: u64,
     /// Per operation: count, errors, latencies ([`Stats::ops_json`]).
     pub ops: Value,
+    /// The last errors readers met, oldest first (at most
+    /// [`RECENT_ERRORS`]), with the path of the entry when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_errors: Vec<RecentError>,
+    /// Where the mount's messages go: "stderr", "syslog" or a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 /// A cache's counters.

@@ -133,6 +133,31 @@ pub fn files_in_blocks(img: &Image, blocks: &[u32]) -> Vec<String> {
     out
 }
 
+/// The paths (from the root) of the inodes `inos`, for those a walk from
+/// the root reaches; stops once each has one.
+pub fn paths_of(img: &Image, inos: &[u32]) -> Vec<(u32, String)> {
+    let mut out: Vec<(u32, String)> = Vec::new();
+    let Ok(root) = img.root() else {
+        return out;
+    };
+    if inos.contains(&root.ino) {
+        out.push((root.ino, "/".into()));
+    }
+    let mut left: std::collections::HashSet<u32> = inos.iter().copied().collect();
+    left.remove(&root.ino);
+    let _ = img.walk(root, b"/".to_vec(), &mut |path, ino, _| {
+        if left.remove(&ino.ino) {
+            out.push((ino.ino, String::from_utf8_lossy(path).into_owned()));
+        }
+        Ok(if left.is_empty() {
+            crate::Step::Stop
+        } else {
+            crate::Step::Continue
+        })
+    });
+    out
+}
+
 /// Walk the whole tree from the root, each directory once, checking every
 /// entry against the tree rules; the number of entries reached.
 pub fn walk_tree(img: &Image) -> Result<u64, ReadError> {

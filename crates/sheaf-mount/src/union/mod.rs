@@ -213,6 +213,8 @@ impl UnionFs {
             copy_ups: Some(self.copyups.load(Relaxed)),
             nodes: Some(self.table.lock().expect("table").nodes.len() as u64),
             ops: s.ops_json(),
+            recent_errors: s.recent_errors(|_| Vec::new()),
+            log: crate::logging::destination(),
             ..Default::default()
         };
         serde_json::to_value(r).expect("a report serializes")
