@@ -562,10 +562,11 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
             m.source
         );
     }
-    let pid: Option<i32> = control(&mp, sheaf_mount::PID_XATTR, sheaf_mount::PID_IOCTL)
-        .ok()
-        .flatten()
-        .and_then(|v| String::from_utf8(v).ok()?.parse().ok());
+    let pid: Option<i32> =
+        sheaf_mount::control(&mp, sheaf_mount::PID_XATTR, sheaf_mount::PID_IOCTL)
+            .ok()
+            .flatten()
+            .and_then(|v| String::from_utf8(v).ok()?.parse().ok());
     kernel::unmount(&mp, a.lazy).map_err(|e| {
         let s = e.to_string();
         if s.contains("busy") {
@@ -587,31 +588,6 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
     Ok(0)
 }
 
-/// Ask the mount at `mp` (its root) for a hidden value: the xattr `name`,
-/// or, on a mount that answers no xattrs at all (its image has none), the
-/// ioctl `cmd`. `Ok(None)`: not a sheaf mount's root.
-fn control(mp: &Path, name: &str, cmd: u32) -> std::io::Result<Option<Vec<u8>>> {
-    match xattr::get(mp, name) {
-        Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {}
-        r => return r,
-    }
-    use std::os::fd::AsRawFd;
-    let dir = std::fs::File::open(mp)?;
-    let mut buf = vec![0u8; sheaf_mount::CONTROL_LEN];
-    // SAFETY: the buffer is CONTROL_LEN bytes, the size `cmd` encodes.
-    let r = unsafe { libc::ioctl(dir.as_raw_fd(), cmd as _, buf.as_mut_ptr()) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOTTY) | Some(libc::ENOSYS) | Some(libc::EINVAL) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    buf.truncate(n);
-    Ok(Some(buf))
-}
-
 /// Whether process `pid` still runs (a zombie waiting for its reaper does not).
 fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -626,7 +602,7 @@ fn alive(pid: i32) -> bool {
 /// The statistics a mount's server reports (the hidden xattr or ioctl on
 /// its root), as JSON bytes.
 fn stats_bytes(mountpoint: &Path) -> Result<Vec<u8>> {
-    match control(
+    match sheaf_mount::control(
         mountpoint,
         sheaf_mount::STATS_XATTR,
         sheaf_mount::STATS_IOCTL,

@@ -84,7 +84,7 @@ pub fn run(a: SnapshotterArgs, remote: &crate::util::RemoteArgs) -> Result<i32> 
             repos.push_str(&format!(" --identity {i}"));
         }
         println!(
-            "[Unit]\nDescription=sheaf containerd snapshotter (lazy sheaf layers)\nBefore=containerd.service\n\n[Service]\nExecStart={} snapshotter --socket {} --root {}{repos}\nRestart=always\nKillMode=process\n\n[Install]\nWantedBy=multi-user.target",
+            "[Unit]\nDescription=sheaf containerd snapshotter (lazy sheaf layers)\nBefore=containerd.service\n\n[Service]\nType=notify\nExecStart={} snapshotter --socket {} --root {}{repos}\nRestart=always\nKillMode=process\n\n[Install]\nWantedBy=multi-user.target",
             exe.display(),
             a.socket.display(),
             a.root.display()

@@ -472,6 +472,55 @@ fn scenario(t: &Path) {
         .ok();
     assert_eq!(o.text(), "hello from layer 1\n");
     assert_eq!(keys(&ctd, &sn), before, "the snapshots survive the restart");
+    // A union mount whose server and watchdog were both killed stays as a
+    // dead mount; the restarted snapshotter detaches and makes it again.
+    let unions: Vec<PathBuf> = fs::read_dir(sn.root.join("snapshots"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("fs"))
+        .filter(|f| is_mounted(f) && f.join("etc/greeting").is_file())
+        .collect();
+    assert!(!unions.is_empty(), "no union mount with /etc/greeting");
+    let fsd = &unions[0];
+    let server = json(&sheaf(["stats".as_ref(), "--json".as_ref(), fsd.as_os_str()]).ok())["pid"]
+        .as_u64()
+        .unwrap() as i32;
+    let watchdogs: Vec<i32> = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let stat = fs::read_to_string(e.path().join("stat")).ok()?;
+            let (head, rest) = stat.rsplit_once(')')?;
+            let ppid: i32 = rest.split_whitespace().nth(1)?.parse().ok()?;
+            (ppid == server && head.ends_with("(sheaf-watchdog"))
+                .then(|| e.file_name().to_string_lossy().parse().ok())?
+        })
+        .collect();
+    for p in watchdogs.iter().chain([&server]) {
+        unsafe { libc::kill(*p, libc::SIGKILL) };
+    }
+    let t0 = Instant::now();
+    // (stat answers from what the kernel cached; the stats ask the server.)
+    while sheaf(["stats".as_ref(), fsd.as_os_str()]).code == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the mount did not die: server {server}, watchdogs {watchdogs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(is_mounted(fsd), "the dead mount went away by itself");
+    sn.restart();
+    // Answered once the mounts are made again (the socket listens before).
+    keys(&ctd, &sn);
+    assert_eq!(
+        fs::read_to_string(fsd.join("etc/greeting")).unwrap(),
+        "hello from layer 1\n",
+        "the dead mount was not made again: {}",
+        common::servers::tail(&sn.log, 20)
+    );
+    assert!(fs::read_to_string(&sn.log)
+        .unwrap()
+        .contains("its mount had died; mounting again"));
     ctd.ctr(&["task", "kill", "-s", "KILL", "long"]);
     let t0 = Instant::now();
     while ctd.ctr(&["task", "delete", "long"]).code != 0 {

@@ -180,6 +180,29 @@ fn is_mounted(p: &Path) -> bool {
     sheaf_mount::kernel::mount_at(p).is_ok_and(|m| m.is_some())
 }
 
+/// Tell systemd the service is ready, when it asked (`$NOTIFY_SOCKET`).
+fn notify_ready() {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(e) => return log::warn!("NOTIFY_SOCKET: {e}"),
+    };
+    let sent = match path.as_encoded_bytes().strip_prefix(b"@") {
+        // An abstract socket name.
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name)
+                .and_then(|a| sock.send_to_addr(b"READY=1", &a))
+        }
+        None => sock.send_to(b"READY=1", &path),
+    };
+    if let Err(e) = sent {
+        log::warn!("NOTIFY_SOCKET: {e}");
+    }
+}
+
 /// The snapshot `key`, or NOT_FOUND.
 fn snap<'a>(st: &'a State, key: &str) -> Result<&'a Snap, SnapError> {
     st.snaps
@@ -285,6 +308,14 @@ impl SheafSnapshotter {
         }
         let d = self.dir(snap.id);
         let fs = d.join("fs");
+        if is_mounted(&fs) && sheaf_mount::is_dead(&fs) {
+            // Its server died (killed with its watchdog): detach the dead
+            // mount and make it again. Containers that had it bound keep
+            // the dead one; new tasks get the new mount.
+            log::info!("{}: its mount had died; mounting again", fs.display());
+            sheaf_mount::kernel::unmount(&fs, true)
+                .map_err(|e| internal("detaching a dead mount", e))?;
+        }
         if is_mounted(&fs) {
             return Ok(());
         }
@@ -804,8 +835,13 @@ impl snapshots::Snapshotter for SheafSnapshotter {
 }
 
 /// Serve on the unix socket `socket` until SIGTERM or SIGINT.
+///
+/// The socket listens before the state is opened and the snapshots'
+/// mounts are made again, so a client that connects during a restart
+/// waits in the backlog instead of being refused; systemd is told the
+/// service is ready (`READY=1` on `$NOTIFY_SOCKET`, for `Type=notify`)
+/// once requests are answered.
 pub fn serve(cfg: Config, socket: &Path) -> std::io::Result<()> {
-    let sn = Arc::new(SheafSnapshotter::open(cfg)?);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -815,6 +851,8 @@ pub fn serve(cfg: Config, socket: &Path) -> std::io::Result<()> {
             std::fs::create_dir_all(p)?;
         }
         let uds = tokio::net::UnixListener::bind(socket)?;
+        let sn = Arc::new(tokio::task::block_in_place(|| SheafSnapshotter::open(cfg))?);
+        notify_ready();
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(uds);
         let stop = async {
             let mut term =
