@@ -7,7 +7,7 @@ SHEAF := target/release/sheaf
 # when the recipe runs, after `deps` may have installed it).
 MPI_FEATURE = $$(command -v mpicc >/dev/null 2>&1 && echo --features sheaf-cli/mpi)
 
-.PHONY: all build deps trees check test install install-files deb lint demo bench soak fuzz clean
+.PHONY: all build deps trees check test install install-files deb static lint demo bench soak fuzz clean
 
 all: build
 
@@ -73,6 +73,12 @@ install-files:
 	$(SHEAF) completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sheaf
 	$(SHEAF) completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sheaf
 	$(SHEAF) completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sheaf.fish
+
+# A fully static build (musl): target/static/sheaf and sheaf-full, then a
+# smoke test of them (build, ls, mount, read back, umount) with an empty
+# environment. No MPI in it (bcast copies locally). README: "A static build".
+static:
+	scripts/static.sh
 
 # A Debian package of what `make install` installs, with PREFIX=/usr:
 # target/debian/sheaf_VERSION_ARCH.deb (`dpkg -i` it; `dpkg -P sheaf` removes all).

@@ -488,7 +488,7 @@ impl Walk<'_> {
             };
             changed.map_err(io_err(name.to_string_lossy()))?;
         }
-        let ts = TimeSpec::new(r.mtime_sec as libc::time_t, r.mtime_nsec as _);
+        let ts = TimeSpec::new(r.mtime_sec as _, r.mtime_nsec as _);
         let timed = match t {
             Target::Fd(f) => futimens(f, &ts, &ts),
             Target::At(d, n) => utimensat(d, n, &ts, &ts, UtimensatFlags::NoFollowSymlink),

@@ -166,7 +166,7 @@ impl UnionFs {
             }
         }
         let t = libc::timespec {
-            tv_sec: r.mtime_sec as libc::time_t,
+            tv_sec: r.mtime_sec as _,
             tv_nsec: r.mtime_nsec as libc::c_long,
         };
         let _ = utimens_at(dir, name, [t, t]);

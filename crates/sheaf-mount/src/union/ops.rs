@@ -78,7 +78,7 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
         },
         Some(TimeOrNow::SpecificTime(t)) => match t.duration_since(UNIX_EPOCH) {
             Ok(d) => libc::timespec {
-                tv_sec: d.as_secs() as libc::time_t,
+                tv_sec: d.as_secs() as _,
                 tv_nsec: d.subsec_nanos() as libc::c_long,
             },
             Err(e) => {
@@ -89,7 +89,7 @@ fn timespec(t: Option<TimeOrNow>) -> libc::timespec {
                     n = 1_000_000_000 - n;
                 }
                 libc::timespec {
-                    tv_sec: s as libc::time_t,
+                    tv_sec: s as _,
                     tv_nsec: n as libc::c_long,
                 }
             }

@@ -154,13 +154,25 @@ pub(super) fn rename_at(
     newname: &[u8],
     noreplace: bool,
 ) -> Result<(), Errno> {
-    use nix::fcntl::RenameFlags;
-    let flags = if noreplace {
-        RenameFlags::RENAME_NOREPLACE
-    } else {
-        RenameFlags::empty()
+    let (a, b) = (cstr(name)?, cstr(newname)?);
+    let flags: libc::c_uint = if noreplace { libc::RENAME_NOREPLACE } else { 0 };
+    // The system call itself: not every C library wraps renameat2 (musl
+    // of the static build does not).
+    // SAFETY: valid descriptors and NUL-terminated names.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            from.as_raw_fd(),
+            a.as_ptr(),
+            to.as_raw_fd(),
+            b.as_ptr(),
+            flags,
+        )
     };
-    nix::fcntl::renameat2(from, name, to, newname, flags).map_err(nix)
+    if r < 0 {
+        return Err(last());
+    }
+    Ok(())
 }
 
 /// `mkdirat`.
