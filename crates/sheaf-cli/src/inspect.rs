@@ -497,8 +497,7 @@ fn ls_human(n: u64) -> String {
 
 /// `sheaf ls`.
 pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
-    let arg = a.image.to_string_lossy();
-    if arg.contains(',') && !a.image.exists() {
+    if crate::util::stack_layers(&a.image).is_some() {
         return ls_stack(&a, remote);
     }
     let img = open_path(&a.image, remote)?;
@@ -554,13 +553,9 @@ fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
 
 /// `sheaf ls BASE,LAYER,...`: the merged view of a stack.
 fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
-    use sheaf_read::{Found, Stack};
-    let arg = a.image.to_string_lossy();
-    let layers = arg
-        .split(',')
-        .map(|p| open_path(Path::new(p), remote).map(std::sync::Arc::new))
-        .collect::<Result<Vec<_>>>()?;
-    let stack = Stack::new(layers);
+    use sheaf_read::Found;
+    let layers = crate::util::stack_layers(&a.image).expect("ls_stack is given a stack");
+    let stack = crate::util::open_stack(&layers, remote)?;
     let path = a.path.as_bytes();
     let mut o = std::io::BufWriter::new(std::io::stdout().lock());
     let mut l = Lister::new(a)?;
@@ -619,16 +614,31 @@ pub fn cat(
     paths: &[std::ffi::OsString],
     remote: &crate::util::RemoteArgs,
 ) -> Result<i32> {
-    let img = open_path(image, remote)?;
+    // One image, or the merged tree of a stack: each path resolves to an
+    // inode of one image.
+    let stack = match crate::util::stack_layers(image) {
+        Some(layers) => crate::util::open_stack(&layers, remote)?,
+        None => sheaf_read::Stack::new(vec![std::sync::Arc::new(open_path(image, remote)?)]),
+    };
+    let resolve =
+        |p: &[u8]| -> std::result::Result<(usize, sheaf_read::Inode), sheaf_read::ReadError> {
+            Ok(stack.resolve_follow(p)?.shown())
+        };
+    let block = stack
+        .layers()
+        .iter()
+        .map(|i| i.superblock().block_size)
+        .max()
+        .unwrap_or(0);
     let mut out = std::io::stdout().lock();
-    let mut buf = vec![0u8; img.superblock().block_size as usize];
+    let mut buf = vec![0u8; block as usize];
     // As cat(1): symlinks inside the image are followed, each file is
     // written in turn, and one that cannot be is named on stderr while the
     // rest still are (exit 1 at the end). A damaged image stops it.
     let mut failed = false;
     for path in paths {
         let shown = path.to_string_lossy();
-        let ino = match img.resolve_follow(path.as_bytes()) {
+        let (layer, ino) = match resolve(path.as_bytes()) {
             Ok(i) => i,
             Err(
                 e @ (sheaf_read::ReadError::NotFound(_) | sheaf_read::ReadError::TooManyLinks(_)),
@@ -650,6 +660,7 @@ pub fn cat(
             failed = true;
             continue;
         }
+        let img = &stack.layers()[layer];
         let mut off = 0u64;
         loop {
             let n = img.read(&ino, off, &mut buf)?;

@@ -77,13 +77,14 @@ pub struct MergeArgs {
 pub fn merge(a: MergeArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let opts = a.image.options()?;
     let cache = stack_input::layer_options();
-    let layers = a
-        .images
+    // `merge A B` and `merge A,B` alike.
+    let images = crate::util::split_layers(&a.images);
+    let layers = images
         .iter()
         .map(|p| crate::util::open_image_with(p, remote, cache, |s| s).map(Arc::new))
         .collect::<Result<Vec<_>>>()?;
     let src = StackSource::new(Stack::new(layers));
-    let names: Vec<String> = a.images.iter().map(|p| p.display().to_string()).collect();
+    let names: Vec<String> = images.iter().map(|p| p.display().to_string()).collect();
     write_image(
         &Input::Entries(Arc::new(src)),
         &a.output,

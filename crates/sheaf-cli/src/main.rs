@@ -54,10 +54,9 @@ Most used:
   sheaf extract data.sheaf -C DIR      unpack
 
 Images are files, http(s):// or ssh:// URLs (fetched lazily into a node
-cache) or published repositories; ls, mount and run also take stacks
-BASE,LAYER (later layers win). The flags under
-'Remote images (URLs)' apply to every command that reads a URL
-('sheaf help remote' says more).
+cache) or published repositories; ls, cat, mount, run and merge also take
+stacks BASE,LAYER (later layers win). The flags under 'Remote images (URLs)'
+apply to every command that reads a URL ('sheaf help remote' says more).
 'sheaf COMMAND --help' explains each command; 'man sheaf-COMMAND' too.";
 
 const REMOTE_ABOUT: &str = "\
@@ -74,7 +73,7 @@ Image forms:
   https://host/repo/data           a repository that `sheaf publish` wrote
                                    (whole objects named by digest; proxies cache them)
   ssh://user@host/path/data.sheaf  over SFTP, with your OpenSSH keys and agent
-  BASE,LAYER                       a stack (ls, mount, run)
+  BASE,LAYER                       a stack (ls, cat, mount, run, merge)
 
 Credentials in URLs (user:password@, signed query parameters) never appear
 in /proc/mounts, errors or `sheaf stats`.

@@ -158,21 +158,6 @@ pub(crate) fn open_image(
     Ok((Arc::new(img), src))
 }
 
-/// The images of `sheaf mount IMAGE... MP` (an argument that is not an
-/// existing file is split at commas: `BASE,LAYER`).
-pub fn split_layers(args: &[PathBuf]) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for a in args {
-        let s = a.to_string_lossy();
-        if s.contains(',') && !a.exists() && !sheaf_net::is_url(&s) {
-            out.extend(s.split(',').filter(|p| !p.is_empty()).map(PathBuf::from));
-        } else {
-            out.push(a.clone());
-        }
-    }
-    out
-}
-
 /// `sheaf mount`.
 pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     let policy = a.policy.load()?;
@@ -190,7 +175,7 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
         return Ok(2);
     }
     let (mountpoint, images) = a.paths.split_last().expect("two or more");
-    let images = split_layers(images);
+    let images = crate::util::split_layers(images);
     if a.pins.len() > images.len() {
         bail!(
             "--pin is given {} times for {} images",

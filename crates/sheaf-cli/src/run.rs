@@ -13,7 +13,8 @@
 //! instead, and their paths are given to the command in environment
 //! variables.
 
-use crate::mount::{fsname_of, split_layers};
+use crate::mount::fsname_of;
+use crate::util::split_layers;
 use anyhow::{anyhow, bail, Context, Result};
 use sheaf_mount::namespace::{self, Identity, Scratch};
 use sheaf_mount::serve::{Connected, MountConfig};

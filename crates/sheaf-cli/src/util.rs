@@ -364,10 +364,10 @@ pub fn open_image_with(
     wrap: impl FnOnce(Arc<dyn sheaf_read::Source>) -> Arc<dyn sheaf_read::Source>,
 ) -> anyhow::Result<sheaf_read::Image> {
     let s = arg.to_string_lossy();
-    if s.contains(',') && !sheaf_net::is_url(&s) && !arg.exists() {
-        // One image is opened here; stacks are ls's, mount's and run's.
+    if stack_layers(arg).is_some() {
+        // One image is opened here; stacks are opened by open_stack.
         anyhow::bail!(
-            "{s}: a stack of layers (BASE,LAYER) is read by ls, mount and run; for this command merge it first (sheaf merge {s} -o MERGED.sheaf)"
+            "{s}: a stack of layers (BASE,LAYER) is read by ls, cat, mount, run and merge; for this command merge it first (sheaf merge {s} -o MERGED.sheaf)"
         );
     }
     let o = sheaf_net::open_image(arg, &remote.config()?, opts, wrap)?;
@@ -380,6 +380,36 @@ pub fn open_image_with(
         );
     }
     Ok(o.image)
+}
+
+/// The layers of a stack named on the command line, `BASE,LAYER,...`
+/// (bottom first), or None when `arg` names one image: an existing file or
+/// a URL is one image even if its name holds a comma.
+pub fn stack_layers(arg: &Path) -> Option<Vec<PathBuf>> {
+    let s = arg.to_string_lossy();
+    (s.contains(',') && !sheaf_net::is_url(&s) && !arg.exists()).then(|| {
+        s.split(',')
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .collect()
+    })
+}
+
+/// Image arguments with every stack among them split into its layers
+/// (`sheaf mount A,B C MP`, `sheaf merge A,B`), bottom first.
+pub fn split_layers(args: &[PathBuf]) -> Vec<PathBuf> {
+    args.iter()
+        .flat_map(|a| stack_layers(a).unwrap_or_else(|| vec![a.clone()]))
+        .collect()
+}
+
+/// Open the layers of a stack argument ([`stack_layers`]) as one tree.
+pub fn open_stack(layers: &[PathBuf], remote: &RemoteArgs) -> anyhow::Result<sheaf_read::Stack> {
+    let images = layers
+        .iter()
+        .map(|p| open_image(p, remote).map(Arc::new))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(sheaf_read::Stack::new(images))
 }
 
 /// Open an image named on the command line (file or URL).

@@ -210,14 +210,11 @@ fn usage_mistakes_say_what_is_missing() {
         o.describe()
     );
     assert!(!t.path().join("no").exists());
-    // A stack where one image is read: one line saying what to do.
+    // A stack where one image is read: one line saying what to do (cat
+    // reads stacks: cat_and_merge_take_a_stack...).
     let stack = format!("{i},{i}");
-    for cmd in ["cat", "info", "find", "du", "check"] {
-        let mut args = vec![cmd, stack.as_str()];
-        if cmd == "cat" {
-            args.push("a.txt");
-        }
-        let o = sheaf(&args);
+    for cmd in ["info", "find", "du", "check", "extract"] {
+        let o = sheaf([cmd, stack.as_str()]);
         assert_eq!(o.code, 1, "{cmd}: {}", o.describe());
         assert!(
             o.one_err_line().contains("sheaf merge"),
@@ -592,4 +589,76 @@ fn optimize_json_names_the_new_root() {
         fs::metadata(&out).unwrap().len()
     );
     assert_eq!(j["prefetch_blocks"].as_u64().unwrap(), 1);
+}
+
+/// A stack `BASE,LAYER` is one image syntax: `cat` reads the merged tree
+/// (later layer wins, whiteouts hide, links followed across layers),
+/// `merge A,B` is `merge A B`, and a command that takes one image refuses
+/// it in one line that says to merge.
+#[test]
+fn cat_and_merge_take_a_stack_and_single_image_commands_say_merge() {
+    let t = tmpdir();
+    let (lo, hi) = (t.path().join("lo"), t.path().join("hi"));
+    fs::create_dir_all(lo.join("etc")).unwrap();
+    fs::write(lo.join("etc/motd"), "low\n").unwrap();
+    fs::write(lo.join("etc/gone"), "hidden\n").unwrap();
+    fs::write(lo.join("data"), "base data\n").unwrap();
+    fs::create_dir_all(hi.join("etc")).unwrap();
+    fs::write(hi.join("etc/motd"), "high\n").unwrap();
+    fs::write(hi.join("etc/.wh.gone"), "").unwrap();
+    std::os::unix::fs::symlink("../data", hi.join("etc/data-link")).unwrap();
+    let (a, b) = (t.path().join("a.sheaf"), t.path().join("b.sheaf"));
+    sheaf([
+        "build".as_ref(),
+        lo.as_os_str(),
+        "-o".as_ref(),
+        a.as_os_str(),
+    ])
+    .ok();
+    sheaf([
+        "commit".as_ref(),
+        hi.as_os_str(),
+        "-o".as_ref(),
+        b.as_os_str(),
+    ])
+    .ok();
+    let stack = format!("{},{}", a.display(), b.display());
+    let o = sheaf([&stack, "etc/motd", "etc/data-link"].iter().fold(
+        vec!["cat".to_string()],
+        |mut v, s| {
+            v.push(s.to_string());
+            v
+        },
+    ));
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert_eq!(o.text(), "high\nbase data\n");
+    let o = sheaf(["cat", &stack, "etc/gone"]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert!(
+        o.stderr.contains("etc/gone: no such file"),
+        "{}",
+        o.describe()
+    );
+    // merge A,B and merge A B write the same image.
+    let (m1, m2) = (t.path().join("m1.sheaf"), t.path().join("m2.sheaf"));
+    sheaf(["merge", &stack, "-o", m1.to_str().unwrap()]).ok();
+    sheaf([
+        "merge".as_ref(),
+        a.as_os_str(),
+        b.as_os_str(),
+        "-o".as_ref(),
+        m2.as_os_str(),
+    ])
+    .ok();
+    let root = |p: &Path| sheaf(["root".as_ref(), p.as_os_str()]).ok().text();
+    assert_eq!(root(&m1), root(&m2));
+    let o = sheaf(["cat".as_ref(), m1.as_os_str(), "etc/motd".as_ref()]).ok();
+    assert_eq!(o.text(), "high\n");
+    for cmd in ["info", "check", "du"] {
+        let o = sheaf([cmd, &stack]);
+        assert_eq!(o.code, 1, "{cmd}: {}", o.describe());
+        let l = o.err_lines();
+        assert_eq!(l.len(), 1, "{cmd}: {}", o.describe());
+        assert!(l[0].contains("sheaf merge"), "{cmd}: {}", l[0]);
+    }
 }

@@ -289,6 +289,61 @@ impl Stack {
         Ok(cur)
     }
 
+    /// Resolve a path as a program inside the merged tree would (as
+    /// [`Image::resolve_follow`]): symlinks followed in every component,
+    /// relative ones from their directory, absolute ones from the merged
+    /// root (never above it); more than 40 links is a loop.
+    pub fn resolve_follow(&self, path: &[u8]) -> Result<Found, ReadError> {
+        const MAX_LINKS: usize = 40;
+        let whole = || String::from_utf8_lossy(path).into_owned();
+        let mut todo: std::collections::VecDeque<Vec<u8>> =
+            path.split(|&b| b == b'/').map(<[u8]>::to_vec).collect();
+        // The directories from the root to the current one.
+        let mut dirs = vec![self.root()?];
+        // What the path names, once it names something not a directory.
+        let mut last: Option<Found> = None;
+        let mut links = 0;
+        while let Some(comp) = todo.pop_front() {
+            if matches!(comp.as_slice(), b"" | b".") {
+                continue;
+            }
+            if last.is_some() {
+                return Err(ReadError::NotFound(whole()));
+            }
+            if comp == b".." {
+                if dirs.len() > 1 {
+                    dirs.pop();
+                }
+                continue;
+            }
+            let here = dirs.last().expect("the root stays");
+            match self
+                .lookup(here, &comp)?
+                .ok_or_else(|| ReadError::NotFound(whole()))?
+            {
+                Found::Dir(d) => dirs.push(d),
+                Found::Node(l, ino) if ino.file_type() == FileType::Symlink => {
+                    links += 1;
+                    if links > MAX_LINKS {
+                        return Err(ReadError::TooManyLinks(whole()));
+                    }
+                    let target = self.layers[l].read_link(&ino)?;
+                    if target.first() == Some(&b'/') {
+                        dirs.truncate(1);
+                    }
+                    for t in target.split(|&b| b == b'/').rev() {
+                        todo.push_front(t.to_vec());
+                    }
+                }
+                node => last = Some(node),
+            }
+        }
+        Ok(match last {
+            Some(n) => n,
+            None => Found::Dir(dirs.pop().expect("the root stays")),
+        })
+    }
+
     /// The entries of a merged directory, sorted by name, whiteouts applied
     /// and never listed.
     pub fn read_dir(&self, dir: &MergedDir) -> Result<Vec<StackEntry>, ReadError> {
