@@ -662,3 +662,55 @@ fn cat_and_merge_take_a_stack_and_single_image_commands_say_merge() {
         assert!(l[0].contains("sheaf merge"), "{cmd}: {}", l[0]);
     }
 }
+
+/// On a terminal `build` draws a live progress bar (bytes in of the total,
+/// files, bytes out, rate and ETA) and clears it before its summary; to a
+/// pipe it prints the summary alone.
+#[test]
+fn build_shows_a_progress_bar_on_a_terminal_only() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let mut rng = Rng::new(9);
+    for i in 0..8 {
+        fs::write(src.join(format!("f{i}.txt")), rng.text(1 << 20)).unwrap();
+    }
+    let img = t.path().join("t.sheaf");
+    // xz at its slowest, so the build outlasts a few redraws (one per 100 ms).
+    let cmdline = format!(
+        "{} build {} -o {} -c xz:9",
+        bin(),
+        src.display(),
+        img.display()
+    );
+    let o = run_cmd(
+        Command::new("script")
+            .args(["-qec", &cmdline, "/dev/null"])
+            .env("COLUMNS", "200")
+            .stdin(std::process::Stdio::null()),
+    );
+    assert_eq!(o.code, 0, "{}", o.describe());
+    let out = o.text();
+    assert!(
+        out.contains("/8.00 MiB in, ") && out.contains(" files, ") && out.contains("ETA"),
+        "no progress bar: {out:?}"
+    );
+    assert!(
+        out.contains("8 files") || out.contains(" files, "),
+        "{out:?}"
+    );
+    // The summary comes after the bar is cleared.
+    let summary = out.rfind("t.sheaf: ").expect("summary");
+    assert!(out.rfind("ETA").unwrap() < summary, "{out:?}");
+    // To a pipe: the summary line only.
+    let o = run_cmd(cmd().args([
+        "build".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "-f".as_ref(),
+    ]));
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert_eq!(o.err_lines().len(), 1, "{}", o.describe());
+    assert!(!o.stderr.contains("ETA"), "{}", o.describe());
+}
