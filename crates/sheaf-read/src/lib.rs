@@ -20,6 +20,7 @@ pub mod extract;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod image;
+pub mod info;
 pub mod source;
 pub mod stack;
 pub mod tree;
