@@ -327,22 +327,11 @@ impl Handle {
         offset: u64,
         length: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let want = length.min(self.ino.rec.size.saturating_sub(offset) as usize);
         let b = py
             .detach(|| {
                 guard(|| {
-                    let img = &self.view.layers()[self.layer];
-                    let mut buf = vec![0u8; want];
-                    let mut at = 0;
-                    while at < want {
-                        let n = img.read(&self.ino, offset + at as u64, &mut buf[at..])?;
-                        if n == 0 {
-                            break;
-                        }
-                        at += n;
-                    }
-                    buf.truncate(at);
-                    Ok(buf)
+                    self.view
+                        .read_at(self.layer, &self.ino, offset, length, &self.name)
                 })
             })
             .map_err(|e| e.into_py(py))?;

@@ -293,17 +293,30 @@ impl View {
     /// The whole contents of file `path`.
     pub fn read_all(&self, path: &[u8]) -> Result<Vec<u8>, Error> {
         let (layer, ino) = self.file(path)?;
+        self.read_at(layer, &ino, 0, usize::MAX, &lossy(path))
+    }
+
+    /// Up to `len` bytes of file `ino` of `layer` from `offset` (fewer
+    /// only at its end); `name` names it in messages. A length that cannot
+    /// be allocated is an error, not an abort.
+    pub fn read_at(
+        &self,
+        layer: usize,
+        ino: &Inode,
+        offset: u64,
+        len: usize,
+        name: &str,
+    ) -> Result<Vec<u8>, Error> {
         let img = &self.layers[layer];
-        let size = usize::try_from(ino.rec.size)
-            .map_err(|_| Error::Value(format!("{}: too large to read whole", lossy(path))))?;
+        let left = ino.rec.size.saturating_sub(offset);
+        let want = usize::try_from(left).map_or(len, |l| l.min(len));
         let mut out = Vec::new();
-        out.try_reserve_exact(size).map_err(|_| {
+        out.try_reserve_exact(want).map_err(|_| {
             Error::Value(format!(
-                "{}: too large to read whole ({size} bytes)",
-                lossy(path)
+                "{name}: a read of {want} bytes does not fit in memory"
             ))
         })?;
-        img.read_pieces(&ino, 0, size, &mut |_, _| {}, &mut |p| match p {
+        img.read_pieces(ino, offset, want, &mut |_, _| {}, &mut |p| match p {
             sheaf_read::Piece::Bytes(b, r) => out.extend_from_slice(&b[r]),
             sheaf_read::Piece::Zeros(n) => out.resize(out.len() + n, 0),
         })?;
