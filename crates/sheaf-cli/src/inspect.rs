@@ -181,47 +181,7 @@ pub struct LsArgs {
     help: Option<bool>,
 }
 
-pub(crate) fn mode_string(mode: u32) -> String {
-    let t = match FileType::from_mode(mode) {
-        Some(FileType::Directory) => 'd',
-        Some(FileType::Symlink) => 'l',
-        Some(FileType::CharDevice) => 'c',
-        Some(FileType::BlockDevice) => 'b',
-        Some(FileType::Fifo) => 'p',
-        Some(FileType::Socket) => 's',
-        _ => '-',
-    };
-    let mut s = String::from(t);
-    for (i, c) in "rwxrwxrwx".chars().enumerate() {
-        let bit = 1 << (8 - i);
-        let on = mode & bit != 0;
-        let special = match i {
-            2 => mode & 0o4000 != 0,
-            5 => mode & 0o2000 != 0,
-            8 => mode & 0o1000 != 0,
-            _ => false,
-        };
-        s.push(match (on, special) {
-            (true, false) => c,
-            (false, false) => '-',
-            (true, true) => {
-                if i == 8 {
-                    't'
-                } else {
-                    's'
-                }
-            }
-            (false, true) => {
-                if i == 8 {
-                    'T'
-                } else {
-                    'S'
-                }
-            }
-        });
-    }
-    s
-}
+pub(crate) use sheaf_read::find::mode_string;
 
 /// One entry to list: its image (a layer, for stacks), inode and name.
 type Entry<'a> = (&'a Image, Inode, Vec<u8>);
