@@ -55,6 +55,17 @@ impl From<OpenError> for Error {
     }
 }
 
+impl From<sheaf_read::find::FindError> for Error {
+    fn from(e: sheaf_read::find::FindError) -> Self {
+        use sheaf_read::find::FindError as F;
+        match e {
+            F::Expr(m) => Error::Value(m),
+            F::Walk(r) | F::Read(r) => Error::Read(r),
+            F::Io(e) => Error::Value(e.to_string()),
+        }
+    }
+}
+
 impl From<PolicyError> for Error {
     fn from(e: PolicyError) -> Self {
         Error::Policy(e)

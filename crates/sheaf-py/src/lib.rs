@@ -297,6 +297,22 @@ impl Image {
         Ok(got.iter().map(|b| PyBytes::new(py, b)).collect())
     }
 
+    /// What find(1)'s expression `words` prints, walking from `start`: the
+    /// engine of `sheaf find` (tests, actions, operators, -printf).
+    fn find_output<'py>(
+        &self,
+        py: Python<'py>,
+        start: PathBuf,
+        words: Vec<std::ffi::OsString>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let v = self.view.clone();
+        let p = path_bytes(&start);
+        let out = py
+            .detach(|| guard(|| v.find(&p, &words)))
+            .map_err(|e| e.into_py(py))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
     /// The data blocks holding regular file `path`: per stored piece,
     /// (file offset, length, block id, block offset in the image, stored
     /// length of the block); holes are not listed.

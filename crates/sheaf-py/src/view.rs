@@ -323,6 +323,26 @@ impl View {
         Ok(out)
     }
 
+    /// What find(1)'s expression `words` prints when run from `start` (the
+    /// engine of `sheaf find`). One image only, as `sheaf find`.
+    pub fn find(&self, start: &[u8], words: &[std::ffi::OsString]) -> Result<Vec<u8>, Error> {
+        if self.stack.is_some() {
+            return Err(Error::Value(format!(
+                "{}: find reads one image; merge a stack first (sheaf merge)",
+                self.name
+            )));
+        }
+        let e = sheaf_read::find::parse(words)?;
+        let start = sheaf_read::find::start_path(&String::from_utf8_lossy(start));
+        Ok(sheaf_read::find::run(
+            &self.layers[0],
+            &start,
+            &e,
+            Vec::new(),
+            None,
+        )?)
+    }
+
     /// The stored pieces of file `path` (see `Image.blocks` in lib.rs).
     pub fn blocks(&self, path: &[u8]) -> Result<Vec<Piece>, Error> {
         let (layer, ino) = self.file(path)?;

@@ -140,8 +140,29 @@ def test_stat_listdir_walk_match_the_tree(many):
         for f in fs + [x for x in dirs if os.path.islink(os.path.join(d, x))]:
             want.add(os.path.relpath(os.path.join(d, f), src))
     assert walked == want
-    assert sorted(im.find("big", name="*.bin", type="f")) == ["big/random.bin"]
     assert len(im.files()) == len(files)
+
+
+def test_find_is_the_engine_of_sheaf_find(many):
+    src, img, files = many
+    im = sheaf.open(img)
+    assert im.find("big", name="*.bin", type="f") == ["big/random.bin"]
+    assert im.find("", "-name", "f0000[0-3].bin") == ["d000/f00000.bin", "d001/f00001.bin", "d002/f00002.bin", "d003/f00003.bin"]
+    # find(1)'s operators and -prune; paths relative to the root.
+    got = im.find("", "-name", "d0[1-9]*", "-prune", "-o", "-type", "f", "-size", "+100k", "-print")
+    assert "big/random.bin" in got and not any(p.startswith(("d01", "d02")) for p in got)
+    assert set(im.find("", "-type", "l")) == {"link", "d000/dirlink"}
+    # -printf: the same output as the command's.
+    expr = ["-type", "f", "-size", "+1M", "-printf", "%s %p %m %y\\n"]
+    cli = run(sheaf_bin(), "find", img, "/big", *expr).stdout
+    assert im.find_text("/big", *expr) == cli
+    with pytest.raises(ValueError) as e:
+        im.find("", "-bogus")
+    assert "-bogus" in str(e.value)
+    with pytest.raises(ValueError):
+        im.find("", "-printf", "%p")
+    with pytest.raises(FileNotFoundError):
+        im.find("no/such/dir")
 
 
 def test_info_has_the_fields_of_sheaf_info_json(many):

@@ -199,13 +199,42 @@ class Image:
             yield d, dirs, files
 
     def files(self, top: PathLike = "") -> List[str]:
-        """Every regular file below ``top`` (paths from the root), in walk order."""
+        """Every regular file below ``top`` (paths from the root)."""
         return self.find(top, type="f")
 
-    def find(self, top: PathLike = "", name: Optional[str] = None, type: Optional[str] = None) -> List[str]:
-        """Paths below ``top`` whose last component matches the shell
-        pattern ``name`` and whose type (``f``, ``d``, ``l``, or the names
-        ``stat`` gives) is ``type``, as ``sheaf find TOP -name N -type T``."""
+    def find(self, top: PathLike = "", *expr: str, name: Optional[str] = None, type: Optional[str] = None) -> List[str]:
+        """The paths below ``top`` (relative to the image's root) that
+        find(1)'s expression ``expr`` selects, evaluated by the engine of
+        ``sheaf find``: ``img.find("sub", "-name", "*.nii.gz", "-size",
+        "+10M")``; ``name``/``type`` add ``-name``/``-type``. ``-prune``,
+        ``-o``, parentheses and ``-print`` work as in find(1); for ``-printf``
+        or ``-ls`` output use ``find_text``. A stack is walked in Python
+        (``name`` and ``type`` only)."""
+        words = [os.fsdecode(w) for w in expr]
+        if name is not None:
+            words += ["-name", name]
+        if type is not None:
+            words += ["-type", type]
+        if self._img.layers > 1:
+            if expr:
+                raise ValueError("find with an expression reads one image; merge a stack first (sheaf merge)")
+            return self._find_walk(top, name, type)
+        if any(w in ("-printf", "-ls", "-print0", "-fprint", "-fprintf", "-fls") for w in words):
+            raise ValueError("find returns paths: for -printf or -ls output use find_text")
+        if any(w == "-print" for w in words):
+            words = ["-print0" if w == "-print" else w for w in words]
+        else:
+            words = (["("] + words + [")"] if words else []) + ["-print0"]
+        out = self._img.find_output("/" + _norm(top), words)
+        return [os.fsdecode(p)[1:] for p in out.split(b"\0")[:-1]]
+
+    def find_text(self, top: PathLike = "/", *expr: str) -> str:
+        """What ``sheaf find IMAGE TOP EXPR...`` prints (``-printf``, ``-ls``,
+        ``-print``), as text; names as they are, not quoted."""
+        t = os.fsdecode(os.fspath(top)) or "/"
+        return os.fsdecode(self._img.find_output(t, [os.fsdecode(w) for w in expr]))
+
+    def _find_walk(self, top, name, type):
         import fnmatch
 
         kinds = {"f": "file", "d": "directory", "l": "symlink"}
