@@ -102,6 +102,7 @@ bench: build
 	bench/overlay.sh
 	bench/run-image.sh
 	bench/incremental.sh
+	bench/python.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

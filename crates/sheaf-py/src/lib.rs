@@ -184,6 +184,14 @@ impl Image {
         self.view.name().to_string()
     }
 
+    /// Images whose server was unreachable when opened, so the index the
+    /// node cache kept stood in: (name, when it was cached, in seconds
+    /// since the epoch). Reads of what is cached work; others fail.
+    #[getter]
+    fn offline(&self) -> Vec<(String, u64)> {
+        self.view.offline().to_vec()
+    }
+
     /// How many images: 1, or the layers of a stack.
     #[getter]
     fn layers(&self) -> usize {

@@ -42,6 +42,9 @@ pub struct View {
     layers: Vec<Arc<Image>>,
     /// Set when there are several layers.
     stack: Option<Stack>,
+    /// Layers whose server was unreachable, and when the index that stood
+    /// in for it was cached (seconds since the epoch).
+    offline: Vec<(String, u64)>,
 }
 
 /// Most symlinks followed in one resolution (as the kernel and the reader).
@@ -110,6 +113,7 @@ impl View {
         let s = &a.source;
         let mut names = Vec::new();
         let mut layers = Vec::new();
+        let mut offline = Vec::new();
         if let (Some(reader), Some(len)) = (&a.reader, size) {
             let src = PySource::new(s.clone(), len, reader);
             layers.push(Arc::new(Image::open(Arc::new(src))?));
@@ -124,6 +128,10 @@ impl View {
                 };
             for p in parts {
                 let o = sheaf_net::open_image(Path::new(p), &cfg, Default::default(), |s| s)?;
+                if let Some(t) = o.offline_since {
+                    let at = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    offline.push((sheaf_net::redact(p), at.as_secs()));
+                }
                 layers.push(Arc::new(o.image));
                 names.push(p.to_string());
             }
@@ -137,7 +145,14 @@ impl View {
             names,
             layers,
             stack,
+            offline,
         })
+    }
+
+    /// Layers opened from a cached index because their server was
+    /// unreachable: (name, when the index was cached).
+    pub fn offline(&self) -> &[(String, u64)] {
+        &self.offline
     }
 
     /// The source as named.

@@ -35,17 +35,6 @@ def h5(tmp_path_factory):
     return img, data
 
 
-class Recording:
-    """A raw file that records the byte ranges read through it."""
-
-    def __init__(self, raw):
-        self.raw = raw
-        self.ranges = []
-
-    def __getattr__(self, k):
-        return getattr(self.raw, k)
-
-
 def test_h5py_reads_a_hyperslab_fetching_only_its_blocks(h5, nginx):
     img, data = h5
     shutil.copy(img, nginx.www / "h5.sheaf")
@@ -116,6 +105,22 @@ def test_fsspec_chained_over_https_uses_sheafs_reader(h5, nginx):
     with fsspec.open(f"sheaf://data.h5::{url}") as f:
         with h5py.File(f, "r") as h:
             assert h["x"].shape == (4096, 2048)
+
+
+def test_an_unreachable_server_falls_back_to_the_cached_index_with_a_warning(h5, nginx, tmp_path):
+    img, data = h5
+    shutil.copy(img, nginx.www / "h5.sheaf")
+    url = nginx.url("h5.sheaf")
+    cache = tmp_path / "cache"
+    im = sheaf.open(url, cache=cache)
+    assert im.read_many(["small.csv"]) == [b"a,b\n1,2\n3,4\n"]
+    nginx.stop()
+    with pytest.warns(sheaf.OfflineWarning, match="unreachable"):
+        im = sheaf.open(url, cache=cache)
+    assert im.read_many(["small.csv"]) == [b"a,b\n1,2\n3,4\n"]
+    with pytest.raises(OSError) as e:
+        im.read_many(["data.h5"])
+    assert "offline" in str(e.value)
 
 
 def test_a_missing_url_is_file_not_found(nginx):

@@ -25,7 +25,7 @@ from typing import Iterator, List, Optional, Sequence, Tuple, Union
 from . import _sheaf
 from ._sheaf import IntegrityError
 
-__all__ = ["open", "Image", "RawFile", "IntegrityError", "__version__"]
+__all__ = ["open", "open_reader", "Image", "RawFile", "IntegrityError", "OfflineWarning", "__version__"]
 __version__ = _sheaf.__version__
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
@@ -308,15 +308,25 @@ def open(
     a directory, or False for none (remote images only).
     """
     src = os.fsdecode(os.fspath(source))
-    return Image(
-        _sheaf.open(
-            src,
-            require_signature=require_signature,
-            signers=os.fspath(signers) if signers is not None else None,
-            identity=identity,
-            cache=os.fspath(cache) if cache not in (None, True, False) else cache,
-        )
+    native = _sheaf.open(
+        src,
+        require_signature=require_signature,
+        signers=os.fspath(signers) if signers is not None else None,
+        identity=identity,
+        cache=os.fspath(cache) if cache not in (None, True, False) else cache,
     )
+    for name, since in native.offline:
+        import time
+        import warnings
+
+        age = max(0, int(time.time()) - since)
+        warnings.warn(f"{name} is unreachable; using the index cached {age} s ago", OfflineWarning, stacklevel=2)
+    return Image(native)
+
+
+class OfflineWarning(UserWarning):
+    """An image's server was unreachable: the index the node cache kept
+    stands in (as the CLI warns); what is cached reads, the rest fails."""
 
 
 def open_reader(
