@@ -158,10 +158,14 @@ EOF
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-declare -A T B
+declare -A T B ONCE
 for c in open-sheaf open-ratarmount open-pysquashfs read-sheaf-many read-sheaf-loop read-ratarmount read-fsspec-tar read-kernel-squashfs h5-sheaf h5-fsspec-http; do
     out=()
-    for _ in $(seq "$RUNS"); do out+=("$(run "$c" || echo "nan nan")"); done
+    for _ in $(seq "$RUNS"); do
+        out+=("$(run "$c" || echo "nan nan")")
+        # A reader that takes minutes is timed once (said in the table).
+        if awk -v t="${out[0]%% *}" 'BEGIN { exit !(t > 60) }'; then ONCE[$c]=" (1 run)"; break; fi
+    done
     T[$c]=$(printf '%s\n' "${out[@]}" | awk '{print $1}' | median)
     B[$c]=$(printf '%s\n' "${out[@]}" | awk '{print $2}' | median)
     echo "$c: ${T[$c]} s ${B[$c]}" >&2
@@ -183,7 +187,7 @@ OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python.md
     echo "|---|---|---|"
     echo "| sheaf.open + listdir | $(ms "${T[open-sheaf]}") | |"
     echo "| ratarmountcore (index built beforehand) | $(ms "${T[open-ratarmount]}") | $(ratio "${T[open-sheaf]}" "${T[open-ratarmount]}") |"
-    echo "| PySquashfsImage | $(ms "${T[open-pysquashfs]}") | $(ratio "${T[open-sheaf]}" "${T[open-pysquashfs]}") |"
+    echo "| PySquashfsImage | $(ms "${T[open-pysquashfs]}")${ONCE[open-pysquashfs]:-} | $(ratio "${T[open-sheaf]}" "${T[open-pysquashfs]}") |"
     echo
     echo "## 10,000 random small files from one process"
     echo
@@ -191,9 +195,9 @@ OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python.md
     echo "|---|---|---|---|---|"
     echo "| sheaf read_many | $(ms "${T[read-sheaf-many]}") | | | |"
     echo "| sheaf loop of open().read() | $(ms "${T[read-sheaf-loop]}") | | | |"
-    echo "| ratarmountcore | $(ms "${T[read-ratarmount]}") | $(ratio "${T[read-sheaf-many]}" "${T[read-ratarmount]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-ratarmount]}") | >= 3x |"
-    echo "| fsspec tar:// (index built beforehand) | $(ms "${T[read-fsspec-tar]}") | $(ratio "${T[read-sheaf-many]}" "${T[read-fsspec-tar]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-fsspec-tar]}") | >= 5x |"
-    echo "| Python loop over a kernel squashfs mount | $(ms "${T[read-kernel-squashfs]}") | $(ratio "${T[read-sheaf-many]}" "${T[read-kernel-squashfs]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-kernel-squashfs]}") | >= 1x |"
+    echo "| ratarmountcore | $(ms "${T[read-ratarmount]}")${ONCE[read-ratarmount]:-} | $(ratio "${T[read-sheaf-many]}" "${T[read-ratarmount]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-ratarmount]}") | >= 3x |"
+    echo "| fsspec tar:// (index built beforehand) | $(ms "${T[read-fsspec-tar]}")${ONCE[read-fsspec-tar]:-} | $(ratio "${T[read-sheaf-many]}" "${T[read-fsspec-tar]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-fsspec-tar]}") | >= 5x |"
+    echo "| Python loop over a kernel squashfs mount | $(ms "${T[read-kernel-squashfs]}")${ONCE[read-kernel-squashfs]:-} | $(ratio "${T[read-sheaf-many]}" "${T[read-kernel-squashfs]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-kernel-squashfs]}") | >= 1x |"
     echo
     echo "## h5py: a 512x512 hyperslab of a 64 MiB chunked dataset over HTTP (nginx on loopback)"
     echo

@@ -11,7 +11,7 @@ py=${PYTHON:-python3}
 if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
-want=(maturin pytest numpy h5py "zarr>=3" xarray h5netcdf pandas pyarrow nibabel fsspec aiohttp requests)
+want=(maturin pytest numpy h5py "zarr>=3" xarray h5netcdf pandas pyarrow nibabel fsspec aiohttp requests paramiko)
 # The list changes rarely: a stamp of it skips pip when nothing changed.
 stamp="$venv/.sheaf-packages"
 if [ "$(cat "$stamp" 2>/dev/null)" != "${want[*]}" ]; then

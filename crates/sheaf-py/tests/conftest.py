@@ -134,3 +134,73 @@ def nginx(tmp_path):
     n = Nginx(tmp_path, www)
     yield n
     n.stop()
+
+
+class Sshd:
+    """sshd on 127.0.0.1 with its own host and client keys, config and log;
+    `ssh_command` reaches it with nothing of the user's or system's ssh
+    configuration (sheaf runs it through $SHEAF_SSH)."""
+
+    def __init__(self, dir: Path):
+        sshd = "/usr/sbin/sshd"
+        assert Path(sshd).is_file(), "sshd is needed (apt-get install openssh-server)"
+        self.port = free_port()
+        d = (dir / f"sshd-{self.port}").resolve()
+        d.mkdir(parents=True)
+        for name in ("host_ed25519_key", "client_ed25519_key"):
+            run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", d / name)
+        shutil.copy(d / "client_ed25519_key.pub", d / "authorized_keys")
+        # sshd wants its privilege separation directory.
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        sftp = "/usr/lib/openssh/sftp-server"
+        conf = d / "sshd_config"
+        conf.write_text(
+            f"Port {self.port}\nListenAddress 127.0.0.1\nAddressFamily inet\n"
+            f"HostKey {d}/host_ed25519_key\nPidFile {d}/sshd.pid\n"
+            f"AuthorizedKeysFile {d}/authorized_keys\nPubkeyAuthentication yes\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nUseDNS no\n"
+            "PrintMotd no\nPrintLastLog no\nX11Forwarding no\nAllowTcpForwarding no\n"
+            f"Subsystem sftp {sftp if Path(sftp).is_file() else 'internal-sftp'}\n"
+        )
+        self.key = d / "client_ed25519_key"
+        self.user = subprocess.run(["id", "-un"], capture_output=True, text=True).stdout.strip()
+        self.log = d / "sshd.log"
+        self.proc = subprocess.Popen(
+            [sshd, "-D", "-e", "-f", str(conf)], cwd=d, stdin=subprocess.DEVNULL,
+            stdout=open(self.log, "ab"), stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 20
+        while True:
+            assert self.proc.poll() is None, f"sshd exited: {self.log.read_text()}"
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "sshd did not start in 20 s"
+                time.sleep(0.05)
+
+    def ssh_command(self) -> str:
+        opts = [
+            "-F", "/dev/null", "-p", str(self.port), "-i", str(self.key),
+            "-o", "IdentitiesOnly=yes", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=no",
+            "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=20",
+        ]
+        return " ".join(["ssh"] + opts)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def sshd(tmp_path, monkeypatch):
+    s = Sshd(tmp_path)
+    monkeypatch.setenv("SHEAF_SSH", s.ssh_command())
+    yield s
+    s.stop()
