@@ -170,6 +170,8 @@ def test_info_has_the_fields_of_sheaf_info_json(many):
     im = sheaf.open(img)
     cli = json.loads(run(sheaf_bin(), "info", "--json", img).stdout)
     assert im.info() == cli
+    assert set(cli) == set(sheaf.Info.__annotations__)
+    assert set(im.stat("")) == set(sheaf.Stat.__annotations__)
     assert im.root == cli["root_digest"]
     assert im.root == run(sheaf_bin(), "root", img).stdout.split("blake3:")[-1].strip()
 

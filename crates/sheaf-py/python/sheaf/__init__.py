@@ -20,15 +20,58 @@ import io
 import json
 import os
 import posixpath
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, TypedDict, Union
 
 from . import _sheaf
 from ._sheaf import IntegrityError
 
-__all__ = ["open", "open_reader", "Image", "RawFile", "IntegrityError", "OfflineWarning", "__version__"]
+__all__ = ["open", "open_reader", "Image", "RawFile", "Stat", "Info", "IntegrityError", "OfflineWarning", "__version__"]
 __version__ = _sheaf.__version__
 
 PathLike = Union[str, bytes, "os.PathLike[str]"]
+
+
+class Stat(TypedDict):
+    """An entry's attributes (``Image.stat``, ``Image.scandir``)."""
+
+    type: str  # file, directory, symlink, char-device, block-device, fifo, socket
+    mode: int  # st_mode: type and permission bits
+    ino: int  # inode number in its image
+    nlink: int
+    uid: int
+    gid: int
+    size: int
+    mtime: float
+    mtime_ns: int
+    target: Optional[str]  # a symlink's target, else None
+    layer: int  # the layer of a stack it is shown from (0 for one image)
+
+
+class Info(TypedDict):
+    """What ``sheaf info --json`` prints (``Image.info``)."""
+
+    image: str
+    image_bytes: int
+    root_digest: str
+    inodes: int
+    entries_by_type: Optional[Dict[str, int]]
+    hardlinked_inodes: Optional[int]
+    logical_bytes: int
+    stored_data_bytes: int
+    compression_ratio: float
+    dedup_bytes: Optional[int]
+    hole_bytes: Optional[int]
+    blocks: int
+    blocks_by_codec: Optional[Dict[str, int]]
+    block_size: int
+    page_size: int
+    metadata_bytes_uncompressed: int
+    build: Dict[str, Any]
+    signatures: List[Dict[str, str]]
+    prefetch_blocks: int
+    whiteouts: Optional[List[str]]
+    opaque_dirs: Optional[List[str]]
+    sections: List[Dict[str, Any]]
 
 
 def _norm(path: PathLike) -> str:
@@ -129,16 +172,16 @@ class Image:
     def source(self) -> str:
         return self._img.source
 
-    def info(self, whiteouts: bool = False):
+    def info(self, whiteouts: bool = False) -> Union[Info, List[Info]]:
         """The fields of ``sheaf info --json`` as a dict (a list of dicts for a stack)."""
         return json.loads(self._img.info_json(whiteouts))
 
-    def stat(self, path: PathLike = "", follow_symlinks: bool = True) -> dict:
+    def stat(self, path: PathLike = "", follow_symlinks: bool = True) -> Stat:
         """Attributes of ``path``: type, mode, ino, nlink, uid, gid, size,
         mtime, mtime_ns, target (symlinks), layer."""
         return self._img.stat(_norm(path), follow_symlinks)
 
-    def lstat(self, path: PathLike) -> dict:
+    def lstat(self, path: PathLike) -> Stat:
         return self._img.stat(_norm(path), False)
 
     def exists(self, path: PathLike) -> bool:
@@ -164,7 +207,7 @@ class Image:
         """The names in directory ``path``, sorted by their bytes."""
         return self._img.listdir(_norm(path), False)
 
-    def scandir(self, path: PathLike = "") -> List[Tuple[str, dict]]:
+    def scandir(self, path: PathLike = "") -> List[Tuple[str, Stat]]:
         """(name, stat) of each entry of ``path`` (symlinks not followed)."""
         return self._img.listdir(_norm(path), True)
 
