@@ -16,6 +16,7 @@ deps:
 
 build: deps
 	$(CARGO) build --release --locked $(MPI_FEATURE)
+	scripts/python.sh wheel   # the Python package: target/wheels/sheaf-*.whl (docs/python.md)
 
 lint: deps
 	$(CARGO) fmt --all -- --check
@@ -39,6 +40,7 @@ check: build
 # prerequisite is missing fails here.
 test: build lint trees
 	SHEAF_BENCH_DATA=$(BENCH_DATA) $(CARGO) test --release --locked --workspace $(MPI_FEATURE)
+	scripts/python.sh test    # the Python package's pytest suite, in target/pyenv
 
 # The soak (not part of test): SOAK_READERS readers (default 64) for
 # SOAK_MINUTES (default 10) over a local image, a URL whose server restarts
@@ -106,6 +108,7 @@ bench: build
 	bench/overlay.sh
 	bench/run-image.sh
 	bench/incremental.sh
+	bench/python.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

@@ -6,7 +6,7 @@ set -euo pipefail
 want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2
       util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3 openssh-client:ssh-keygen nginx-light:nginx
       findutils:find squid:squid curl:curl openssh-server:/usr/sbin/sshd sshfs:sshfs
-      rsync:rsync git:git python3-pip:
+      rsync:rsync git:git python3-pip: python3-venv:   # python3-venv: the Python package's venv (scripts/pyenv.sh)
       man-db:man bash-completion: dpkg-dev:dpkg-shlibdeps   # tests/install.rs: man pages, bash completion, make deb
       libacl1-dev:   # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
       openmpi-bin:mpirun libopenmpi-dev:mpicc libclang-dev: lmod:  # sheaf bcast (rsmpi), pools
@@ -15,7 +15,7 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
       containerd:containerd runc:runc python3-grpcio:)  # tests/snapshotter.rs (a CRI pull from Debian's python3)
 case "${1:-}" in
-  bench) want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time python3-venv: squashfuse:squashfuse_ll
+  bench) want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
                fuse-overlayfs:fuse-overlayfs mmdebstrap:mmdebstrap) ;;
 esac
 missing=()

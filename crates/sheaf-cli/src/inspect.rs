@@ -3,43 +3,12 @@
 use crate::util::human;
 use crate::util::open_image as open_path;
 use anyhow::{bail, Result};
-use sheaf_format::{hex, FileType, StreamId};
+use sheaf_format::{hex, FileType};
 use sheaf_read::{Image, Inode};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-
-/// Paths hidden by whiteouts in `img`, and its opaque directories.
-fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>)> {
-    use sheaf_format::layers::{parse, Name};
-    let (mut wh, mut opaque) = (Vec::new(), Vec::new());
-    let mut todo = vec![(img.root()?, Vec::<u8>::new())];
-    let mut seen = sheaf_read::Seen::new(img);
-    while let Some((dir, prefix)) = todo.pop() {
-        seen.enter(img, &dir)?;
-        let n = img.dir_len(&dir)?;
-        for e in img.read_dir(&dir, 0, n as usize)? {
-            let full = join_name(&prefix, &e.name);
-            match parse(&e.name) {
-                Name::Opaque => opaque.push(
-                    String::from_utf8_lossy(if prefix.is_empty() { b"/" } else { &prefix })
-                        .into_owned(),
-                ),
-                Name::Whiteout(t) => {
-                    wh.push(String::from_utf8_lossy(&join_name(&prefix, t)).into_owned())
-                }
-                Name::Plain(_) if e.file_type == FileType::Directory => {
-                    todo.push((img.child(&dir, e.ino, e.file_type)?, full));
-                }
-                Name::Plain(_) => {}
-            }
-        }
-    }
-    wh.sort();
-    opaque.sort();
-    Ok((wh, opaque))
-}
 
 /// `sheaf info`.
 pub fn info(
@@ -49,54 +18,20 @@ pub fn info(
     remote: &crate::util::RemoteArgs,
 ) -> Result<i32> {
     let img = open_path(path, remote)?;
-    let (wh, opaque) = if list_whiteouts {
-        whiteouts(&img)?
+    let wo = if list_whiteouts {
+        Some(sheaf_read::info::whiteouts(&img)?)
     } else {
-        Default::default()
+        None
     };
-    let sb = img.superblock();
-    let build: serde_json::Value = img
-        .build_info()?
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default();
-    let stats = &build["stats"];
-    let meta_bytes: u64 = StreamId::ALL.iter().map(|&id| sb.stream(id).len).sum();
-    let v = serde_json::json!({
-        "image": path.display().to_string(),
-        "image_bytes": img.len(),
-        "root_digest": hex(&img.root_digest()),
-        "inodes": sb.inode_count,
-        "entries_by_type": stats["entries_by_type"],
-        "hardlinked_inodes": stats["hardlinked_inodes"],
-        "logical_bytes": sb.logical_bytes,
-        "stored_data_bytes": sb.stored_data_bytes,
-        "compression_ratio": sb.logical_bytes as f64 / img.len().max(1) as f64,
-        "dedup_bytes": stats["dedup_bytes"],
-        "hole_bytes": stats["hole_bytes"],
-        "blocks": sb.block_count,
-        "blocks_by_codec": stats["blocks_by_codec"],
-        "block_size": sb.block_size,
-        "page_size": sb.page_size,
-        "metadata_bytes_uncompressed": meta_bytes,
-        "build": {
-            "builder": build["builder"],
-            "compression": build["compression"],
-            "owner": build["owner"],
-            "mtime": build["mtime"],
-            "clamp_mtime": build["clamp_mtime"],
-            "exclude": build["exclude"],
-        },
-        "signatures": img.signatures().iter().map(|s| match sheaf_trust::describe(s) {
+    let v = sheaf_read::info::info(&img, &path.display().to_string(), wo.as_ref(), &|s| {
+        match sheaf_trust::describe(s) {
             Ok((alg, fp, ns)) => serde_json::json!({"algorithm": alg, "key": fp, "namespace": ns}),
             Err(e) => serde_json::json!({"error": e.to_string()}),
-        }).collect::<Vec<_>>(),
-        "prefetch_blocks": img.prefetch_list()?.len(),
-        "whiteouts": list_whiteouts.then_some(&wh),
-        "opaque_dirs": list_whiteouts.then_some(&opaque),
-        "sections": img.sections().iter().map(|s| serde_json::json!({
-            "kind": s.kind.id(), "required": s.required(), "offset": s.offset, "length": s.length,
-        })).collect::<Vec<_>>(),
-    });
+        }
+    })?;
+    let sb = img.superblock();
+    let build = &v["build"];
+    let meta_bytes = v["metadata_bytes_uncompressed"].as_u64().unwrap_or(0);
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
@@ -192,13 +127,13 @@ pub fn info(
         "built by:     {}",
         build["builder"].as_str().unwrap_or("?")
     )?;
-    if list_whiteouts {
+    if let Some((wh, opaque)) = &wo {
         writeln!(o, "whiteouts:    {} (hidden in the layers below)", wh.len())?;
-        for p in &wh {
+        for p in wh {
             writeln!(o, "  {p}")?;
         }
         writeln!(o, "opaque dirs:  {}", opaque.len())?;
-        for p in &opaque {
+        for p in opaque {
             writeln!(o, "  {p}/")?;
         }
     }
@@ -259,47 +194,7 @@ pub struct LsArgs {
     help: Option<bool>,
 }
 
-pub(crate) fn mode_string(mode: u32) -> String {
-    let t = match FileType::from_mode(mode) {
-        Some(FileType::Directory) => 'd',
-        Some(FileType::Symlink) => 'l',
-        Some(FileType::CharDevice) => 'c',
-        Some(FileType::BlockDevice) => 'b',
-        Some(FileType::Fifo) => 'p',
-        Some(FileType::Socket) => 's',
-        _ => '-',
-    };
-    let mut s = String::from(t);
-    for (i, c) in "rwxrwxrwx".chars().enumerate() {
-        let bit = 1 << (8 - i);
-        let on = mode & bit != 0;
-        let special = match i {
-            2 => mode & 0o4000 != 0,
-            5 => mode & 0o2000 != 0,
-            8 => mode & 0o1000 != 0,
-            _ => false,
-        };
-        s.push(match (on, special) {
-            (true, false) => c,
-            (false, false) => '-',
-            (true, true) => {
-                if i == 8 {
-                    't'
-                } else {
-                    's'
-                }
-            }
-            (false, true) => {
-                if i == 8 {
-                    'T'
-                } else {
-                    'S'
-                }
-            }
-        });
-    }
-    s
-}
+pub(crate) use sheaf_read::find::mode_string;
 
 /// One entry to list: its image (a layer, for stacks), inode and name.
 type Entry<'a> = (&'a Image, Inode, Vec<u8>);

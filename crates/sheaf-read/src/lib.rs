@@ -8,7 +8,10 @@
 //! everything). Every byte handed out has been checked against its BLAKE3
 //! hash. [`stack`] is the merged view of stacked layers, [`tree`] the tree
 //! rules a walk relies on, and [`extract`](mod@extract) unpacks an image into a directory
-//! (`sheaf extract`) without ever writing outside it. This crate knows
+//! (`sheaf extract`) without ever writing outside it. [`info`](mod@info)
+//! has the fields of `sheaf info --json` and [`find`](mod@find) find(1)'s
+//! language over an image (with [`ident`], this machine's user and group
+//! names), shared by the CLI and the Python package. This crate knows
 //! nothing of FUSE, the CLI or how images are built.
 
 #![warn(missing_docs)]
@@ -17,9 +20,12 @@ pub mod cache;
 mod dir;
 pub mod error;
 pub mod extract;
+pub mod find;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod ident;
 pub mod image;
+pub mod info;
 pub mod source;
 pub mod stack;
 pub mod tree;

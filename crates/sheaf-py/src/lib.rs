@@ -1,0 +1,375 @@
+//! The sheaf Python package's native module, `sheaf._sheaf`: images read
+//! from Python without FUSE, through the same library crates as the CLI.
+//!
+//! Owns the mapping between Python and the readers: opening an image the
+//! way every command does ([`sheaf_net::open_image`] under the same node
+//! cache and URL forms, then the site signature policy of
+//! [`sheaf_trust::Policy`]), stacks `A,B` ([`sheaf_read::Stack`]), and the
+//! conversion of every error into a Python exception whose message is the
+//! CLI's one line ([`error`]). The Python layer (python/sheaf) adds file
+//! objects, `walk` and the fsspec filesystem on top of [`Image`].
+//!
+//! Nothing here may unwind into Python: every entry point runs its Rust
+//! work under `catch_unwind` ([`error::guard`]), so a bug reached by hostile
+//! input is an exception, never an abort. Reads release the GIL.
+
+mod error;
+mod pysource;
+mod view;
+
+use error::{guard, Error};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use rayon::prelude::*;
+use sheaf_read::Inode;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use view::View;
+
+/// An open image (or a stack of images, `A,B`): `sheaf.open` returns one.
+#[pyclass(frozen, module = "sheaf._sheaf")]
+struct Image {
+    view: Arc<View>,
+}
+
+/// A regular file of an image: reads at an offset, the GIL released. The
+/// Python layer wraps it in an `io.RawIOBase`.
+#[pyclass(frozen, module = "sheaf._sheaf")]
+struct Handle {
+    view: Arc<View>,
+    layer: usize,
+    ino: Inode,
+    #[pyo3(get)]
+    name: String,
+}
+
+/// Where and how to open: the arguments of `sheaf.open`.
+struct OpenArgs {
+    source: String,
+    require_signature: bool,
+    signers: Option<PathBuf>,
+    identity: Option<String>,
+    cache: Option<view::CacheArg>,
+    reader: Option<Py<PyAny>>,
+}
+
+/// Open an image: a path, an `http(s)://` or `ssh://` URL, a published
+/// repository's index, or a stack `A,B` (later layers win). The site's
+/// signature policy applies (`SHEAF_CONFIG`, else /etc/sheaf/config.toml);
+/// `require_signature` and `signers` add to it, never relax it. `cache`:
+/// None for the node cache the CLI uses, a directory, or False for none.
+/// `reader`: a callable `(offset, length) -> bytes` to read the image's
+/// bytes from instead (any file fsspec can open); `source` then only names
+/// it in messages.
+#[pyfunction]
+#[pyo3(signature = (source, *, require_signature=None, signers=None, identity=None, cache=None, reader=None, size=None))]
+#[allow(clippy::too_many_arguments)]
+fn open(
+    py: Python<'_>,
+    source: PathBuf,
+    require_signature: Option<bool>,
+    signers: Option<PathBuf>,
+    identity: Option<String>,
+    cache: Option<Bound<'_, PyAny>>,
+    reader: Option<Py<PyAny>>,
+    size: Option<u64>,
+) -> PyResult<Image> {
+    let cache = match cache {
+        None => None,
+        Some(c) if c.is_instance_of::<pyo3::types::PyBool>() => {
+            if c.extract::<bool>()? {
+                None
+            } else {
+                Some(view::CacheArg::Off)
+            }
+        }
+        Some(c) => Some(view::CacheArg::Dir(c.extract::<PathBuf>()?)),
+    };
+    if reader.is_some() && size.is_none() {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "reader= needs size= (the image's length in bytes)",
+        ));
+    }
+    let a = OpenArgs {
+        source: source.to_string_lossy().into_owned(),
+        require_signature: require_signature.unwrap_or(false),
+        signers,
+        identity,
+        cache,
+        reader,
+    };
+    let view = py
+        .detach(|| guard(|| View::open(&a, size)))
+        .map_err(|e| e.into_py(py))?;
+    Ok(Image {
+        view: Arc::new(view),
+    })
+}
+
+fn path_bytes(p: &std::path::Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    p.as_os_str().as_bytes().to_vec()
+}
+
+/// A name from an image as Python shows names (undecodable bytes as
+/// surrogates, as `os.listdir` does).
+fn os_name(name: &[u8]) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::OsStr::from_bytes(name).to_os_string()
+}
+
+/// The fields of one entry, as a dict (the names of `os.stat_result`'s
+/// fields without `st_`, plus `type`, `target` and `layer`).
+fn stat_dict<'py>(py: Python<'py>, s: &view::Stat) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let r = &s.ino.rec;
+    d.set_item("type", s.ino.file_type().name())?;
+    d.set_item("mode", r.mode)?;
+    d.set_item("ino", s.ino.ino)?;
+    d.set_item("nlink", r.nlink)?;
+    d.set_item("uid", r.uid)?;
+    d.set_item("gid", r.gid)?;
+    d.set_item("size", s.ino.stat_size())?;
+    d.set_item("mtime", r.mtime_sec as f64 + f64::from(r.mtime_nsec) / 1e9)?;
+    d.set_item(
+        "mtime_ns",
+        i128::from(r.mtime_sec) * 1_000_000_000 + i128::from(r.mtime_nsec),
+    )?;
+    d.set_item("layer", s.layer)?;
+    match &s.target {
+        Some(t) => d.set_item("target", os_name(t))?,
+        None => d.set_item("target", py.None())?,
+    }
+    Ok(d)
+}
+
+/// Thread pools for `read_many(threads=N)`, one per N, made once.
+fn pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let mut m = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = m.get(&threads) {
+        return Ok(p.clone());
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("sheaf-read-{i}"))
+        .build()
+        .map_err(|e| Error::Value(format!("threads={threads}: {e}")))?;
+    let p = Arc::new(p);
+    m.insert(threads, p.clone());
+    Ok(p)
+}
+
+#[pymethods]
+impl Image {
+    /// The root digest, hex (a stack: each layer's, bottom first, joined
+    /// with ',').
+    #[getter]
+    fn root(&self) -> String {
+        self.view
+            .layers()
+            .iter()
+            .map(|i| sheaf_format::hex(&i.root_digest()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The image as named to `open`.
+    #[getter]
+    fn source(&self) -> String {
+        self.view.name().to_string()
+    }
+
+    /// Images whose server was unreachable when opened, so the index the
+    /// node cache kept stood in: (name, when it was cached, in seconds
+    /// since the epoch). Reads of what is cached work; others fail.
+    #[getter]
+    fn offline(&self) -> Vec<(String, u64)> {
+        self.view.offline().to_vec()
+    }
+
+    /// How many images: 1, or the layers of a stack.
+    #[getter]
+    fn layers(&self) -> usize {
+        self.view.layers().len()
+    }
+
+    /// `sheaf info --json`'s fields as JSON text (per layer of a stack: a
+    /// JSON array). `whiteouts`: list paths the image hides (slower: reads
+    /// every directory).
+    #[pyo3(signature = (whiteouts=false))]
+    fn info_json(&self, py: Python<'_>, whiteouts: bool) -> PyResult<String> {
+        let v = self.view.clone();
+        py.detach(|| guard(|| v.info_json(whiteouts)))
+            .map_err(|e| e.into_py(py))
+    }
+
+    /// Stat `path` (symlinks followed when `follow_symlinks`).
+    #[pyo3(signature = (path, follow_symlinks=true))]
+    fn stat<'py>(
+        &self,
+        py: Python<'py>,
+        path: PathBuf,
+        follow_symlinks: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let v = self.view.clone();
+        let p = path_bytes(&path);
+        let s = py
+            .detach(|| guard(|| v.stat(&p, follow_symlinks)))
+            .map_err(|e| e.into_py(py))?;
+        stat_dict(py, &s)
+    }
+
+    /// The names in directory `path`, sorted (with `detail`: (name, stat)
+    /// pairs, symlinks not followed).
+    #[pyo3(signature = (path=PathBuf::new(), detail=false))]
+    fn listdir<'py>(
+        &self,
+        py: Python<'py>,
+        path: PathBuf,
+        detail: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let v = self.view.clone();
+        let p = path_bytes(&path);
+        let entries = py
+            .detach(|| guard(|| v.listdir(&p, detail)))
+            .map_err(|e| e.into_py(py))?;
+        let out = PyList::empty(py);
+        for (name, st) in entries {
+            match st {
+                Some(s) if detail => out.append((os_name(&name), stat_dict(py, &s)?))?,
+                _ => out.append(os_name(&name))?,
+            }
+        }
+        Ok(out)
+    }
+
+    /// The target of symlink `path`.
+    fn readlink(&self, py: Python<'_>, path: PathBuf) -> PyResult<std::ffi::OsString> {
+        let v = self.view.clone();
+        let p = path_bytes(&path);
+        let t = py
+            .detach(|| guard(|| v.readlink(&p)))
+            .map_err(|e| e.into_py(py))?;
+        Ok(os_name(&t))
+    }
+
+    /// A handle to regular file `path` (symlinks followed), for reads at
+    /// offsets; `sheaf.Image.open` wraps it in a Python file object.
+    fn handle(&self, py: Python<'_>, path: PathBuf) -> PyResult<Handle> {
+        let v = self.view.clone();
+        let p = path_bytes(&path);
+        let (layer, ino) = py
+            .detach(|| guard(|| v.file(&p)))
+            .map_err(|e| e.into_py(py))?;
+        Ok(Handle {
+            view: self.view.clone(),
+            layer,
+            ino,
+            name: path.to_string_lossy().into_owned(),
+        })
+    }
+
+    /// The whole contents of each file of `paths` (symlinks followed), read
+    /// in parallel by `threads` threads (default: one per core) with the
+    /// GIL released. The first failure, in the order of `paths`, raises.
+    #[pyo3(signature = (paths, threads=None))]
+    fn read_many<'py>(
+        &self,
+        py: Python<'py>,
+        paths: Vec<PathBuf>,
+        threads: Option<usize>,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let v = self.view.clone();
+        let paths: Vec<Vec<u8>> = paths.iter().map(|p| path_bytes(p)).collect();
+        let got: Result<Vec<Vec<u8>>, Error> = py.detach(|| {
+            guard(|| {
+                let run = || {
+                    paths
+                        .par_iter()
+                        .map(|p| guard(|| v.read_all(p)))
+                        .collect::<Result<Vec<_>, Error>>()
+                };
+                match threads {
+                    None => run(),
+                    Some(0) => Err(Error::Value("threads=0: use at least 1".into())),
+                    Some(n) => pool(n)?.install(run),
+                }
+            })
+        });
+        let got = got.map_err(|e| e.into_py(py))?;
+        Ok(got.iter().map(|b| PyBytes::new(py, b)).collect())
+    }
+
+    /// What find(1)'s expression `words` prints, walking from `start`: the
+    /// engine of `sheaf find` (tests, actions, operators, -printf).
+    fn find_output<'py>(
+        &self,
+        py: Python<'py>,
+        start: PathBuf,
+        words: Vec<std::ffi::OsString>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let v = self.view.clone();
+        let p = path_bytes(&start);
+        let out = py
+            .detach(|| guard(|| v.find(&p, &words)))
+            .map_err(|e| e.into_py(py))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// The data blocks holding regular file `path`: per stored piece,
+    /// (file offset, length, block id, block offset in the image, stored
+    /// length of the block); holes are not listed.
+    fn blocks(&self, py: Python<'_>, path: PathBuf) -> PyResult<Vec<view::Piece>> {
+        let v = self.view.clone();
+        let p = path_bytes(&path);
+        py.detach(|| guard(|| v.blocks(&p)))
+            .map_err(|e| e.into_py(py))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<sheaf.Image {:?} root {}>", self.view.name(), self.root())
+    }
+}
+
+#[pymethods]
+impl Handle {
+    /// The file's size in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.ino.rec.size
+    }
+
+    /// Up to `length` bytes from `offset` (fewer only at the end).
+    fn pread<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let b = py
+            .detach(|| {
+                guard(|| {
+                    self.view
+                        .read_at(self.layer, &self.ino, offset, length, &self.name)
+                })
+            })
+            .map_err(|e| e.into_py(py))?;
+        Ok(PyBytes::new(py, &b))
+    }
+}
+
+/// The module `sheaf._sheaf`.
+#[pymodule]
+fn _sheaf(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_class::<Image>()?;
+    m.add_class::<Handle>()?;
+    m.add("IntegrityError", m.py().get_type::<error::IntegrityError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
