@@ -434,7 +434,7 @@ impl Http {
                     {
                         return Err(io::Error::new(
                             e.kind(),
-                            format!("{e} (nothing is listening there; sheaf waits only for a server it has reached)"),
+                            "connection refused (nothing is listening there; sheaf waits only for a server it has reached)",
                         ));
                     }
                     if failed_in_round < self.routes() {
