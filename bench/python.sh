@@ -18,7 +18,8 @@
 #
 # Usage: bench/python.sh   (after make build; installs ratarmountcore and
 #                           PySquashfsImage into target/pyenv)
-# Env:   N (entries, default 1000000), RUNS (default 3), SHEAF_BENCH_DATA
+# Env:   TREE (hcp, default, or P: tree P of bench/setup.sh, the Python stack,
+#        as a tar of it), N (entries of hcp, default 1000000), RUNS (default 3), SHEAF_BENCH_DATA
 #        (default /var/tmp/sheaf-bench; the tree is kept in DATA/python-N),
 #        CASES (a subset of the case names in ALL below; the rest show n/a).
 #        fsspec tar:// takes about 9 minutes at 1M entries (timed once).
@@ -27,7 +28,12 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${N:-1000000}
 RUNS=${RUNS:-3}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
-D=$DATA/python-$N
+TREE=${TREE:-hcp}
+case "$TREE" in
+    hcp) D=$DATA/python-$N ;;
+    P) D=$DATA/python-P ;;
+    *) echo "bench/python.sh: TREE=$TREE: hcp or P" >&2; exit 2 ;;
+esac
 SHEAF=$ROOT/target/release/sheaf
 VENV=${SHEAF_PYENV:-$ROOT/target/pyenv}
 PYTHON=$VENV/bin/python
@@ -52,7 +58,15 @@ command -v mksquashfs >/dev/null || die "mksquashfs missing (scripts/deps.sh ben
 
 mkdir -p "$D" "$WWW"
 if [ ! -s "$D/tree.tar" ]; then
-    python3 "$ROOT/bench/gen-tar.py" "$N" > "$D/tree.tar.tmp" && mv "$D/tree.tar.tmp" "$D/tree.tar"
+    if [ "$TREE" = P ]; then
+        [ -d "$DATA/P" ] || die "$DATA/P missing (bench/setup.sh P)"
+        # Top-level names, not ".": members without a "./" prefix.
+        mapfile -t top < <(ls -A "$DATA/P")
+        tar -C "$DATA/P" -cf "$D/tree.tar.tmp" -- "${top[@]}"
+    else
+        python3 "$ROOT/bench/gen-tar.py" "$N" > "$D/tree.tar.tmp"
+    fi
+    mv "$D/tree.tar.tmp" "$D/tree.tar"
 fi
 [ -s "$D/tree.sheaf" ] && [ "$D/tree.sheaf" -nt "$SHEAF" ] || "$SHEAF" build -q "$D/tree.tar" -o "$D/tree.sheaf"
 [ -s "$D/tree.sqfs" ] || mksquashfs - "$D/tree.sqfs" -tar -quiet -no-progress < "$D/tree.tar" >/dev/null
@@ -101,7 +115,7 @@ run() {
     "$PYTHON" - "$D" "$MNT" "$BASE" "$WORK" "$1" 2>/dev/null <<'EOF' | tail -1
 import sys, time, os
 d, mnt, base, work, case = sys.argv[1:]
-sample = open(f"{d}/sample.txt").read().split()
+sample = open(f"{d}/sample.txt").read().splitlines()
 import sheaf, fsspec, h5py
 t = time.perf_counter
 if case == "open-sheaf":
@@ -176,11 +190,12 @@ done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", b / a; else print "n/a" }'; }
 ms() { awk -v a="$1" 'BEGIN { if (a == "" || a == "nan") print "n/a"; else printf "%.1f ms", a * 1000 }'; }
-OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python.md
+OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python$([ "$TREE" = P ] && echo -P).md
 {
     echo "# The Python package against Python readers of the same tree ($(date +%Y-%m-%d))"
     echo
-    echo "bench/python.sh: the HCP-like tree of $N entries (bench/gen-tar.py; $(du -h "$D/tree.tar" | cut -f1) tar," \
+    if [ "$TREE" = P ]; then what="tree P (the Python stack of bench/setup.sh, $(tar -tf "$D/tree.tar" | wc -l) entries"; else what="the HCP-like tree of $N entries (bench/gen-tar.py"; fi
+    echo "bench/python.sh: $what; $(du -h "$D/tree.tar" | cut -f1) tar," \
          "$(du -h "$D/tree.sheaf" | cut -f1) sheaf image, $(du -h "$D/tree.sqfs" | cut -f1) SquashFS), $(nproc) cores;" \
          "medians of $RUNS fresh processes, times from after imports; page cache dropped before each: $COLD."
     echo
