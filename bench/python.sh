@@ -18,14 +18,22 @@
 #
 # Usage: bench/python.sh   (after make build; installs ratarmountcore and
 #                           PySquashfsImage into target/pyenv)
-# Env:   N (entries, default 1000000), RUNS (default 3), SHEAF_BENCH_DATA
-#        (default /var/tmp/sheaf-bench; the tree is kept in DATA/python-N)
+# Env:   TREE (hcp, default, or P: tree P of bench/setup.sh, the Python stack,
+#        as a tar of it), N (entries of hcp, default 1000000), RUNS (default 3), SHEAF_BENCH_DATA
+#        (default /var/tmp/sheaf-bench; the tree is kept in DATA/python-N),
+#        CASES (a subset of the case names in ALL below; the rest show n/a).
+#        fsspec tar:// takes about 9 minutes at 1M entries (timed once).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${N:-1000000}
 RUNS=${RUNS:-3}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
-D=$DATA/python-$N
+TREE=${TREE:-hcp}
+case "$TREE" in
+    hcp) D=$DATA/python-$N ;;
+    P) D=$DATA/python-P ;;
+    *) echo "bench/python.sh: TREE=$TREE: hcp or P" >&2; exit 2 ;;
+esac
 SHEAF=$ROOT/target/release/sheaf
 VENV=${SHEAF_PYENV:-$ROOT/target/pyenv}
 PYTHON=$VENV/bin/python
@@ -50,7 +58,15 @@ command -v mksquashfs >/dev/null || die "mksquashfs missing (scripts/deps.sh ben
 
 mkdir -p "$D" "$WWW"
 if [ ! -s "$D/tree.tar" ]; then
-    python3 "$ROOT/bench/gen-tar.py" "$N" > "$D/tree.tar.tmp" && mv "$D/tree.tar.tmp" "$D/tree.tar"
+    if [ "$TREE" = P ]; then
+        [ -d "$DATA/P" ] || die "$DATA/P missing (bench/setup.sh P)"
+        # Top-level names, not ".": members without a "./" prefix.
+        mapfile -t top < <(ls -A "$DATA/P")
+        tar -C "$DATA/P" -cf "$D/tree.tar.tmp" -- "${top[@]}"
+    else
+        python3 "$ROOT/bench/gen-tar.py" "$N" > "$D/tree.tar.tmp"
+    fi
+    mv "$D/tree.tar.tmp" "$D/tree.tar"
 fi
 [ -s "$D/tree.sheaf" ] && [ "$D/tree.sheaf" -nt "$SHEAF" ] || "$SHEAF" build -q "$D/tree.tar" -o "$D/tree.sheaf"
 [ -s "$D/tree.sqfs" ] || mksquashfs - "$D/tree.sqfs" -tar -quiet -no-progress < "$D/tree.tar" >/dev/null
@@ -99,7 +115,7 @@ run() {
     "$PYTHON" - "$D" "$MNT" "$BASE" "$WORK" "$1" 2>/dev/null <<'EOF' | tail -1
 import sys, time, os
 d, mnt, base, work, case = sys.argv[1:]
-sample = open(f"{d}/sample.txt").read().split()
+sample = open(f"{d}/sample.txt").read().splitlines()
 import sheaf, fsspec, h5py
 t = time.perf_counter
 if case == "open-sheaf":
@@ -159,7 +175,8 @@ EOF
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A T B ONCE
-for c in open-sheaf open-ratarmount open-pysquashfs read-sheaf-many read-sheaf-loop read-ratarmount read-fsspec-tar read-kernel-squashfs h5-sheaf h5-fsspec-http; do
+ALL="open-sheaf open-ratarmount open-pysquashfs read-sheaf-many read-sheaf-loop read-ratarmount read-fsspec-tar read-kernel-squashfs h5-sheaf h5-fsspec-http"
+for c in ${CASES:-$ALL}; do
     out=()
     for _ in $(seq "$RUNS"); do
         out+=("$(run "$c" || echo "nan nan")")
@@ -172,12 +189,13 @@ for c in open-sheaf open-ratarmount open-pysquashfs read-sheaf-many read-sheaf-l
 done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", b / a; else print "n/a" }'; }
-ms() { awk -v a="$1" 'BEGIN { printf "%.1f ms", a * 1000 }'; }
-OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python.md
+ms() { awk -v a="$1" 'BEGIN { if (a == "" || a == "nan") print "n/a"; else printf "%.1f ms", a * 1000 }'; }
+OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python$([ "$TREE" = P ] && echo -P).md
 {
     echo "# The Python package against Python readers of the same tree ($(date +%Y-%m-%d))"
     echo
-    echo "bench/python.sh: the HCP-like tree of $N entries (bench/gen-tar.py; $(du -h "$D/tree.tar" | cut -f1) tar," \
+    if [ "$TREE" = P ]; then what="tree P (the Python stack of bench/setup.sh, $(tar -tf "$D/tree.tar" | wc -l) entries"; else what="the HCP-like tree of $N entries (bench/gen-tar.py"; fi
+    echo "bench/python.sh: $what; $(du -h "$D/tree.tar" | cut -f1) tar," \
          "$(du -h "$D/tree.sheaf" | cut -f1) sheaf image, $(du -h "$D/tree.sqfs" | cut -f1) SquashFS), $(nproc) cores;" \
          "medians of $RUNS fresh processes, times from after imports; page cache dropped before each: $COLD."
     echo
@@ -185,25 +203,25 @@ OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python.md
     echo
     echo "| reader | time | sheaf's speedup |"
     echo "|---|---|---|"
-    echo "| sheaf.open + listdir | $(ms "${T[open-sheaf]}") | |"
-    echo "| ratarmountcore (index built beforehand) | $(ms "${T[open-ratarmount]}") | $(ratio "${T[open-sheaf]}" "${T[open-ratarmount]}") |"
-    echo "| PySquashfsImage | $(ms "${T[open-pysquashfs]}")${ONCE[open-pysquashfs]:-} | $(ratio "${T[open-sheaf]}" "${T[open-pysquashfs]}") |"
+    echo "| sheaf.open + listdir | $(ms "${T[open-sheaf]:-}") | |"
+    echo "| ratarmountcore (index built beforehand) | $(ms "${T[open-ratarmount]:-}") | $(ratio "${T[open-sheaf]:-}" "${T[open-ratarmount]:-}") |"
+    echo "| PySquashfsImage | $(ms "${T[open-pysquashfs]:-}")${ONCE[open-pysquashfs]:-} | $(ratio "${T[open-sheaf]:-}" "${T[open-pysquashfs]:-}") |"
     echo
     echo "## 10,000 random small files from one process"
     echo
     echo "| reader | time | read_many's speedup | the loop's speedup | target |"
     echo "|---|---|---|---|---|"
-    echo "| sheaf read_many | $(ms "${T[read-sheaf-many]}") | | | |"
-    echo "| sheaf loop of open().read() | $(ms "${T[read-sheaf-loop]}") | | | |"
-    echo "| ratarmountcore | $(ms "${T[read-ratarmount]}")${ONCE[read-ratarmount]:-} | $(ratio "${T[read-sheaf-many]}" "${T[read-ratarmount]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-ratarmount]}") | >= 3x |"
-    echo "| fsspec tar:// (index built beforehand) | $(ms "${T[read-fsspec-tar]}")${ONCE[read-fsspec-tar]:-} | $(ratio "${T[read-sheaf-many]}" "${T[read-fsspec-tar]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-fsspec-tar]}") | >= 5x |"
-    echo "| Python loop over a kernel squashfs mount | $(ms "${T[read-kernel-squashfs]}")${ONCE[read-kernel-squashfs]:-} | $(ratio "${T[read-sheaf-many]}" "${T[read-kernel-squashfs]}") | $(ratio "${T[read-sheaf-loop]}" "${T[read-kernel-squashfs]}") | >= 1x |"
+    echo "| sheaf read_many | $(ms "${T[read-sheaf-many]:-}") | | | |"
+    echo "| sheaf loop of open().read() | $(ms "${T[read-sheaf-loop]:-}") | | | |"
+    echo "| ratarmountcore | $(ms "${T[read-ratarmount]:-}")${ONCE[read-ratarmount]:-} | $(ratio "${T[read-sheaf-many]:-}" "${T[read-ratarmount]:-}") | $(ratio "${T[read-sheaf-loop]:-}" "${T[read-ratarmount]:-}") | >= 3x |"
+    echo "| fsspec tar:// (index built beforehand) | $(ms "${T[read-fsspec-tar]:-}")${ONCE[read-fsspec-tar]:-} | $(ratio "${T[read-sheaf-many]:-}" "${T[read-fsspec-tar]:-}") | $(ratio "${T[read-sheaf-loop]:-}" "${T[read-fsspec-tar]:-}") | >= 5x |"
+    echo "| Python loop over a kernel squashfs mount | $(ms "${T[read-kernel-squashfs]:-}")${ONCE[read-kernel-squashfs]:-} | $(ratio "${T[read-sheaf-many]:-}" "${T[read-kernel-squashfs]:-}") | $(ratio "${T[read-sheaf-loop]:-}" "${T[read-kernel-squashfs]:-}") | >= 1x |"
     echo
     echo "## h5py: a 512x512 hyperslab of a 64 MiB chunked dataset over HTTP (nginx on loopback)"
     echo
     echo "| reader | time | bytes sent by nginx |"
     echo "|---|---|---|"
-    echo "| sheaf (image, no node cache) | $(ms "${T[h5-sheaf]}") | ${B[h5-sheaf]} |"
-    echo "| h5py on the raw .h5 through fsspec HTTP | $(ms "${T[h5-fsspec-http]}") | ${B[h5-fsspec-http]} |"
+    echo "| sheaf (image, no node cache) | $(ms "${T[h5-sheaf]:-}") | ${B[h5-sheaf]:-} |"
+    echo "| h5py on the raw .h5 through fsspec HTTP | $(ms "${T[h5-fsspec-http]:-}") | ${B[h5-fsspec-http]:-} |"
 } > "$OUT"
 cat "$OUT"
