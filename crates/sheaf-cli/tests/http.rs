@@ -152,7 +152,9 @@ fn missing_dead_and_lying_servers_are_clear_errors() {
     )
     .fails_with(1);
     assert!(
-        o.one_err_line().to_lowercase().contains("connection refused"),
+        o.one_err_line()
+            .to_lowercase()
+            .contains("connection refused"),
         "{}",
         o.describe()
     );

@@ -149,7 +149,9 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
     // passed.
     let o = run_cmd(cmd().arg("ls").arg(&url).args(["--timeout", "2"])).fails_with(1);
     assert!(
-        o.one_err_line().to_lowercase().contains("connection refused"),
+        o.one_err_line()
+            .to_lowercase()
+            .contains("connection refused"),
         "{}",
         o.describe()
     );
