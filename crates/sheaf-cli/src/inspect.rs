@@ -437,14 +437,7 @@ pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     l.finish(&mut o).map(|()| 0)
 }
 
-fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut full = prefix.to_vec();
-    if !full.is_empty() {
-        full.push(b'/');
-    }
-    full.extend_from_slice(name);
-    full
-}
+use sheaf_read::info::join_name;
 
 /// `sheaf ls BASE,LAYER,...`: the merged view of a stack.
 fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {

@@ -28,6 +28,21 @@ fn tree(root: &Path) {
     }
 }
 
+/// [`tree`] in `dir/src`, built into `dir/t.sheaf`: (src, image).
+fn built(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = dir.join("src");
+    tree(&src);
+    let img = dir.join("t.sheaf");
+    sheaf([
+        "build".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+    ])
+    .ok();
+    (src, img)
+}
+
 #[test]
 fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
     if !mounts_allowed() {
@@ -516,16 +531,7 @@ fn help_remote_and_one_way_to_say_block_bytes() {
         assert!(h.contains(f), "{f} missing from: {h}");
     }
     let t = tmpdir();
-    let src = t.path().join("src");
-    tree(&src);
-    let img = t.path().join("t.sheaf");
-    sheaf([
-        "build".as_ref(),
-        src.as_os_str(),
-        "-o".as_ref(),
-        img.as_os_str(),
-    ])
-    .ok();
+    let (_, img) = built(t.path());
     let info = json(&sheaf(["info".as_ref(), "--json".as_ref(), img.as_os_str()]).ok());
     let stored = info["stored_data_bytes"].as_u64().unwrap();
     let text = sheaf(["info".as_ref(), img.as_os_str()]).ok().text();
@@ -553,16 +559,7 @@ fn help_remote_and_one_way_to_say_block_bytes() {
 #[test]
 fn optimize_json_names_the_new_root() {
     let t = tmpdir();
-    let src = t.path().join("src");
-    tree(&src);
-    let img = t.path().join("t.sheaf");
-    sheaf([
-        "build".as_ref(),
-        src.as_os_str(),
-        "-o".as_ref(),
-        img.as_os_str(),
-    ])
-    .ok();
+    let (_, img) = built(t.path());
     let list = t.path().join("first");
     fs::write(&list, "big.bin\n").unwrap();
     let out = t.path().join("o.sheaf");

@@ -36,7 +36,8 @@ pub fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>), ReadError> {
     Ok((wh, opaque))
 }
 
-fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+/// `prefix/name`, or `name` when `prefix` is empty: a path below a start.
+pub fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
     let mut full = prefix.to_vec();
     if !full.is_empty() {
         full.push(b'/');
