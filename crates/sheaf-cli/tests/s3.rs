@@ -270,3 +270,92 @@ fn a_server_restart_during_a_read_is_only_a_wait() {
         "stats do not show the wait: {s}"
     );
 }
+
+/// Put every file under `dir` as `bucket/prefix/REL`.
+fn put_tree(w: &SeaweedS3, bucket: &str, prefix: &str, dir: &Path, rel: &str) {
+    for e in fs::read_dir(dir.join(rel)).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let r = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        if e.file_type().unwrap().is_dir() {
+            put_tree(w, bucket, prefix, dir, &r);
+        } else {
+            w.put_file(bucket, &format!("{prefix}/{r}"), &dir.join(&r));
+        }
+    }
+}
+
+#[test]
+fn a_pool_location_in_a_bucket_is_listed_and_loads() {
+    let f = setup();
+    if !prerequisite(!check_tier() && is_root(), "root (FUSE mounts)") {
+        return;
+    }
+    let pool = f.t.path().join("pool");
+    sheaf(["pool".as_ref(), "init".as_ref(), pool.as_os_str()]).ok();
+    let bin = pool.join("install/hello/1.0/bin");
+    fs::create_dir_all(&bin).unwrap();
+    write(&bin.join("hello"), b"#!/bin/sh\necho hello from s3\n");
+    chmod(&bin.join("hello"), 0o755);
+    fs::create_dir_all(pool.join("modulefiles/hello")).unwrap();
+    write(
+        &pool.join("modulefiles/hello/1.0.lua"),
+        b"local root = myFileName():match(\"(.*)/modulefiles/\")\n\
+          prepend_path(\"PATH\", pathJoin(root, \"install/hello/1.0/bin\"))\n",
+    );
+    let built = f.t.path().join("build/sw/1.0.sheaf");
+    fs::create_dir_all(built.parent().unwrap()).unwrap();
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        built.as_os_str(),
+        "--name".as_ref(),
+        "sw/1.0".as_ref(),
+    ])
+    .ok();
+    // A location written locally, then copied into the bucket as is.
+    let loc = f.t.path().join("loc");
+    sheaf([
+        "pool".as_ref(),
+        "publish".as_ref(),
+        built.as_os_str(),
+        loc.as_os_str(),
+    ])
+    .ok();
+    put_tree(&f.w, "sheaf", "pools", &loc, "");
+    let conf = f.t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = [\"s3://sheaf/pools\"]\nlocal = \"{}\"\nmounts = \"{}\"\n",
+            f.t.path().join("local").display(),
+            f.t.path().join("mnt").display()
+        )
+        .as_bytes(),
+    );
+    let mut c = f.cmd();
+    c.env("SHEAF_CONFIG", &conf);
+    let av = run(c, &["pool", "avail", "--json"]).ok();
+    let offers = json(&av);
+    assert_eq!(offers[0]["pool"], "sw/1.0", "{}", av.describe());
+    assert_eq!(offers[0]["source"], "s3://sheaf/pools/sw/1.0", "{offers}");
+    let mp = f.t.path().join("mnt/sw/1.0");
+    let mut c = f.cmd();
+    c.env("SHEAF_CONFIG", &conf);
+    let o = run(c, &["pool", "load", "sw/1.0", "--sh"]);
+    let _guard = Mounted::adopt(&mp);
+    assert_eq!(o.code, 0, "{}", o.describe());
+    let ran = run_cmd(&mut Command::new(mp.join("install/hello/1.0/bin/hello"))).ok();
+    assert_eq!(ran.text().trim(), "hello from s3");
+    assert_eq!(
+        fs::read(f.t.path().join("local/sw/1.0.sheaf")).unwrap(),
+        fs::read(&built).unwrap(),
+        "the node-local copy is the built image"
+    );
+    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+}
