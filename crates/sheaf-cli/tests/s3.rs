@@ -129,6 +129,8 @@ fn a_whole_image_and_a_published_repository_read_back_equal_to_the_source() {
         );
         let got = run(f.cmd(), &["cat", url, "big.bin"]).ok().stdout;
         assert!(got == big, "{url}: cat big.bin gave other bytes");
+        let found = run(f.cmd(), &["find", url, "-name", "big.bin"]).ok().text();
+        assert_eq!(found.trim(), "/big.bin", "{url}");
     }
     // Publishing again writes no object, only the index.
     let o = run(
@@ -150,6 +152,9 @@ fn a_whole_image_and_a_published_repository_read_back_equal_to_the_source() {
         return;
     }
     for (url, form) in [(WHOLE, "image"), (REPO, "repository")] {
+        let spec = format!("{url}:/data");
+        let o = run(f.cmd(), &["run", "-m", &spec, "--", "cat", "/data/big.bin"]).ok();
+        assert!(o.stdout == big, "{url}: sheaf run read other bytes");
         let mp = f.t.path().join(format!("m-{form}"));
         fs::create_dir_all(&mp).unwrap();
         let mut c = f.cmd();
