@@ -364,3 +364,62 @@ fn a_pool_location_in_a_bucket_is_listed_and_loads() {
     );
     sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
 }
+
+#[test]
+fn import_publishes_layers_links_and_the_record_into_a_bucket() {
+    let f = setup();
+    let lay = common::oci::layout(f.t.path());
+    let o = run(
+        f.cmd(),
+        &[
+            "import",
+            &lay.oci("gz"),
+            "--publish",
+            "s3://sheaf/ctr",
+            "--json",
+        ],
+    )
+    .ok();
+    let rep = json(&o);
+    let record = rep["record"].as_str().unwrap().to_string();
+    assert!(
+        record.starts_with("s3://sheaf/ctr/image-sha256-") && record.ends_with(".json"),
+        "{rep}"
+    );
+    let layers = rep["layers"].as_array().unwrap().clone();
+    assert!(!layers.is_empty(), "{rep}");
+    for l in &layers {
+        assert_eq!(l["reused"], false, "{l}");
+        let url = format!("s3://sheaf/ctr/{}", l["layer"].as_str().unwrap());
+        run(f.cmd(), &["check", &url]).ok();
+    }
+    // The links and the record are in the bucket, as for a directory.
+    let (st, body) = common::servers::http_get(
+        f.w.filer_port,
+        &format!("/buckets/sheaf/ctr/{}", record.rsplit('/').next().unwrap()),
+    );
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"layers\""), "{body}");
+    // The zstd encoding of the same layers: all already there.
+    let o = run(
+        f.cmd(),
+        &[
+            "import",
+            &lay.oci("zst"),
+            "--publish",
+            "s3://sheaf/ctr",
+            "--json",
+        ],
+    )
+    .ok();
+    let rep = json(&o);
+    assert_eq!(rep["fetched_bytes"], 0, "{rep}");
+    assert!(
+        rep["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["reused"] == true),
+        "{rep}"
+    );
+}

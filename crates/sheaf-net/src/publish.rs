@@ -149,9 +149,9 @@ impl Dest for DirDest<'_> {
     }
 }
 
-struct S3Dest(crate::s3::S3);
+struct S3Dest<'a>(&'a crate::s3::S3);
 
-impl S3Dest {
+impl S3Dest<'_> {
     fn fail(&self, rel: &str) -> impl Fn(io::Error) -> PublishError + '_ {
         let path = format!("s3://{}/{}", self.0.bucket(), self.0.under(rel));
         move |cause| PublishError::Write {
@@ -161,7 +161,7 @@ impl S3Dest {
     }
 }
 
-impl Dest for S3Dest {
+impl Dest for S3Dest<'_> {
     fn exists(&self, rel: &str) -> Result<bool, PublishError> {
         self.0.exists(&self.0.under(rel)).map_err(self.fail(rel))
     }
@@ -169,6 +169,77 @@ impl Dest for S3Dest {
         self.0
             .put(&self.0.under(rel), bytes)
             .map_err(self.fail(rel))
+    }
+}
+
+/// A repository being written: a local directory or `s3://BUCKET/PREFIX`
+/// (for writers of more than one image's files, such as `sheaf import
+/// --publish`, which adds blob links and image records after the layers).
+pub enum Repository {
+    /// A directory (created when opened).
+    Dir(std::path::PathBuf),
+    /// A bucket's prefix.
+    S3(Box<crate::s3::S3>),
+}
+
+impl Repository {
+    /// The repository `target` names (a path, or an `s3://` URL reached
+    /// with `opts`).
+    pub fn open(target: &Path, opts: crate::HttpOptions) -> io::Result<Repository> {
+        let s = target.to_string_lossy();
+        if crate::s3::is_s3(&s) {
+            return Ok(Repository::S3(Box::new(crate::s3::S3::new(&s, opts)?)));
+        }
+        fs::create_dir_all(target)?;
+        Ok(Repository::Dir(target.to_path_buf()))
+    }
+
+    /// The local directory, if it is one.
+    pub fn dir(&self) -> Option<&Path> {
+        match self {
+            Repository::Dir(d) => Some(d),
+            Repository::S3(_) => None,
+        }
+    }
+
+    /// Where the file `rel` is: a path or a URL (to show, or to open).
+    pub fn location(&self, rel: &str) -> String {
+        match self {
+            Repository::Dir(d) => d.join(rel).display().to_string(),
+            Repository::S3(s) => format!("s3://{}/{}", s.bucket(), s.under(rel)),
+        }
+    }
+
+    /// Whether the file `rel` exists.
+    pub fn exists(&self, rel: &str) -> io::Result<bool> {
+        match self {
+            Repository::Dir(d) => Ok(d.join(rel).exists()),
+            Repository::S3(s) => s.exists(&s.under(rel)),
+        }
+    }
+
+    /// Write the file `rel` whole or not at all.
+    pub fn put(&self, rel: &str, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Repository::Dir(d) => write_file_atomic(d, &d.join(rel), bytes),
+            Repository::S3(s) => s.put(&s.under(rel), bytes),
+        }
+    }
+
+    /// [`publish`] `img` as `name` here.
+    pub fn publish(
+        &self,
+        img: &Image,
+        name: &str,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<PublishReport, PublishError> {
+        match self {
+            Repository::Dir(d) => publish(img, d, name, progress),
+            Repository::S3(s) => {
+                check_name(name)?;
+                publish_into(img, &S3Dest(s), name, progress)
+            }
+        }
     }
 }
 
@@ -210,7 +281,7 @@ pub fn publish_to_url(
         path: crate::redact(url),
         cause,
     })?;
-    publish_into(img, &S3Dest(s3), name, progress)
+    publish_into(img, &S3Dest(&s3), name, progress)
 }
 
 fn publish_into(
