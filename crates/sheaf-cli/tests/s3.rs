@@ -206,6 +206,22 @@ fn a_wrong_secret_a_missing_bucket_and_a_missing_key_each_give_one_line() {
         &["sheaf", "images/nope.sheaf"],
         "no such key",
     );
+    // A store that accepts connections but never answers: an error once
+    // --timeout has passed, not a hang.
+    f.w.freeze(true);
+    let t0 = Instant::now();
+    let o = run(f.cmd(), &["ls", WHOLE, "--timeout", "3"]).fails_with(1);
+    let took = t0.elapsed();
+    f.w.freeze(false);
+    assert!(
+        took >= Duration::from_millis(2500) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert!(
+        o.one_err_line().contains("gave up after"),
+        "{}",
+        o.describe()
+    );
     // No credentials at all: anonymous, which this server refuses.
     let mut c = f.cmd();
     c.env_remove("AWS_ACCESS_KEY_ID")

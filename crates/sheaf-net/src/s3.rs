@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Whether `s` is an `s3://` URL.
 pub fn is_s3(s: &str) -> bool {
@@ -313,6 +313,27 @@ struct Client {
     store: AmazonS3,
 }
 
+/// One try: the client, and how long it may take.
+struct Try<'a> {
+    c: &'a Client,
+    limit: Duration,
+}
+
+impl Try<'_> {
+    /// Run `f` on the client's runtime, for at most the try's limit.
+    fn block<F: std::future::Future>(&self, f: F) -> io::Result<F::Output> {
+        self.c
+            .rt
+            .block_on(async { tokio::time::timeout(self.limit, f).await })
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {:.1} s", self.limit.as_secs_f64()),
+                )
+            })
+    }
+}
+
 /// A client for one bucket, and the key the user named in it.
 pub struct S3 {
     url: String,
@@ -540,14 +561,23 @@ impl S3 {
         &self,
         key: &str,
         limit: Duration,
-        f: impl Fn(&Client, &ObjPath) -> io::Result<Result<T, object_store::Error>>,
+        f: impl Fn(&Try<'_>, &ObjPath) -> io::Result<Result<T, object_store::Error>>,
     ) -> io::Result<T> {
         let path = ObjPath::from(key);
         let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.host);
         loop {
             self.stats.requests.fetch_add(1, Relaxed);
             let c = self.client()?;
-            let e = match f(&c, &path) {
+            // One try never runs far past the deadline (a hung store).
+            let left = backoff.deadline.saturating_duration_since(Instant::now());
+            let t = Try {
+                c: &c,
+                limit: self
+                    .opts
+                    .request_timeout
+                    .min(left.max(Duration::from_millis(500))),
+            };
+            let e = match f(&t, &path) {
                 Ok(Ok(v)) => {
                     self.reached.store(true, Relaxed);
                     return Ok(v);
@@ -587,30 +617,30 @@ impl S3 {
         let short =
             |got: usize, n: u64| io::Error::other(format!("short reply: {got} of {n} bytes"));
         let r = match want {
-            Want::Range(from, to) => self.retrying(&self.key, limit, |c, p| {
+            Want::Range(from, to) => self.retrying(&self.key, limit, |t, p| {
                 let n = to - from + 1;
-                Ok(match c.rt.block_on(c.store.get_range(p, from..to + 1)) {
+                Ok(match t.block(t.c.store.get_range(p, from..to + 1))? {
                     Ok(b) if b.len() as u64 == n => Ok((b.to_vec(), 0)),
                     Ok(b) => return Err(short(b.len(), n)),
                     Err(e) => Err(e),
                 })
             }),
-            Want::Probe(n) => self.retrying(&self.key, limit, |c, p| {
+            Want::Probe(n) => self.retrying(&self.key, limit, |t, p| {
                 let opts = GetOptions {
                     range: Some(GetRange::Bounded(0..n)),
                     ..Default::default()
                 };
-                Ok(c.rt.block_on(async {
-                    let r = c.store.get_opts(p, opts).await?;
+                t.block(async {
+                    let r = t.c.store.get_opts(p, opts).await?;
                     let size = r.meta.size;
                     Ok((r.bytes().await?.to_vec(), size))
-                }))
+                })
             }),
             Want::Object(rel, max) => {
                 let key = self.sibling(rel);
-                self.retrying(&key, limit, |c, p| {
-                    c.rt.block_on(async {
-                        let r = match c.store.get(p).await {
+                self.retrying(&key, limit, |t, p| {
+                    t.block(async {
+                        let r = match t.c.store.get(p).await {
                             Ok(r) => r,
                             Err(e) => return Ok(Err(e)),
                         };
@@ -624,7 +654,7 @@ impl S3 {
                             ));
                         }
                         Ok(r.bytes().await.map(|b| (b.to_vec(), 0)))
-                    })
+                    })?
                 })
             }
         };
@@ -636,8 +666,8 @@ impl S3 {
 
     /// Whether `key` exists (a HEAD).
     pub fn exists(&self, key: &str) -> io::Result<bool> {
-        match self.retrying(key, self.opts.deadline, |c, p| {
-            Ok(c.rt.block_on(c.store.head(p)).map(|_| ()))
+        match self.retrying(key, self.opts.deadline, |t, p| {
+            Ok(t.block(t.c.store.head(p))?.map(|_| ()))
         }) {
             Ok(()) => Ok(true),
             Err(e)
@@ -654,8 +684,8 @@ impl S3 {
     /// none.
     pub fn put(&self, key: &str, bytes: &[u8]) -> io::Result<()> {
         let payload = object_store::PutPayload::from(bytes.to_vec());
-        self.retrying(key, self.opts.deadline, |c, p| {
-            Ok(c.rt.block_on(c.store.put(p, payload.clone())).map(|_| ()))
+        self.retrying(key, self.opts.deadline, |t, p| {
+            Ok(t.block(t.c.store.put(p, payload.clone()))?.map(|_| ()))
         })
     }
 

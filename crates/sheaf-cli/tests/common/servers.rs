@@ -399,6 +399,14 @@ impl SeaweedS3 {
         let _ = self.child.wait();
     }
 
+    /// Freeze (SIGSTOP) or thaw (SIGCONT) the server: connections are
+    /// accepted by the kernel but never answered while frozen.
+    pub fn freeze(&self, frozen: bool) {
+        let sig = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
     /// Start it again on the same ports and data, after `stop`.
     pub fn restart(&mut self) {
         self.stop();
