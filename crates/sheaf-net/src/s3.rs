@@ -801,6 +801,15 @@ mod tests {
             Some("NoSuchBucket")
         );
         assert_eq!(error_code("<Code>a b</Code>"), None);
+        assert_eq!(
+            status_of("Error performing GET http://h/b/k in 2ms - Server returned non-2xx status code: 404 Not Found: <Error>"),
+            Some(404)
+        );
+        assert_eq!(status_of("error sending request"), None);
+        assert_eq!(
+            scrub("a\nb http://u:pw@h/x?X-Amz-Signature=zz"),
+            "a b http://u:***@h/x?X-Amz-Signature=***"
+        );
         assert_eq!(error_code("nothing"), None);
     }
 }
