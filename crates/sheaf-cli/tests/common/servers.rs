@@ -227,6 +227,8 @@ pub struct SeaweedS3 {
     pub filer_port: u16,
     args: Vec<String>,
     log: PathBuf,
+    /// Every port it was given (it names Unix sockets in /tmp after them).
+    ports: Vec<u16>,
 }
 
 impl SeaweedS3 {
@@ -250,8 +252,13 @@ impl SeaweedS3 {
             ),
         )
         .unwrap();
-        let p = || free_port().to_string();
-        let filer_port = free_port();
+        let mut ports = vec![port];
+        let mut p = || {
+            let n = free_port();
+            ports.push(n);
+            n.to_string()
+        };
+        let filer_port = p().parse().unwrap();
         let args: Vec<String> = [
             "server".to_string(),
             format!("-dir={}", wd.join("data").display()),
@@ -283,6 +290,7 @@ impl SeaweedS3 {
             filer_port,
             args,
             log,
+            ports,
         };
         w.wait_ready();
         w
@@ -418,6 +426,21 @@ impl SeaweedS3 {
 impl Drop for SeaweedS3 {
     fn drop(&mut self) {
         self.stop();
+        // The gRPC and HTTP Unix sockets weed leaves in /tmp
+        // (seaweedfs-KIND-PORT.sock).
+        if let Ok(d) = fs::read_dir("/tmp") {
+            for e in d.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with("seaweedfs-")
+                    && self
+                        .ports
+                        .iter()
+                        .any(|p| n.ends_with(&format!("-{p}.sock")))
+                {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
     }
 }
 
