@@ -54,6 +54,27 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
   fi
 fi
+# SeaweedFS's `weed` (tests/s3.rs: a real S3 server with authentication),
+# built from its Go module at one pinned version. `go install mod@version`
+# refuses it (its go.mod has a replace directive), so the module is
+# downloaded and built in a scratch copy. Several minutes on 2 cores.
+WEED_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+if ! command -v weed >/dev/null 2>&1; then
+  PATH=$PATH:/usr/local/go/bin
+  if ! command -v go >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+    $SUDO apt-get install -y -qq --no-install-recommends golang-go >/dev/null
+  fi
+  echo "deps: building weed (SeaweedFS $WEED_VERSION)" >&2
+  mod=$(cd / && GOFLAGS=-mod=mod go mod download -json "github.com/seaweedfs/seaweedfs@$WEED_VERSION" |
+        sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  scratch=$(mktemp -d)
+  cp -r "$mod/." "$scratch/" && chmod -R u+w "$scratch"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  (cd "$scratch" && GOTOOLCHAIN=auto go build -o "$scratch/weed.bin" ./weed)
+  $SUDO install -m 0755 "$scratch/weed.bin" /usr/local/bin/weed
+  rm -rf "$scratch"
+fi
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /usr/local/cargo/bin; do [ -x "$d/cargo" ] && exit 0; done
   echo "deps: cargo not found; install Rust (rustup) first" >&2

@@ -27,7 +27,8 @@ line and nothing half-written is left.
 (so the gzip and zstd encodings of a layer are one layer), a link from each
 blob digest to its layer, and the image record image-sha256-MANIFEST.json
 (docs/containers.md). Layers already in REPO are not fetched again. Serve
-REPO with any web server, as `sheaf publish` output.
+REPO with any web server, as `sheaf publish` output. REPO may be
+s3://BUCKET/PREFIX (layers first, links and the record last).
 
 Layers are packed with 256K packs unless --pack-size says otherwise: a lazy
 first read of a small file then fetches 256 KiB, not 4 MiB.
@@ -51,7 +52,8 @@ pub struct ImportArgs {
     /// The image: docker://…, oci:DIR[:TAG] or docker-archive:FILE.
     #[arg(value_name = "SOURCE")]
     source: String,
-    /// Write the layers and the image record into this sheaf repository.
+    /// Write the layers and the image record into this sheaf repository
+    /// (a directory or s3://BUCKET/PREFIX).
     #[arg(long, value_name = "REPO")]
     publish: Option<PathBuf>,
     /// Write one merged image (to -o FILE; -o alone implies it).

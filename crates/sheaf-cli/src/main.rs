@@ -53,8 +53,8 @@ Most used:
   sheaf run -m data.sheaf:/data -- CMD run a command that sees the image at /data
   sheaf extract data.sheaf -C DIR      unpack
 
-Images are files, http(s):// or ssh:// URLs (fetched lazily into a node
-cache) or published repositories; ls, cat, mount, run and merge also take
+Images are files, http(s)://, ssh:// or s3:// URLs (fetched lazily into a
+node cache) or published repositories; ls, cat, mount, run and merge also take
 stacks BASE,LAYER (later layers win). The flags under 'Remote images (URLs)'
 apply to every command that reads a URL ('sheaf help remote' says more).
 'sheaf COMMAND --help' explains each command; 'man sheaf-COMMAND' too.";
@@ -73,6 +73,8 @@ Image forms:
   https://host/repo/data           a repository that `sheaf publish` wrote
                                    (whole objects named by digest; proxies cache them)
   ssh://user@host/path/data.sheaf  over SFTP, with your OpenSSH keys and agent
+  s3://bucket/key                  object storage, either form (AWS_* variables,
+                                   ~/.aws; AWS_ENDPOINT_URL for other stores)
   BASE,LAYER                       a stack (ls, cat, mount, run, merge)
 
 Credentials in URLs (user:password@, signed query parameters) never appear

@@ -677,21 +677,31 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
         if r["offline"].as_bool() == Some(true) {
             println!("network           offline: serving from the node cache only");
         } else {
+            // The transport's counters: http_*, ssh_* or s3_*.
+            let t = ["http", "ssh", "s3"]
+                .into_iter()
+                .find(|t| r.get(format!("{t}_bytes")).is_some())
+                .unwrap_or("http");
+            let k = |name: &str| format!("{t}_{name}");
             println!(
                 "network           {} fetched in {} requests; {} retries ({:.1} s waiting), {} failovers, {} errors",
-                human(n("http_bytes")),
-                n("http_requests"),
-                n("http_retries"),
-                n("http_wait_ms") as f64 / 1000.0,
-                n("http_failovers"),
-                n("http_errors")
+                human(n(&k("bytes"))),
+                n(&k("requests")),
+                n(&k("retries")),
+                n(&k("wait_ms")) as f64 / 1000.0,
+                n(&k("failovers")),
+                n(&k("errors"))
             );
-            println!(
-                "route             {} via {}",
-                r["http_url"].as_str().unwrap_or("?"),
-                r["http_via"].as_str().unwrap_or("?")
-            );
-            if let Some(e) = r["http_last_error"].as_str().filter(|e| !e.is_empty()) {
+            if t == "http" {
+                println!(
+                    "route             {} via {}",
+                    r["http_url"].as_str().unwrap_or("?"),
+                    r["http_via"].as_str().unwrap_or("?")
+                );
+            } else {
+                println!("route             {}", r[k("url")].as_str().unwrap_or("?"));
+            }
+            if let Some(e) = r[k("last_error")].as_str().filter(|e| !e.is_empty()) {
                 println!("last net error    {e}");
             }
         }

@@ -13,17 +13,22 @@ Layout written (serve DIR with any static web server):
   DIR/NAME              the image index: header, trailer, superblock, signatures
   DIR/objects/ab/abcd…  one immutable object per distinct page or block
 
+DIR may be s3://BUCKET/PREFIX (credentials and endpoint as the AWS tools take
+them: docs/remote.md); each file is one PUT, the index last.
+
 Clients mount https://HOST/PATH/NAME like an image URL. Objects never change,
 so proxies may cache them forever; publishing a new version into the same DIR
 writes only the objects it does not already hold, and the index last.
 
 Examples:
   sheaf publish stack-2026.11.sheaf /srv/www/repo --name stack
-  sheaf mount https://repo.example.org/repo/stack /opt/stack")]
+  sheaf mount https://repo.example.org/repo/stack /opt/stack
+  sheaf publish stack-2026.11.sheaf s3://bucket/repo --name stack
+  sheaf mount s3://bucket/repo/stack /opt/stack")]
 pub struct PublishArgs {
     /// The image (file or URL).
     image: PathBuf,
-    /// The repository directory (created if missing).
+    /// The repository directory (created if missing), or s3://BUCKET/PREFIX.
     #[arg(value_hint = clap::ValueHint::DirPath)]
     dir: PathBuf,
     /// Name of the index in DIR [default: the image's file name without .sheaf].
@@ -56,12 +61,21 @@ pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
         );
         b
     });
-    let r = sheaf_net::publish(&img, &a.dir, &name, &|done, total| {
+    let progress = |done, total| {
         if let Some(b) = &bar {
             b.set_length(total);
             b.set_position(done);
         }
-    })?;
+    };
+    let dir = a.dir.to_string_lossy().into_owned();
+    let (r, index) = if sheaf_net::s3::is_s3(&dir) {
+        let opts = crate::util::http_options(remote)?;
+        let r = sheaf_net::publish_to_url(&img, &dir, &name, opts, &progress)?;
+        (r, format!("{}/{name}", dir.trim_end_matches('/')))
+    } else {
+        let r = sheaf_net::publish(&img, &a.dir, &name, &progress)?;
+        (r, a.dir.join(&name).display().to_string())
+    };
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -69,7 +83,7 @@ pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
         println!(
             "{}",
             json!({
-                "index": a.dir.join(&name).display().to_string(),
+                "index": index,
                 "objects_written": r.written,
                 "bytes_written": r.written_bytes,
                 "objects_reused": r.reused,
@@ -80,7 +94,7 @@ pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
         println!(
             "published {} as {}: {} new objects ({}), {} already there, index {}",
             img.name(),
-            a.dir.join(&name).display(),
+            index,
             r.written,
             human(r.written_bytes),
             r.reused,

@@ -453,3 +453,54 @@ fn a_url_source_whole_image_or_published_repository_reaches_every_node() {
         assert!(r["objects_sent"].as_u64().unwrap() > 0, "{url}");
     }
 }
+
+#[test]
+fn an_s3_source_whole_image_or_published_repository_reaches_every_node() {
+    let Some(c) = Cluster::new(2, 2) else { return };
+    let w = common::servers::SeaweedS3::start(&c.dir.path().join("s3"));
+    w.make_bucket("b");
+    let src = c.dir.path().join("src");
+    tree(&src, 7, 3 << 20);
+    let img = c.dir.path().join("u.sheaf");
+    build(&src, &img, &["--block-size", "256K"]);
+    w.put_file("b", "u.sheaf", &img);
+    let aws = |cmd: &mut Command| {
+        cmd.env("AWS_ACCESS_KEY_ID", common::servers::SeaweedS3::ACCESS_KEY)
+            .env(
+                "AWS_SECRET_ACCESS_KEY",
+                common::servers::SeaweedS3::SECRET_KEY,
+            )
+            .env("AWS_ENDPOINT_URL", w.endpoint())
+            .env("AWS_REGION", "us-east-1")
+            .env_remove("AWS_PROFILE");
+    };
+    let mut p = cmd();
+    p.args(["publish".as_ref(), img.as_os_str()])
+        .args(["s3://b/repo", "--name", "u"]);
+    aws(&mut p);
+    run_cmd(&mut p).ok();
+    let want = std::fs::read(&img).unwrap();
+    for url in ["s3://b/u.sheaf", "s3://b/repo/u"] {
+        for n in 0..c.nodes {
+            let _ = std::fs::remove_file(c.node_dest(n));
+        }
+        let _ = std::fs::remove_dir_all(c.dir.path().join("cache"));
+        let dest = c.dest();
+        let mut b = c.command(
+            "self,vader",
+            &["--json".as_ref(), url.as_ref(), dest.as_os_str()],
+        );
+        aws(&mut b);
+        let o = run_cmd(&mut b).ok();
+        for n in 0..c.nodes {
+            assert_eq!(
+                std::fs::read(c.node_dest(n)).unwrap(),
+                want,
+                "{url}: node {n}"
+            );
+        }
+        let r = report(&o);
+        assert_eq!(r["nodes_present"], 0, "{url}");
+        assert!(r["objects_sent"].as_u64().unwrap() > 0, "{url}");
+    }
+}

@@ -263,7 +263,7 @@ impl Http {
         let mut urls = vec![url.to_string()];
         urls.extend(opts.mirrors.iter().cloned());
         for u in &urls {
-            if !crate::is_url(u) {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!("'{}' is not an http(s):// URL", crate::redact(u)),

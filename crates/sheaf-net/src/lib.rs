@@ -1,6 +1,6 @@
 //! Remote images: reading sheaf images over HTTP(S) from any static web
-//! server or S3-compatible store, or over SSH ([`sftp`]: the user's own
-//! OpenSSH), a node-wide content-addressed cache, and
+//! server or S3-compatible store, over SSH ([`sftp`]: the user's own
+//! OpenSSH) or from object storage ([`s3`]: `s3://BUCKET/KEY`), a node-wide content-addressed cache, and
 //! the static layout `sheaf publish` writes for caching proxies and CDNs.
 //!
 //! Modules follow the data flow: [`http`] (routes over mirrors and proxies,
@@ -25,19 +25,24 @@ pub mod http;
 pub mod open;
 pub mod publish;
 pub mod remote;
+pub mod s3;
 pub mod secrets;
 pub mod sftp;
 
 pub use cache::DiskCache;
 pub use http::HttpOptions;
 pub use open::{open_image, OpenError, Opened, RemoteConfig};
-pub use publish::{publish, PublishError, PublishReport};
+pub use publish::{publish, publish_to_url, PublishError, PublishReport};
 pub use remote::RemoteSource;
 pub use secrets::{redact, redact_text};
 
-/// Whether `s` names a remote image (`http://`, `https://`, `ssh://`).
+/// Whether `s` names a remote image (`http://`, `https://`, `ssh://`,
+/// `s3://`).
 pub fn is_url(s: &str) -> bool {
-    s.starts_with("http://") || s.starts_with("https://") || s.starts_with("ssh://")
+    s.starts_with("http://")
+        || s.starts_with("https://")
+        || s.starts_with("ssh://")
+        || s.starts_with("s3://")
 }
 
 /// The default node cache directory: `/var/cache/sheaf` for root, else

@@ -1,5 +1,6 @@
 //! `sheaf publish`: write an image as a static, content-addressed layout
-//! that any web server can serve and any caching proxy can cache.
+//! that any web server can serve and any caching proxy can cache, into a
+//! directory or under an `s3://BUCKET/PREFIX`.
 //!
 //! ```text
 //! DIR/NAME              image index (format.md §13)
@@ -129,6 +130,126 @@ fn write_atomic(dir: &Path, dest: &Path, bytes: &[u8]) -> Result<(), PublishErro
     })
 }
 
+/// Where a repository is written: a directory, or a bucket's prefix.
+trait Dest: Sync {
+    /// Whether the file `rel` (relative to the repository) exists.
+    fn exists(&self, rel: &str) -> Result<bool, PublishError>;
+    /// Write `rel` whole or not at all.
+    fn put(&self, rel: &str, bytes: &[u8]) -> Result<(), PublishError>;
+}
+
+struct DirDest<'a>(&'a Path);
+
+impl Dest for DirDest<'_> {
+    fn exists(&self, rel: &str) -> Result<bool, PublishError> {
+        Ok(self.0.join(rel).exists())
+    }
+    fn put(&self, rel: &str, bytes: &[u8]) -> Result<(), PublishError> {
+        write_atomic(self.0, &self.0.join(rel), bytes)
+    }
+}
+
+struct S3Dest<'a>(&'a crate::s3::S3);
+
+impl S3Dest<'_> {
+    fn fail(&self, rel: &str) -> impl Fn(io::Error) -> PublishError + '_ {
+        let path = format!("s3://{}/{}", self.0.bucket(), self.0.under(rel));
+        move |cause| PublishError::Write {
+            path: path.clone(),
+            cause,
+        }
+    }
+}
+
+impl Dest for S3Dest<'_> {
+    fn exists(&self, rel: &str) -> Result<bool, PublishError> {
+        self.0.exists(&self.0.under(rel)).map_err(self.fail(rel))
+    }
+    fn put(&self, rel: &str, bytes: &[u8]) -> Result<(), PublishError> {
+        self.0
+            .put(&self.0.under(rel), bytes)
+            .map_err(self.fail(rel))
+    }
+}
+
+/// A repository being written: a local directory or `s3://BUCKET/PREFIX`
+/// (for writers of more than one image's files, such as `sheaf import
+/// --publish`, which adds blob links and image records after the layers).
+pub enum Repository {
+    /// A directory (created when opened).
+    Dir(std::path::PathBuf),
+    /// A bucket's prefix.
+    S3(Box<crate::s3::S3>),
+}
+
+impl Repository {
+    /// The repository `target` names (a path, or an `s3://` URL reached
+    /// with `opts`).
+    pub fn open(target: &Path, opts: crate::HttpOptions) -> io::Result<Repository> {
+        let s = target.to_string_lossy();
+        if crate::s3::is_s3(&s) {
+            return Ok(Repository::S3(Box::new(crate::s3::S3::new(&s, opts)?)));
+        }
+        fs::create_dir_all(target)?;
+        Ok(Repository::Dir(target.to_path_buf()))
+    }
+
+    /// The local directory, if it is one.
+    pub fn dir(&self) -> Option<&Path> {
+        match self {
+            Repository::Dir(d) => Some(d),
+            Repository::S3(_) => None,
+        }
+    }
+
+    /// Where the file `rel` is: a path or a URL (to show, or to open).
+    pub fn location(&self, rel: &str) -> String {
+        match self {
+            Repository::Dir(d) => d.join(rel).display().to_string(),
+            Repository::S3(s) => format!("s3://{}/{}", s.bucket(), s.under(rel)),
+        }
+    }
+
+    /// Whether the file `rel` exists.
+    pub fn exists(&self, rel: &str) -> io::Result<bool> {
+        match self {
+            Repository::Dir(d) => Ok(d.join(rel).exists()),
+            Repository::S3(s) => s.exists(&s.under(rel)),
+        }
+    }
+
+    /// Write the file `rel` whole or not at all.
+    pub fn put(&self, rel: &str, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Repository::Dir(d) => write_file_atomic(d, &d.join(rel), bytes),
+            Repository::S3(s) => s.put(&s.under(rel), bytes),
+        }
+    }
+
+    /// [`publish`] `img` as `name` here.
+    pub fn publish(
+        &self,
+        img: &Image,
+        name: &str,
+        progress: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<PublishReport, PublishError> {
+        match self {
+            Repository::Dir(d) => publish(img, d, name, progress),
+            Repository::S3(s) => {
+                check_name(name)?;
+                publish_into(img, &S3Dest(s), name, progress)
+            }
+        }
+    }
+}
+
+fn check_name(name: &str) -> Result<(), PublishError> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') || name == "objects" {
+        return Err(PublishError::BadName(name.to_string()));
+    }
+    Ok(())
+}
+
 /// Publish `img` into `dir` under `name`; `progress` gets (done, total).
 pub fn publish(
     img: &Image,
@@ -136,13 +257,39 @@ pub fn publish(
     name: &str,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<PublishReport, PublishError> {
-    if name.is_empty() || name.contains('/') || name.starts_with('.') || name == "objects" {
-        return Err(PublishError::BadName(name.to_string()));
-    }
+    check_name(name)?;
     fs::create_dir_all(dir.join("objects")).map_err(|cause| PublishError::Write {
         path: dir.display().to_string(),
         cause,
     })?;
+    publish_into(img, &DirDest(dir), name, progress)
+}
+
+/// Publish `img` under `s3://BUCKET/PREFIX` (`url`) as `name`: the same
+/// layout as [`publish`], each file one PUT (an object is whole or absent),
+/// objects first and the index last, so a reader never sees an index whose
+/// objects are missing. Credentials and endpoint: [`crate::s3::S3Config`].
+pub fn publish_to_url(
+    img: &Image,
+    url: &str,
+    name: &str,
+    opts: crate::HttpOptions,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<PublishReport, PublishError> {
+    check_name(name)?;
+    let s3 = crate::s3::S3::new(url, opts).map_err(|cause| PublishError::Write {
+        path: crate::redact(url),
+        cause,
+    })?;
+    publish_into(img, &S3Dest(&s3), name, progress)
+}
+
+fn publish_into(
+    img: &Image,
+    dest: &dyn Dest,
+    name: &str,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<PublishReport, PublishError> {
     let mut refs = img.object_refs()?;
     refs.sort_by_key(|(r, _)| r.hash);
     refs.dedup_by_key(|(r, _)| r.hash);
@@ -154,12 +301,12 @@ pub fn publish(
         AtomicU64::new(0),
     );
     refs.par_iter().try_for_each(|(r, max)| {
-        let dest = dir.join(object_path(&r.hash));
-        if dest.exists() {
+        let rel = object_path(&r.hash);
+        if dest.exists(&rel)? {
             reused.fetch_add(1, Relaxed);
         } else {
             let obj = img.object(r, *max)?;
-            write_atomic(dir, &dest, &obj)?;
+            dest.put(&rel, &obj)?;
             written.fetch_add(1, Relaxed);
             bytes.fetch_add(obj.len() as u64, Relaxed);
         }
@@ -176,16 +323,16 @@ pub fn publish(
         }
     }
     for d in dicts {
-        let dest = dir.join(object_path(d.digest()));
-        if !dest.exists() {
+        let rel = object_path(d.digest());
+        if !dest.exists(&rel)? {
             let obj = sheaf_format::remote::encode_object(sheaf_format::Codec::None, d.bytes());
-            write_atomic(dir, &dest, &obj)?;
+            dest.put(&rel, &obj)?;
             written.fetch_add(1, Relaxed);
             bytes.fetch_add(obj.len() as u64, Relaxed);
         }
     }
     let index = img.index()?.encode();
-    write_atomic(dir, &dir.join(name), &index)?;
+    dest.put(name, &index)?;
     Ok(PublishReport {
         written: written.into_inner(),
         written_bytes: bytes.into_inner(),

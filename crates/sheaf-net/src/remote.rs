@@ -14,6 +14,7 @@
 
 use crate::cache::DiskCache;
 use crate::http::{Http, HttpOptions, Want};
+use crate::s3::S3;
 use crate::sftp::Sftp;
 use serde_json::json;
 use sheaf_format::remote::{object_path, ImageIndex};
@@ -37,6 +38,8 @@ pub enum Transport {
     Http(Http),
     /// `ssh://`.
     Ssh(Sftp),
+    /// `s3://`.
+    S3(S3),
 }
 
 /// Most bytes one range request may ask for. Every range sheaf reads is a
@@ -63,6 +66,8 @@ impl Transport {
     pub fn new(url: &str, opts: HttpOptions) -> io::Result<Transport> {
         Ok(if url.starts_with("ssh://") {
             Transport::Ssh(Sftp::new(url, opts)?)
+        } else if crate::s3::is_s3(url) {
+            Transport::S3(S3::new(url, opts)?)
         } else {
             Transport::Http(Http::new(url, opts)?)
         })
@@ -74,6 +79,7 @@ impl Transport {
         match self {
             Transport::Http(h) => h.get(want),
             Transport::Ssh(s) => s.get(want),
+            Transport::S3(s) => s.get(want),
         }
     }
 
@@ -83,6 +89,7 @@ impl Transport {
         match self {
             Transport::Http(h) => h.get_within(want, limit),
             Transport::Ssh(s) => s.get_within(want, limit),
+            Transport::S3(s) => s.get_within(want, limit),
         }
     }
 
@@ -90,7 +97,7 @@ impl Transport {
     pub fn reject(&self) -> bool {
         match self {
             Transport::Http(h) => h.reject(),
-            Transport::Ssh(_) => false,
+            Transport::Ssh(_) | Transport::S3(_) => false,
         }
     }
 
@@ -99,11 +106,12 @@ impl Transport {
         match self {
             Transport::Http(h) => h.stats_json(),
             Transport::Ssh(s) => s.stats_json(),
+            Transport::S3(s) => s.stats_json(),
         }
     }
 }
 
-/// An image read over HTTP(S) or SSH, or offline from a cached index.
+/// An image read over HTTP(S), SSH or S3, or offline from a cached index.
 pub struct RemoteSource {
     name: String,
     form: Form,

@@ -300,11 +300,6 @@ fn pack_layer(
     )
 }
 
-fn write_atomic(repo: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
-    sheaf_net::publish::write_file_atomic(repo, path, bytes)
-        .map_err(|e| OciError::io(format!("writing {}", path.display()), e))
-}
-
 /// A layer image by path: a file built here, or a layer index in a local
 /// repository (read in place), opened as `sheaf_net` opens any path.
 fn open_layer(path: &Path) -> Result<Arc<Image>> {
@@ -411,17 +406,29 @@ pub fn import(
 
     // Layers are built where they will be kept, so nothing crosses devices;
     // the directory goes away with whatever a failure left in it.
-    let work_parent = match (&opts.publish, &opts.flatten) {
-        (Some(repo), _) => {
-            std::fs::create_dir_all(repo)
-                .map_err(|e| OciError::io(format!("repository {}", repo.display()), e))?;
-            repo.clone()
-        }
+    // A repository may be a directory or s3://BUCKET/PREFIX.
+    let repo = match &opts.publish {
+        Some(r) => Some(
+            sheaf_net::publish::Repository::open(r, sheaf_net::HttpOptions::default()).map_err(
+                |e| {
+                    OciError::io(
+                        format!("repository {}", sheaf_net::redact(&r.to_string_lossy())),
+                        e,
+                    )
+                },
+            )?,
+        ),
+        None => None,
+    };
+    let work_parent = match (repo.as_ref().and_then(|r| r.dir()), &opts.flatten) {
+        (Some(dir), _) => dir.to_path_buf(),
         (None, Some(f)) => match f.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         },
-        (None, None) => unreachable!(),
+        // Layers published to object storage are built in the system's
+        // temporary directory.
+        (None, None) => std::env::temp_dir(),
     };
     let work = tempfile::Builder::new()
         .prefix(".sheaf-import-")
@@ -439,10 +446,12 @@ pub fn import(
     let mut fetched = 0u64;
     let total = layers.len();
     for (i, l) in layers.iter().enumerate() {
-        let in_repo = opts
-            .publish
-            .as_ref()
-            .is_some_and(|r| r.join(&l.layer).exists());
+        let in_repo = match &repo {
+            Some(r) => r
+                .exists(&l.layer)
+                .map_err(|e| OciError::io(r.location(&l.layer), e))?,
+            None => false,
+        };
         let mut rep = LayerReport {
             layer: l.clone(),
             reused: in_repo,
@@ -454,8 +463,8 @@ pub fn import(
         // record and for flattening. One already in the repository is read
         // there, in place.
         let img = if in_repo {
-            let repo = opts.publish.as_ref().expect("in_repo implies publish");
-            open_layer(&repo.join(&l.layer))?
+            let repo = repo.as_ref().expect("in_repo implies publish");
+            open_layer(Path::new(&repo.location(&l.layer)))?
         } else {
             let out = work.path().join(format!("{i}.sheaf"));
             let b = build_layer(src, l, &out, &opts.build, cancel)?;
@@ -463,8 +472,8 @@ pub fn import(
             rep.entries = b.inodes;
             rep.image_bytes = b.image_bytes;
             let img = open_layer(&out)?;
-            if let Some(repo) = &opts.publish {
-                let p = sheaf_net::publish(&img, repo, &l.layer, &|_, _| {})?;
+            if let Some(repo) = &repo {
+                let p = repo.publish(&img, &l.layer, &|_, _| {})?;
                 rep.objects_written = p.written;
             }
             img
@@ -478,17 +487,20 @@ pub fn import(
     }
 
     let mut record_path = None;
-    if let Some(repo) = &opts.publish {
+    if let Some(repo) = &repo {
+        let put = |name: String, bytes: Vec<u8>| {
+            repo.put(&name, &bytes)
+                .map_err(|e| OciError::io(format!("writing {}", repo.location(&name)), e))
+        };
         for l in &layers {
             let link = BlobLink {
                 schema: RECORD_SCHEMA,
                 diff_id: l.diff_id.clone(),
                 layer: l.layer.clone(),
             };
-            write_atomic(
-                repo,
-                &repo.join(record::blob_link_name(&l.blob)),
-                &serde_json::to_vec_pretty(&link).expect("json"),
+            put(
+                record::blob_link_name(&l.blob),
+                serde_json::to_vec_pretty(&link).expect("json"),
             )?;
         }
         // The record names each layer's root (a published index has the
@@ -497,9 +509,9 @@ pub fn import(
         for (l, root) in rec.layers.iter_mut().zip(&roots) {
             l.root = Some(format!("blake3:{}", sheaf_format::hex(root)));
         }
-        let p = repo.join(record::record_name(&manifest_digest));
-        write_atomic(repo, &p, &serde_json::to_vec_pretty(&rec).expect("json"))?;
-        record_path = Some(p);
+        let name = record::record_name(&manifest_digest);
+        put(name.clone(), serde_json::to_vec_pretty(&rec).expect("json"))?;
+        record_path = Some(PathBuf::from(repo.location(&name)));
     }
 
     if let Some(out) = &opts.flatten {

@@ -458,7 +458,7 @@ enum LocationError {
 }
 
 fn is_url(loc: &str) -> bool {
-    loc.starts_with("http://") || loc.starts_with("https://")
+    loc.starts_with("http://") || loc.starts_with("https://") || loc.starts_with("s3://")
 }
 
 /// What one location offers: a directory is scanned, a URL's catalogue read.

@@ -1,5 +1,6 @@
 //! Real servers on loopback for the HTTP and SSH tests, each a child process
 //! killed on drop: [`Nginx`] (a static file server with Range support),
+//! [`SeaweedS3`] (an S3 server with authentication on),
 //! [`Squid`] (a caching forward proxy), [`FaultProxy`] (a proxy that
 //! corrupts, truncates, fails, slows or hangs on demand:
 //! tests/support/faultproxy.py) and [`Sshd`] (an OpenSSH server with its own
@@ -209,6 +210,237 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// SeaweedFS (`weed server`: master, volume, filer and S3 gateway in one
+/// process) on 127.0.0.1 with authentication on: one identity,
+/// [`SeaweedS3::ACCESS_KEY`] / [`SeaweedS3::SECRET_KEY`], may do anything;
+/// anonymous requests are refused. Data, config and log in `dir/weed-PORT`.
+/// Buckets are made, and whole objects put, through the filer's own HTTP
+/// API (no S3 client in the tests).
+pub struct SeaweedS3 {
+    child: Child,
+    /// The S3 port.
+    pub port: u16,
+    /// The filer's HTTP port.
+    pub filer_port: u16,
+    args: Vec<String>,
+    log: PathBuf,
+    /// Every port it was given (it names Unix sockets in /tmp after them).
+    ports: Vec<u16>,
+}
+
+impl SeaweedS3 {
+    pub const ACCESS_KEY: &'static str = "sheafTestAccessKey";
+    pub const SECRET_KEY: &'static str = "sheafTestSecretKey0123456789";
+
+    /// Start `weed server -s3` (from PATH: scripts/deps.sh installs it);
+    /// returns once the S3 gateway answers.
+    pub fn start(dir: &Path) -> SeaweedS3 {
+        let port = free_port();
+        let wd = dir.join(format!("weed-{port}"));
+        fs::create_dir_all(wd.join("data")).unwrap();
+        let wd = wd.canonicalize().unwrap();
+        let config = wd.join("s3.json");
+        fs::write(
+            &config,
+            format!(
+                r#"{{"identities":[{{"name":"sheaf-test","credentials":[{{"accessKey":"{}","secretKey":"{}"}}],"actions":["Admin","Read","List","Tagging","Write"]}}]}}"#,
+                Self::ACCESS_KEY,
+                Self::SECRET_KEY
+            ),
+        )
+        .unwrap();
+        let mut ports = vec![port];
+        let mut p = || {
+            let n = free_port();
+            ports.push(n);
+            n.to_string()
+        };
+        let filer_port = p().parse().unwrap();
+        let args: Vec<String> = [
+            "server".to_string(),
+            format!("-dir={}", wd.join("data").display()),
+            "-ip=127.0.0.1".into(),
+            "-ip.bind=127.0.0.1".into(),
+            format!("-master.port={}", p()),
+            format!("-master.port.grpc={}", p()),
+            "-master.volumeSizeLimitMB=64".into(),
+            format!("-volume.port={}", p()),
+            format!("-volume.port.grpc={}", p()),
+            "-volume.max=8".into(),
+            format!("-filer.port={filer_port}"),
+            format!("-filer.port.grpc={}", p()),
+            "-s3".into(),
+            format!("-s3.port={port}"),
+            format!("-s3.port.grpc={}", p()),
+            format!("-s3.config={}", config.display()),
+            // Like S3: no bucket made by a PUT; no extra fixed ports.
+            "-s3.autoCreateBucket=false".into(),
+            "-s3.port.iceberg=0".into(),
+            "-s3.port.lance=0".into(),
+            "-volume.preStopSeconds=0".into(),
+        ]
+        .into();
+        let log = wd.join("weed.log");
+        let mut w = SeaweedS3 {
+            child: Self::spawn(&args, &log),
+            port,
+            filer_port,
+            args,
+            log,
+            ports,
+        };
+        w.wait_ready();
+        w
+    }
+
+    fn spawn(args: &[String], log: &Path) -> Child {
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        Command::new(program("weed"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("weed (SeaweedFS; scripts/deps.sh installs it)")
+    }
+
+    /// Wait until the S3 gateway and the filer answer HTTP (any status).
+    fn wait_ready(&mut self) {
+        wait_port(
+            &mut self.child,
+            self.port,
+            "weed s3",
+            &self.log,
+            Duration::from_secs(60),
+        );
+        wait_port(
+            &mut self.child,
+            self.filer_port,
+            "weed filer",
+            &self.log,
+            Duration::from_secs(60),
+        );
+        // The gateway listens before the filer is reachable behind it; a
+        // bucket listing through the filer shows both are up.
+        let t0 = Instant::now();
+        loop {
+            let (st, _) = http_get(self.filer_port, "/?pretty=y");
+            if st < 500 {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(60),
+                "weed's filer never answered; {}:\n{}",
+                self.log.display(),
+                tail(&self.log, 30)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`: the S3 endpoint (`AWS_ENDPOINT_URL`).
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// One raw request to the filer; its status.
+    fn filer(&self, method: &str, path: &str, body: &[u8]) -> u16 {
+        let mut s = TcpStream::connect(("127.0.0.1", self.filer_port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n{}Content-Length: {}\r\nConnection: close\r\n\r\n",
+            self.filer_port,
+            // An empty POST is a mkdir only without a content type.
+            if body.is_empty() {
+                ""
+            } else {
+                "Content-Type: application/octet-stream\r\n"
+            },
+            body.len()
+        )
+        .unwrap();
+        s.write_all(body).unwrap();
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        let text = String::from_utf8_lossy(&buf);
+        text.split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("{method} {path} on the filer: bad answer {text:?}"))
+    }
+
+    /// Make bucket `name` (a directory under the filer's /buckets).
+    pub fn make_bucket(&self, name: &str) {
+        let st = self.filer("POST", &format!("/buckets/{name}/"), b"");
+        assert!(
+            st < 300,
+            "making bucket {name}: HTTP {st}\n{}",
+            tail(&self.log, 20)
+        );
+    }
+
+    /// Put the file `src` as object `bucket/key`.
+    pub fn put_file(&self, bucket: &str, key: &str, src: &Path) {
+        let st = self.filer(
+            "PUT",
+            &format!("/buckets/{bucket}/{key}"),
+            &fs::read(src).unwrap(),
+        );
+        assert!(
+            st < 300,
+            "putting {bucket}/{key}: HTTP {st}\n{}",
+            tail(&self.log, 20)
+        );
+    }
+
+    /// Kill the server (every port refuses connections from then on).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Freeze (SIGSTOP) or thaw (SIGCONT) the server: connections are
+    /// accepted by the kernel but never answered while frozen.
+    pub fn freeze(&self, frozen: bool) {
+        let sig = if frozen { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// Start it again on the same ports and data, after `stop`.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.child = Self::spawn(&self.args, &self.log);
+        self.wait_ready();
+    }
+}
+
+impl Drop for SeaweedS3 {
+    fn drop(&mut self) {
+        self.stop();
+        // The gRPC and HTTP Unix sockets weed leaves in /tmp
+        // (seaweedfs-KIND-PORT.sock).
+        if let Ok(d) = fs::read_dir("/tmp") {
+            for e in d.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with("seaweedfs-")
+                    && self
+                        .ports
+                        .iter()
+                        .any(|p| n.ends_with(&format!("-{p}.sock")))
+                {
+                    let _ = fs::remove_file(e.path());
+                }
+            }
+        }
     }
 }
 
