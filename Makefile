@@ -106,6 +106,7 @@ bench: build
 	bench/ssh.sh
 	bench/containers.sh
 	bench/overlay.sh
+	bench/cluster.sh
 	bench/run-image.sh
 	bench/incremental.sh
 	bench/python.sh

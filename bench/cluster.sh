@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# A simulated cluster on this machine (issue 41, part 2; first part: the lazy
+# fan-out). N "nodes", each a network namespace with its own node cache and
+# mount point, joined by veth pairs to a bridge namespace; the origin (nginx,
+# serving tree P as a published repository) and one squid each in their own
+# namespace. tc netem on every node's link adds DELAY per hop and a RATE limit.
+# All N nodes mount the image through squid and run a cold
+# `import numpy, scipy.linalg, pandas` at once. Measured: bytes the origin
+# sent (nginx's access log, $body_bytes_sent), against one node's; wall time
+# of the slowest node, against N=1. Writes bench/results/DATE-cluster.md.
+#
+# Usage: bench/cluster.sh            (root; after bench/setup.sh P)
+# Env:   NODES="1 4 8 16"  DELAYS="0 50us 200us"  RATE=1gbit
+#        SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), PYTHON (python3)
+# Every namespace, mount and process it makes is removed at the end.
+# Not yet here: bcast across the namespaces against sw-pool and dbcast.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
+DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
+PYTHON=${PYTHON:-python3}
+NODES=${NODES:-"1 4 8 16"}
+DELAYS=${DELAYS:-"0 50us 200us"}
+RATE=${RATE:-1gbit}
+IMPORT="import numpy, scipy.linalg, pandas"
+NET=10.77.0
+OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-cluster.md
+
+log() { printf '[cluster %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+[ "$(id -u)" = 0 ] || die "must run as root (namespaces, tc, drop_caches)"
+[ -x "$SHEAF" ] || die "$SHEAF missing: run make build"
+[ -d "$DATA/P" ] || die "$DATA/P missing: run bench/setup.sh P"
+command -v nginx >/dev/null || die "nginx missing"
+command -v squid >/dev/null || die "squid missing"
+
+WORK=$(mktemp -d "$DATA/cluster.XXXXXX")
+NSES=()
+cleanup() {
+    local ns m
+    for m in $(grep -o " $WORK/[^ ]*/mnt " /proc/mounts || true); do
+        "$SHEAF" umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+    for ns in "${NSES[@]}"; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+    done
+    sleep 0.5
+    for ns in "${NSES[@]}"; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- the network --------------------------------------------------------------------
+BR=sc-br
+ip netns add $BR; NSES+=($BR)
+ip -n $BR link add br0 type bridge
+ip -n $BR link set br0 up
+ip -n $BR link set lo up
+# attach NS HOSTNUM [QDISC]: NS gets eth0 = NET.HOSTNUM/24 on the bridge.
+attach() {
+    local ns=$1 n=$2 qdisc=${3:-}
+    ip netns add "$ns"; NSES+=("$ns")
+    ip link add "b$n" type veth peer name "e$n"
+    ip link set "b$n" netns $BR
+    ip link set "e$n" netns "$ns"
+    ip -n "$ns" link set "e$n" name eth0
+    ip -n "$ns" addr add "$NET.$n/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    ip -n $BR link set "b$n" master br0 up
+    if [ -n "$qdisc" ]; then ip netns exec "$ns" tc qdisc add dev eth0 root $qdisc; fi
+}
+attach sc-origin 1
+attach sc-proxy 2
+# netem (delay) where the kernel has it; else tbf, the rate limit alone (this
+# machine's 6.18 kernel has no sch_netem module: delays are not simulated).
+if ip netns exec sc-origin tc qdisc add dev lo root netem delay 1us 2>/dev/null; then
+    ip netns exec sc-origin tc qdisc del dev lo root
+    HAVE_NETEM=1
+else
+    HAVE_NETEM=0
+    log "no netem in this kernel: per-hop delays cannot be simulated; rate limit (tbf) only"
+    DELAYS=0
+fi
+
+# --- the origin: tree P published -------------------------------------------------------
+IMG=$WORK/P.sheaf
+log "building and publishing tree P"
+"$SHEAF" build -q "$DATA/P" -o "$IMG"
+mkdir -p "$WORK/www"
+"$SHEAF" publish -q "$IMG" "$WORK/www/repo" --name P >/dev/null 2>&1 || "$SHEAF" publish "$IMG" "$WORK/www/repo" --name P >/dev/null
+IMAGE_BYTES=$(stat -c %s "$IMG")
+mkdir -p "$WORK/nginx"
+cat > "$WORK/nginx.conf" <<EOF
+daemon off; master_process off; pid $WORK/nginx/pid; error_log $WORK/nginx/error.log;
+events { worker_connections 1024; }
+http { log_format b '\$body_bytes_sent'; access_log $WORK/nginx/access.log b; sendfile on;
+       client_body_temp_path $WORK/nginx; proxy_temp_path $WORK/nginx; fastcgi_temp_path $WORK/nginx;
+       uwsgi_temp_path $WORK/nginx; scgi_temp_path $WORK/nginx;
+       server { listen $NET.1:80; root $WORK/www; } }
+EOF
+ip netns exec sc-origin nginx -e "$WORK/nginx/error.log" -c "$WORK/nginx.conf" </dev/null &
+ORIGIN=http://$NET.1/repo/P
+origin_bytes() { awk '{s+=$1} END {print s+0}' "$WORK/nginx/access.log"; }
+
+# --- squid (memory cache, concurrent misses collapsed into one fetch) -------------------
+start_squid() {
+    rm -rf "$WORK/squid"; mkdir -p "$WORK/squid"; chown proxy: "$WORK/squid" 2>/dev/null || true
+    cat > "$WORK/squid.conf" <<EOF
+http_port $NET.2:3128
+http_access allow all
+cache_mem 1024 MB
+maximum_object_size_in_memory 16 MB
+maximum_object_size 64 MB
+collapsed_forwarding on
+pid_filename $WORK/squid/pid
+cache_log $WORK/squid/cache.log
+access_log none
+coredump_dir $WORK/squid
+shutdown_lifetime 0 seconds
+EOF
+    ip netns exec sc-proxy squid -N -f "$WORK/squid.conf" </dev/null >/dev/null 2>&1 &
+    SQUID_PID=$!
+    local i
+    for i in $(seq 100); do
+        ip netns exec sc-proxy bash -c "exec 3<>/dev/tcp/$NET.2/3128" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    die "squid did not start: $(tail -n 3 "$WORK/squid/cache.log")"
+}
+stop_squid() { kill "$SQUID_PID" 2>/dev/null || true; wait "$SQUID_PID" 2>/dev/null || true; }
+
+# --- one round: N nodes at DELAY, all cold --------------------------------------------
+# Sets ROUND="origin_bytes slowest_s mean_s" (in this shell: the namespaces it
+# makes must be known to cleanup).
+round() {
+    local n=$1 delay=$2 i ns qd
+    for i in $(seq 1 "$n"); do
+        ns=sc-n$i
+        if [ "$HAVE_NETEM" = 1 ]; then
+            qd="netem rate $RATE"; [ "$delay" != 0 ] && qd="netem delay $delay rate $RATE"
+        else
+            qd="tbf rate $RATE burst 1mb latency 50ms"
+        fi
+        attach "$ns" $((10 + i)) "$qd"
+        mkdir -p "$WORK/n$i/mnt" "$WORK/n$i/cache"
+    done
+    start_squid
+    : > "$WORK/nginx/access.log"
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    # Each node mounts, imports and unmounts in one `ip netns exec`: it
+    # gives the command a mount namespace of its own, so a mount made in one
+    # call is not seen by the next. The time covers the mount too.
+    local pids=()
+    for i in $(seq 1 "$n"); do
+        ip netns exec "sc-n$i" bash -c '
+            set -e
+            s=$(date +%s.%N)
+            "$1" mount --cache-dir "$2/cache" --proxy "$3" "$4" "$2/mnt"
+            PYTHONPATH="$2/mnt" "$5" -c "$6" || { "$1" umount "$2/mnt"; exit 1; }
+            e=$(date +%s.%N)
+            "$1" umount "$2/mnt"
+            echo "$s $e" > "$2/time"' _ "$SHEAF" "$WORK/n$i" "http://$NET.2:3128" "$ORIGIN" "$PYTHON" "$IMPORT" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || die "a node failed"; done
+    for i in $(seq 1 "$n"); do
+        ip netns pids "sc-n$i" | xargs -r kill 2>/dev/null || true
+        ip netns del "sc-n$i"
+        rm -rf "$WORK/n$i/cache"
+    done
+    stop_squid
+    local times
+    times=$(cat "$WORK"/n*/time | awk '{d=$2-$1; s+=d; if (d>m) m=d} END {printf "%.2f %.2f", m, s/NR}')
+    rm -f "$WORK"/n*/time
+    ROUND="$(origin_bytes) $times"
+}
+
+{
+    echo "# Simulated cluster: lazy fan-out of one image to N namespaced nodes ($(date +%Y-%m-%d))"
+    echo
+    echo "bench/cluster.sh: N network namespaces on a bridge, per node link $( [ "$HAVE_NETEM" = 1 ] && echo "netem (delay as given, rate $RATE)" || echo "tbf rate $RATE (no netem in this kernel: no added delay)"),"
+    echo "origin nginx and one squid (memory cache, collapsed forwarding) in namespaces of their own; each node"
+    echo "mounts the published repository of tree P (image $IMAGE_BYTES bytes) through squid with an empty node"
+    echo "cache and runs a cold \`$IMPORT\`, all at once; page cache dropped before each round. One round per"
+    echo "cell. 2 cores: at N=16 the nodes' Python processes share them, so wall time at large N measures the"
+    echo "machine as much as sheaf (the mean per node shows it)."
+    echo
+    echo "| delay | N | origin bytes | / one node's | slowest node s | mean node s | slowest / N=1 |"
+    echo "|---|---|---|---|---|---|---|"
+} > "$OUT"
+for delay in $DELAYS; do
+    one_bytes="" one_time=""
+    for n in $NODES; do
+        log "delay $delay, $n node(s)"
+        round "$n" "$delay"
+        read -r b slow mean <<< "$ROUND"
+        [ -z "$one_bytes" ] && { one_bytes=$b; one_time=$slow; }
+        printf '| %s | %s | %s | %.2fx | %s | %s | %.2fx |\n' "$delay" "$n" "$b" \
+            "$(echo "$b / $one_bytes" | bc -l)" "$slow" "$mean" "$(echo "$slow / $one_time" | bc -l)" >> "$OUT"
+    done
+done
+log "wrote $OUT"
+cat "$OUT"
