@@ -25,7 +25,7 @@ DELAYS=${DELAYS:-"0 50us 200us"}
 RATE=${RATE:-1gbit}
 IMPORT="import numpy, scipy.linalg, pandas"
 NET=10.77.0
-OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-cluster.md
+OUT=${CLUSTER_OUT:-$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-cluster.md}
 
 log() { printf '[cluster %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
