@@ -26,6 +26,7 @@ pub mod fuzzing;
 pub mod ident;
 pub mod image;
 pub mod info;
+pub mod show;
 pub mod source;
 pub mod stack;
 pub mod tree;
