@@ -20,7 +20,6 @@ mod view;
 use error::{guard, Error};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use rayon::prelude::*;
 use sheaf_read::Inode;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -286,42 +285,16 @@ impl Image {
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let v = self.view.clone();
         let paths: Vec<Vec<u8>> = paths.iter().map(|p| path_bytes(p)).collect();
-        // Read in path order, not the caller's (a shuffled training list):
-        // neighbours share directory and inode pages and, as the builder
-        // packs by directory, data blocks, so each is decoded once while
-        // it is cached; each thread takes a contiguous run of the order.
-        let mut order: Vec<usize> = (0..paths.len()).collect();
-        order.sort_by(|&a, &b| paths[a].cmp(&paths[b]));
         let got: Result<Vec<Vec<u8>>, Error> = py.detach(|| {
             guard(|| {
-                let run = || {
-                    order
-                        .par_iter()
-                        .map(|&i| guard(|| v.read_all(&paths[i])))
-                        .collect::<Vec<_>>()
-                };
+                let run = || v.read_many(&paths);
                 let results = match threads {
                     None => run(),
                     Some(0) => return Err(Error::Value("threads=0: use at least 1".into())),
                     Some(n) => pool(n)?.install(run),
                 };
-                // Back in the caller's order; the first failure in that
-                // order is the one raised.
-                let mut out: Vec<Option<Vec<u8>>> = vec![None; paths.len()];
-                let mut failed: Option<(usize, Error)> = None;
-                for (r, &i) in results.into_iter().zip(&order) {
-                    match r {
-                        Ok(b) => out[i] = Some(b),
-                        Err(e) if failed.as_ref().is_none_or(|(j, _)| i < *j) => {
-                            failed = Some((i, e))
-                        }
-                        Err(_) => {}
-                    }
-                }
-                if let Some((_, e)) = failed {
-                    return Err(e);
-                }
-                Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+                // The first failure in the caller's order is the one raised.
+                results.into_iter().collect()
             })
         });
         let got = got.map_err(|e| e.into_py(py))?;

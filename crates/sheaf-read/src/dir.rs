@@ -141,7 +141,13 @@ impl Image {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let d = self.dirent(start + mid)?;
-            match self.dirent_name(&d)?.as_slice().cmp(name) {
+            let order = self.with_stream(
+                StreamId::Heap,
+                d.name_offset,
+                d.name_len as usize,
+                &mut |n| Ok(n.cmp(name)),
+            )?;
+            match order {
                 std::cmp::Ordering::Equal => {
                     let t = FileType::from_dtype(d.dtype).expect("validated");
                     return Ok(Some((d.inode, t)));

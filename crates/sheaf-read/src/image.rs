@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 mod dicts;
 mod load;
+mod stream;
 
 /// How much of the file's tail to read on open; usually covers the trailer,
 /// section table and superblock in one request.
@@ -88,6 +89,8 @@ pub struct Image {
     table_offset: u64,
     root_digest: Digest,
     levels: [Vec<u64>; 5],
+    /// Level-0 page refs read so far (`stream`).
+    page_refs: stream::PageRefs,
     pages: Cache,
     blocks: Arc<Cache>,
     /// Where the image's own bytes end (before any signature block).
@@ -280,6 +283,7 @@ impl Image {
             sections,
             table_offset: trailer.table_offset,
             root_digest: trailer.root_digest,
+            page_refs: stream::page_refs(&sb, &levels),
             levels,
             sb,
             pages: Cache::new(opts.page_cache_bytes),
@@ -472,121 +476,6 @@ impl Image {
         Ok(b)
     }
 
-    /// The ref of page `idx` of `level` of a stream.
-    pub fn page_ref(&self, id: StreamId, level: usize, idx: u64) -> Result<BlockRef, ReadError> {
-        let desc = self.sb.stream(id);
-        let top = desc.levels as usize - 1;
-        if level == top {
-            return desc.roots.get(idx as usize).copied().ok_or_else(|| {
-                ReadError::format(
-                    self.name(),
-                    id.name(),
-                    FormatError::invalid("page index", idx.to_string()),
-                )
-            });
-        }
-        let b = self.read_level(id, level + 1, idx * BLOCK_REF_LEN as u64, BLOCK_REF_LEN)?;
-        BlockRef::decode(&b).map_err(|e| ReadError::format(self.name(), id.name(), e))
-    }
-
-    /// Number of pages in `level` of a stream.
-    pub fn page_count(&self, id: StreamId, level: usize) -> u64 {
-        sheaf_format::superblock::page_count(self.levels[id as usize][level], self.sb.page_size)
-    }
-
-    /// Number of levels of a stream.
-    pub fn stream_levels(&self, id: StreamId) -> usize {
-        self.sb.stream(id).levels as usize
-    }
-
-    /// Expected uncompressed length of page `idx` at `level`.
-    fn page_len(&self, id: StreamId, level: usize, idx: u64) -> u32 {
-        let total = self.levels[id as usize][level];
-        let p = self.sb.page_size as u64;
-        total.saturating_sub(idx * p).min(p) as u32
-    }
-
-    /// Decoded page, through the page cache.
-    pub fn page(&self, id: StreamId, level: usize, idx: u64) -> Result<Arc<Vec<u8>>, ReadError> {
-        let r = self.page_ref(id, level, idx)?;
-        let want = self.page_len(id, level, idx);
-        let what = || format!("{} page {idx} (level {level})", id.name());
-        if r.ulen != want {
-            return Err(ReadError::format(
-                self.name(),
-                &what(),
-                FormatError::invalid("page", format!("length {} instead of {want}", r.ulen)),
-            ));
-        }
-        self.pages.get_or_load(&r.key(), |buf| {
-            self.load_ref_into(&r, want, &what, buf, usize::MAX)
-        })
-    }
-
-    fn read_level(
-        &self,
-        id: StreamId,
-        level: usize,
-        off: u64,
-        len: usize,
-    ) -> Result<Vec<u8>, ReadError> {
-        let total = self.levels[id as usize].get(level).copied().unwrap_or(0);
-        if off.checked_add(len as u64).is_none_or(|e| e > total) {
-            return Err(ReadError::format(
-                self.name(),
-                id.name(),
-                FormatError::invalid("reference", format!("bytes {off}+{len} beyond the stream")),
-            ));
-        }
-        let p = self.sb.page_size as u64;
-        let mut out = Vec::with_capacity(len);
-        let mut pos = off;
-        while out.len() < len {
-            let page = self.page(id, level, pos / p)?;
-            let s = (pos % p) as usize;
-            let n = (len - out.len()).min(page.len() - s);
-            out.extend_from_slice(&page[s..s + n]);
-            pos += n as u64;
-        }
-        Ok(out)
-    }
-
-    /// Bytes `[off, off+len)` of a metadata stream.
-    pub fn read_stream(&self, id: StreamId, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
-        self.read_level(id, 0, off, len)
-    }
-
-    pub(crate) fn record<T>(
-        &self,
-        id: StreamId,
-        idx: u64,
-        len: usize,
-        decode: fn(&[u8]) -> Result<T, FormatError>,
-    ) -> Result<T, ReadError> {
-        let mut v = self.records(id, idx, 1, len, decode)?;
-        Ok(v.pop().expect("one record"))
-    }
-
-    /// Records `[first, first+count)` of a stream, read as one range.
-    pub(crate) fn records<T>(
-        &self,
-        id: StreamId,
-        first: u64,
-        count: usize,
-        len: usize,
-        decode: fn(&[u8]) -> Result<T, FormatError>,
-    ) -> Result<Vec<T>, ReadError> {
-        let raw = self.read_stream(id, first * len as u64, count * len)?;
-        raw.chunks_exact(len)
-            .zip(first..)
-            .map(|(b, idx)| {
-                decode(b).map_err(|e| {
-                    ReadError::format(self.name(), &format!("{} record {idx}", id.name()), e)
-                })
-            })
-            .collect()
-    }
-
     /// Stat one inode.
     pub fn inode(&self, ino: u32) -> Result<Inode, ReadError> {
         if ino as u64 >= self.sb.inode_count {
@@ -619,10 +508,6 @@ impl Image {
             &format!("inode {ino}"),
             FormatError::invalid("inode", detail),
         )
-    }
-
-    pub(crate) fn heap(&self, off: u64, len: usize) -> Result<Vec<u8>, ReadError> {
-        self.read_stream(StreamId::Heap, off, len)
     }
 
     /// The data blocks a regular file uses, in file order (no repeats).
@@ -823,6 +708,78 @@ impl Image {
         on_block: &mut dyn FnMut(u32, bool),
         sink: &mut dyn FnMut(Piece),
     ) -> Result<usize, ReadError> {
+        self.read_pieces_via(ino, offset, len, on_block, sink, &mut |id, s, e| {
+            self.block_upto(id, s, e)
+        })
+    }
+
+    /// [`Image::read_pieces`] with data blocks decoded into `scratch`, not
+    /// the block cache (a block the cache holds far enough is taken from
+    /// it): for a stream of reads in block order that will not come back
+    /// (`read_many` of a training list), which then reuses one buffer per
+    /// thread instead of filling the cache with fresh memory (a third of
+    /// such a run's time went to page faults). The same checks and the same
+    /// prefix rule as [`Image::block_upto`].
+    pub fn read_pieces_scratch(
+        &self,
+        ino: &Inode,
+        offset: u64,
+        len: usize,
+        scratch: &mut BlockScratch,
+        sink: &mut dyn FnMut(Piece),
+    ) -> Result<usize, ReadError> {
+        self.read_pieces_via(ino, offset, len, &mut |_, _| {}, sink, &mut |id, s, e| {
+            self.block_upto_scratch(id, s, e, scratch)
+        })
+    }
+
+    fn block_upto_scratch(
+        &self,
+        id: u32,
+        start: usize,
+        end: usize,
+        scratch: &mut BlockScratch,
+    ) -> Result<(Arc<Vec<u8>>, u32), ReadError> {
+        let r = self.block_ref(id)?;
+        let key = r.key();
+        let need = end.min(r.ulen as usize);
+        let prior = (scratch.key == Some(key)).then(|| scratch.bytes.len());
+        if prior.is_some_and(|p| p >= need) {
+            return Ok((scratch.bytes.clone(), r.ulen));
+        }
+        if let Some(b) = self.blocks.peek(&key).filter(|b| b.len() >= need) {
+            return Ok((b, r.ulen));
+        }
+        let partial = self.src.local() || self.store.is_some();
+        let upto = match prior {
+            _ if !partial => usize::MAX,
+            None => need,
+            Some(p) if start <= p => usize::MAX,
+            Some(p) => need.max(2 * p),
+        };
+        // The buffer back from the last piece (the sink has let it go),
+        // or a new one if a caller still holds it.
+        let mut buf = Arc::get_mut(&mut scratch.bytes)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        buf.clear();
+        scratch.key = None;
+        let what = || format!("data block {id}");
+        let b = self.load_ref_into(&r, self.sb.block_size, &what, buf, upto)?;
+        scratch.bytes = Arc::new(b);
+        scratch.key = Some(key);
+        Ok((scratch.bytes.clone(), r.ulen))
+    }
+
+    fn read_pieces_via(
+        &self,
+        ino: &Inode,
+        offset: u64,
+        len: usize,
+        on_block: &mut dyn FnMut(u32, bool),
+        sink: &mut dyn FnMut(Piece),
+        block_upto: &mut BlockGet<'_>,
+    ) -> Result<usize, ReadError> {
         let (start, n) = self.file_chunks(ino)?;
         let size = ino.rec.size;
         if offset >= size || len == 0 {
@@ -860,7 +817,7 @@ impl Image {
                 on_block(c.block, i + 1 < n);
                 let bs = c.block_offset as usize + (from - c.file_offset) as usize;
                 let be = bs + (to - from) as usize;
-                let (block, ulen) = self.block_upto(c.block, bs, be)?;
+                let (block, ulen) = block_upto(c.block, bs, be)?;
                 if c.block_offset as usize + c.len as usize > ulen as usize {
                     return Err(self.corrupt_inode(ino.ino, "chunk beyond its block"));
                 }
@@ -877,6 +834,19 @@ impl Image {
         }
         Ok(want)
     }
+}
+
+/// How [`Image::read_pieces_via`] gets data block `id` decoded at least over
+/// `[start, end)`, with its whole length.
+type BlockGet<'a> = dyn FnMut(u32, usize, usize) -> Result<(Arc<Vec<u8>>, u32), ReadError> + 'a;
+
+/// One thread's data block decoded outside the block cache, its buffer
+/// reused from read to read ([`Image::read_pieces_scratch`]).
+#[derive(Debug, Default)]
+pub struct BlockScratch {
+    /// The cache key of the block held, if one is.
+    key: Option<Digest>,
+    bytes: Arc<Vec<u8>>,
 }
 
 /// The bytes of one read ([`Image::read_bytes`]).

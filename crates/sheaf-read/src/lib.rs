@@ -36,7 +36,9 @@ pub mod walk;
 pub use cache::Cache;
 pub use error::ReadError;
 pub use extract::{extract, ExtractError, ExtractOptions, ExtractReport};
-pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode, Piece, ReadBytes};
+pub use image::{
+    signed_message, BlockScratch, DirEntry, Image, ImageOptions, Inode, Piece, ReadBytes,
+};
 pub use source::{CountingSource, FileSource, IndexSource, MemSource, ObjectStore, Source};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};
 pub use tree::{Seen, SeenMerged};

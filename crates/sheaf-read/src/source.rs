@@ -21,6 +21,11 @@ pub trait Source: Send + Sync {
     }
     /// Fill `buf` from `offset`; a short source is an `UnexpectedEof` error.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// A hint that bytes `[offset, offset+len)` will be read soon: a local
+    /// file asks the kernel to read them ahead (`posix_fadvise` WILLNEED),
+    /// so a cold disk serves many small reads from a few large ones. Others
+    /// ignore it.
+    fn will_need(&self, _offset: u64, _len: u64) {}
     /// Name used in messages (a path or URL).
     fn name(&self) -> &str;
     /// The stored bytes of the page or block `r` names, with their codec.
@@ -112,6 +117,15 @@ impl Source for FileSource {
     }
     fn name(&self) -> &str {
         &self.name
+    }
+    fn will_need(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return;
+        };
+        // SAFETY: a hint about this open descriptor's pages; no memory is
+        // passed. A refusal only means no readahead.
+        unsafe { libc::posix_fadvise(self.file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED) };
     }
 }
 
@@ -245,6 +259,9 @@ impl Source for CountingSource {
     }
     fn reject(&self, offset: u64) -> bool {
         self.inner.reject(offset)
+    }
+    fn will_need(&self, offset: u64, len: u64) {
+        self.inner.will_need(offset, len)
     }
     fn stats_json(&self) -> Option<serde_json::Value> {
         self.inner.stats_json()
