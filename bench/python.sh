@@ -190,7 +190,7 @@ done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2fx", b / a; else print "n/a" }'; }
 ms() { awk -v a="$1" 'BEGIN { if (a == "" || a == "nan") print "n/a"; else printf "%.1f ms", a * 1000 }'; }
-OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python$([ "$TREE" = P ] && echo -P).md
+OUT=$ROOT/bench/results/$(date +%Y-%m-%d-%H%M)-python$([ "$TREE" = P ] && echo -P || true).md
 {
     echo "# The Python package against Python readers of the same tree ($(date +%Y-%m-%d))"
     echo
