@@ -68,7 +68,7 @@ if [ ! -s "$D/tree.tar" ]; then
     fi
     mv "$D/tree.tar.tmp" "$D/tree.tar"
 fi
-[ -s "$D/tree.sheaf" ] && [ "$D/tree.sheaf" -nt "$SHEAF" ] || "$SHEAF" build -q "$D/tree.tar" -o "$D/tree.sheaf"
+[ -s "$D/tree.sheaf" ] && [ "$D/tree.sheaf" -nt "$SHEAF" ] || "$SHEAF" build -q -f "$D/tree.tar" -o "$D/tree.sheaf"
 [ -s "$D/tree.sqfs" ] || mksquashfs - "$D/tree.sqfs" -tar -quiet -no-progress < "$D/tree.tar" >/dev/null
 # The ratarmount index, outside every timing.
 [ -s "$D/tree.tar.index.sqlite" ] || "$PYTHON" - "$D" <<'EOF'
