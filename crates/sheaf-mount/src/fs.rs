@@ -261,13 +261,13 @@ impl SheafFs {
         a
     }
 
-    /// Live statistics as JSON (the hidden stats xattr).
-    pub fn stats_json(&self) -> serde_json::Value {
+    /// Live statistics (the hidden stats xattr).
+    pub fn report(&self) -> crate::stats::Report {
         use crate::stats::{CacheReport, PrefetchReport, Report};
         let s = &self.stats;
         let blocks = CacheReport::of(self.img.block_cache());
         let pages = self.img.page_cache();
-        let r = Report {
+        Report {
             image: self.img.name().to_string(),
             roots: vec![sheaf_format::hex(&self.img.root_digest())],
             pid: self.pid,
@@ -289,15 +289,14 @@ impl SheafFs {
                 completions: s.prefetch_completions.load(Relaxed),
                 background_bytes: s.prefetch_bytes.load(Relaxed),
             }),
-            remote: sheaf_read::Source::stats_json(&*self.src),
-            disk_cache: self.img.store().map(|c| c.stats_json()),
-            ops: s.ops_json(),
+            remote: sheaf_read::Source::net_stats(&*self.src),
+            disk_cache: self.img.store().map(|c| c.store_stats()),
+            ops: s.ops(),
             io_uring_requests: fuser::io_uring_requests_served(),
             recent_errors: s.recent_errors(|inos| sheaf_read::verify::paths_of(&self.img, inos)),
             log: crate::logging::destination(),
             ..Default::default()
-        };
-        serde_json::to_value(r).expect("a report serializes")
+        }
     }
 
     /// Value of a hidden xattr of the root, if `name` is one.
@@ -306,7 +305,7 @@ impl SheafFs {
             return None;
         }
         if name == crate::STATS_XATTR.as_bytes() {
-            Some(self.stats_json().to_string().into_bytes())
+            Some(self.report().to_bytes())
         } else if name == crate::PID_XATTR.as_bytes() {
             Some(self.pid.to_string().into_bytes())
         } else {

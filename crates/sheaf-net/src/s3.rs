@@ -27,7 +27,6 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path as ObjPath;
 use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
-use serde_json::json;
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -690,19 +689,20 @@ impl S3 {
     }
 
     /// Counters for `sheaf stats`.
-    pub fn stats_json(&self) -> serde_json::Value {
+    pub fn stats(&self) -> sheaf_read::S3Stats {
         let s = &self.stats;
-        json!({
-            "s3_requests": s.requests.load(Relaxed),
-            "s3_bytes": s.bytes.load(Relaxed),
-            "s3_retries": s.retries.load(Relaxed),
-            "s3_wait_ms": s.wait_ms.load(Relaxed),
-            "s3_errors": s.errors.load(Relaxed),
-            "s3_url": self.url,
-            "s3_endpoint": self.conf.endpoint.as_deref().map(crate::redact).unwrap_or_else(|| self.host.clone()),
-            "s3_signed": self.conf.signed(),
-            "s3_last_error": *self.last_error.lock().expect("lock"),
-        })
+        sheaf_read::S3Stats {
+            requests: s.requests.load(Relaxed),
+            bytes: s.bytes.load(Relaxed),
+            retries: s.retries.load(Relaxed),
+            wait_ms: s.wait_ms.load(Relaxed),
+            errors: s.errors.load(Relaxed),
+            url: self.url.clone(),
+            endpoint: (self.conf.endpoint.as_deref().map(crate::redact))
+                .unwrap_or_else(|| self.host.clone()),
+            signed: self.conf.signed(),
+            last_error: self.last_error.lock().expect("lock").clone(),
+        }
     }
 }
 

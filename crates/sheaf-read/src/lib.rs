@@ -37,7 +37,10 @@ pub use cache::Cache;
 pub use error::ReadError;
 pub use extract::{extract, ExtractError, ExtractOptions, ExtractReport};
 pub use image::{signed_message, DirEntry, Image, ImageOptions, Inode, Piece, ReadBytes};
-pub use source::{CountingSource, FileSource, IndexSource, MemSource, ObjectStore, Source};
+pub use source::{
+    CacheStats, CountingSource, FileSource, HttpStats, IndexSource, MemSource, NetStats,
+    ObjectStore, S3Stats, Source, SshStats, StoreStats, TransportStats, TransportSummary,
+};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};
 pub use tree::{Seen, SeenMerged};
 pub use walk::{Order, Step};
