@@ -553,14 +553,13 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
             .flatten()
             .and_then(|v| String::from_utf8(v).ok()?.parse().ok());
     kernel::unmount(&mp, a.lazy).map_err(|e| {
-        let s = e.to_string();
-        if s.contains("busy") {
+        if e.errno() == Some(libc::EBUSY) {
             anyhow!(
                 "{}: busy (files or directories on it are in use); close them, or use --lazy to detach it now",
                 a.mountpoint.display()
             )
         } else {
-            anyhow!("{}: {s}", a.mountpoint.display())
+            anyhow!("{}: {e}", a.mountpoint.display())
         }
     })?;
     // Wait for the serving process, so that a script's next step sees it gone.
