@@ -19,6 +19,8 @@ build: deps
 	scripts/python.sh wheel   # the Python package: target/wheels/sheaf-*.whl (docs/python.md)
 
 lint: deps
+	scripts/lint-json-keys.sh   # no JSON field looked up by string: shared serde types
+	scripts/check-crate-graph.sh   # docs/architecture.md's crate graph is cargo's
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --locked --all-targets $(MPI_FEATURE) -- -D warnings
 
@@ -33,6 +35,8 @@ CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test tar_input --test hostile --test roundtrip --test reader --test stack \
 	--test incremental --test dictionary --test install
 check: build
+	scripts/lint-json-keys.sh
+	scripts/check-crate-graph.sh
 	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace $(MPI_FEATURE) --lib --bins $(CHECK_TESTS)
 
 # All tests, as CI runs them: unit, property, integration (real trees, real

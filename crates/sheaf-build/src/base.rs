@@ -90,14 +90,11 @@ impl Base {
                 sb.block_size, opts.block_size
             )));
         }
-        let info: serde_json::Value = match image.build_info().map_err(read_err)? {
-            Some(s) => serde_json::from_str(&s).unwrap_or_default(),
-            None => serde_json::Value::Null,
-        };
+        let info = image.build_info().map_err(read_err)?;
         let pack = opts.pack_block_size();
         let want_comp = opts.compression.describe();
-        match (info["pack_size"].as_u64(), info["compression"].as_str()) {
-            (Some(p), Some(c)) if p == pack as u64 && c == want_comp => {}
+        match (info.pack_size, info.compression.as_deref()) {
+            (Some(p), Some(c)) if p == pack && c == want_comp => {}
             (Some(p), Some(c)) => {
                 return Err(refuse(format!(
                     "pack size {p}, compression {c} (this build: {pack}, {want_comp})"

@@ -523,46 +523,55 @@ pub fn build(
     for r in &block_refs {
         *codecs.entry(r.codec.name()).or_default() += 1;
     }
-    let mut info = serde_json::json!({
-        "stats": {
-            "entries_by_type": by_type,
-            "hardlinked_inodes": hardlinks,
-            "dedup_bytes": progress.dedup_bytes.load(Ordering::Relaxed),
-            "hole_bytes": progress.hole_bytes.load(Ordering::Relaxed),
-            "blocks_by_codec": codecs,
-            "xattr_sets": xattr_sets,
-        },
-        "builder": format!("sheaf {}", env!("CARGO_PKG_VERSION")),
-        "compression": opts.compression.describe(),
-        "block_size": opts.block_size,
-        "pack_size": opts.pack_block_size(),
-        "page_size": opts.page_size,
-        "owner": opts.owner.map(|(u, g)| format!("{u}:{g}")),
-        "mtime": opts.mtime,
-        "clamp_mtime": opts.clamp_mtime,
-        "exclude": opts.exclude,
-    });
-    if let Some(b) = &base {
+    use sheaf_format::build_info::{BaseInfo, BuildInfo, BuildStats, DictionaryInfo};
+    let info = BuildInfo {
+        stats: Some(BuildStats {
+            entries_by_type: Some(
+                by_type
+                    .into_iter()
+                    .map(|(t, n)| (t.to_string(), n))
+                    .collect(),
+            ),
+            hardlinked_inodes: Some(hardlinks),
+            dedup_bytes: Some(progress.dedup_bytes.load(Ordering::Relaxed)),
+            hole_bytes: Some(progress.hole_bytes.load(Ordering::Relaxed)),
+            blocks_by_codec: Some(
+                codecs
+                    .into_iter()
+                    .map(|(c, n)| (c.to_string(), n))
+                    .collect(),
+            ),
+            xattr_sets: Some(xattr_sets as u64),
+        }),
+        builder: Some(format!("sheaf {}", env!("CARGO_PKG_VERSION"))),
+        compression: Some(opts.compression.describe()),
+        block_size: Some(opts.block_size),
+        pack_size: Some(opts.pack_block_size()),
+        page_size: Some(opts.page_size),
+        owner: opts.owner.map(|(u, g)| format!("{u}:{g}")),
+        mtime: opts.mtime,
+        clamp_mtime: opts.clamp_mtime,
+        exclude: Some(opts.exclude.clone()),
         // Provenance only: which image the unchanged files' blocks came from.
-        info["base"] = serde_json::json!({
-            "root": sheaf_format::hex(&b.image.root_digest()),
-            "max_stale_pct": opts.base_max_stale_pct,
-        });
-    }
-    if !opts.labels.is_empty() {
-        info["labels"] = serde_json::json!(opts.labels);
-    }
-    if !dicts.is_empty() {
-        info["dictionaries"] = dicts
+        base: base.as_ref().map(|b| BaseInfo {
+            root: sheaf_format::hex(&b.image.root_digest()),
+            max_stale_pct: opts.base_max_stale_pct,
+        }),
+        labels: opts.labels.clone(),
+        dictionaries: dicts
             .iter()
-            .map(|d| serde_json::json!({"digest": sheaf_format::hex(d.digest()), "bytes": d.bytes().len()}))
-            .collect();
-    }
+            .map(|d| DictionaryInfo {
+                digest: sheaf_format::hex(d.digest()),
+                bytes: d.bytes().len() as u64,
+            })
+            .collect(),
+        ..Default::default()
+    };
     let dict_bytes = sheaf_format::dict::encode_section(&dicts);
     let trailer = write_tail(
         &mut out,
         vec![
-            (SectionKind::BuildInfo, 0, info.to_string().into_bytes()),
+            (SectionKind::BuildInfo, 0, info.encode()),
             (SectionKind::Prefetch, 0, prefetch_bytes),
             // Required: an image whose blocks name dictionaries cannot be
             // read without them.

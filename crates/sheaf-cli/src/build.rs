@@ -245,11 +245,7 @@ pub fn write_image(
     let rep = result?;
     let secs = start.elapsed().as_secs_f64();
     if a.json {
-        let mut v = serde_json::to_value(&rep)?;
-        v["seconds"] = serde_json::json!(secs);
-        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
-            v.extend(extra.clone());
-        }
+        let v = crate::util::timed_json(&rep, secs, extra)?;
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if !a.quiet {
         eprintln!(

@@ -128,8 +128,8 @@ pub fn run(a: ImportArgs) -> Result<i32> {
         }
     })?;
     if a.image.json {
-        let mut v = serde_json::to_value(&rep)?;
-        v["seconds"] = serde_json::json!(start.elapsed().as_secs_f64());
+        let secs = start.elapsed().as_secs_f64();
+        let v = crate::util::timed_json(&rep, secs, serde_json::json!({}))?;
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if show {
         let new = rep.layers.iter().filter(|l| !l.reused).count();

@@ -24,14 +24,11 @@ pub fn info(
         None
     };
     let v = sheaf_read::info::info(&img, &path.display().to_string(), wo.as_ref(), &|s| {
-        match sheaf_trust::describe(s) {
-            Ok((alg, fp, ns)) => serde_json::json!({"algorithm": alg, "key": fp, "namespace": ns}),
-            Err(e) => serde_json::json!({"error": e.to_string()}),
-        }
+        sheaf_read::info::SignatureInfo::of(sheaf_trust::describe(s))
     })?;
     let sb = img.superblock();
-    let build = &v["build"];
-    let meta_bytes = v["metadata_bytes_uncompressed"].as_u64().unwrap_or(0);
+    let build = &v.build;
+    let meta_bytes = v.metadata_bytes_uncompressed;
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
@@ -59,8 +56,9 @@ pub fn info(
             }
         )?;
     }
-    let types = v["entries_by_type"]
-        .as_object()
+    let types = v
+        .entries_by_type
+        .as_ref()
         .map(|m| {
             m.iter()
                 .map(|(k, n)| format!("{n} {k}"))
@@ -77,7 +75,7 @@ pub fn info(
         sb.block_count,
         human(sb.block_size as u64)
     )?;
-    let pf = v["prefetch_blocks"].as_u64().unwrap_or(0);
+    let pf = v.prefetch_blocks;
     if pf > 0 {
         writeln!(
             o,
@@ -89,18 +87,19 @@ pub fn info(
         "ratio:        {} (logical / image size)",
         crate::util::ratio(sb.logical_bytes, img.len())
     )?;
-    if let Some(d) = v["dedup_bytes"].as_u64() {
+    if let Some(d) = v.dedup_bytes {
         writeln!(
             o,
             "dedup saved:  {}; holes: {}",
             human(d),
-            human(v["hole_bytes"].as_u64().unwrap_or(0))
+            human(v.hole_bytes.unwrap_or(0))
         )?;
     }
     // "zstd:12 (1 block stored raw, 1 zstd)": blocks that did not shrink
     // are stored raw ("none").
-    let by_codec = v["blocks_by_codec"]
-        .as_object()
+    let by_codec = v
+        .blocks_by_codec
+        .as_ref()
         .map(|m| {
             m.iter()
                 .map(|(k, n)| match k.as_str() {
@@ -114,7 +113,7 @@ pub fn info(
     writeln!(
         o,
         "codecs:       {} (blocks: {by_codec})",
-        build["compression"].as_str().unwrap_or("?"),
+        build.compression.as_deref().unwrap_or("?"),
     )?;
     writeln!(
         o,
@@ -125,7 +124,7 @@ pub fn info(
     writeln!(
         o,
         "built by:     {}",
-        build["builder"].as_str().unwrap_or("?")
+        build.builder.as_deref().unwrap_or("?")
     )?;
     if let Some((wh, opaque)) = &wo {
         writeln!(o, "whiteouts:    {} (hidden in the layers below)", wh.len())?;
@@ -580,9 +579,7 @@ pub fn check(
     let holes = img
         .build_info()
         .ok()
-        .flatten()
-        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
-        .and_then(|v| v["stats"]["hole_bytes"].as_u64())
+        .and_then(|b| b.stats?.hole_bytes)
         .unwrap_or(0);
     let logical = img.superblock().logical_bytes.saturating_sub(holes);
     if json {

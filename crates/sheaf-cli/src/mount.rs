@@ -553,14 +553,13 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
             .flatten()
             .and_then(|v| String::from_utf8(v).ok()?.parse().ok());
     kernel::unmount(&mp, a.lazy).map_err(|e| {
-        let s = e.to_string();
-        if s.contains("busy") {
+        if e.errno() == Some(libc::EBUSY) {
             anyhow!(
                 "{}: busy (files or directories on it are in use); close them, or use --lazy to detach it now",
                 a.mountpoint.display()
             )
         } else {
-            anyhow!("{}: {s}", a.mountpoint.display())
+            anyhow!("{}: {e}", a.mountpoint.display())
         }
     })?;
     // Wait for the serving process, so that a script's next step sees it gone.
@@ -672,50 +671,41 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
     if let Some(n) = s.nodes {
         println!("nodes held        {n}");
     }
-    if let Some(r) = s.remote.as_ref().filter(|r| r.is_object()) {
-        let n = |k: &str| r[k].as_u64().unwrap_or(0);
-        if r["offline"].as_bool() == Some(true) {
-            println!("network           offline: serving from the node cache only");
-        } else {
-            // The transport's counters: http_*, ssh_* or s3_*.
-            let t = ["http", "ssh", "s3"]
-                .into_iter()
-                .find(|t| r.get(format!("{t}_bytes")).is_some())
-                .unwrap_or("http");
-            let k = |name: &str| format!("{t}_{name}");
-            println!(
-                "network           {} fetched in {} requests; {} retries ({:.1} s waiting), {} failovers, {} errors",
-                human(n(&k("bytes"))),
-                n(&k("requests")),
-                n(&k("retries")),
-                n(&k("wait_ms")) as f64 / 1000.0,
-                n(&k("failovers")),
-                n(&k("errors"))
-            );
-            if t == "http" {
-                println!(
-                    "route             {} via {}",
-                    r["http_url"].as_str().unwrap_or("?"),
-                    r["http_via"].as_str().unwrap_or("?")
-                );
-            } else {
-                println!("route             {}", r[k("url")].as_str().unwrap_or("?"));
+    if let Some(r) = &s.remote {
+        match &r.transport {
+            None if r.offline => {
+                println!("network           offline: serving from the node cache only")
             }
-            if let Some(e) = r[k("last_error")].as_str().filter(|e| !e.is_empty()) {
-                println!("last net error    {e}");
+            t => {
+                let t = t.as_ref().map(|t| t.summary()).unwrap_or_default();
+                println!(
+                    "network           {} fetched in {} requests; {} retries ({:.1} s waiting), {} failovers, {} errors",
+                    human(t.bytes),
+                    t.requests,
+                    t.retries,
+                    t.wait_ms as f64 / 1000.0,
+                    t.failovers,
+                    t.errors
+                );
+                println!("route             {}", t.route);
+                if !t.last_error.is_empty() {
+                    println!("last net error    {}", t.last_error);
+                }
             }
         }
     }
-    if let Some(c) = s.disk_cache.as_ref().filter(|c| c.is_object()) {
-        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+    if let Some(c) = &s.disk_cache {
+        // A repository read in place has no counters.
+        let c = match c {
+            sheaf_read::StoreStats::NodeCache(c) => c.clone(),
+            sheaf_read::StoreStats::Repository { .. } => sheaf_read::CacheStats {
+                dir: "?".into(),
+                ..Default::default()
+            },
+        };
         println!(
             "node cache        {}: {} hits, {} misses, {} stored, {} bad dropped, {} write errors",
-            c["disk_cache"].as_str().unwrap_or("?"),
-            n("disk_cache_hits"),
-            n("disk_cache_misses"),
-            n("disk_cache_stored"),
-            n("disk_cache_bad"),
-            n("disk_cache_write_errors")
+            c.dir, c.hits, c.misses, c.stored, c.bad, c.write_errors
         );
     }
     println!("image errors      {}", s.image_errors);
@@ -738,19 +728,11 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
         "{:<12} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",
         "op", "count", "errors", "mean µs", "p50 µs≤", "p99 µs≤", "max µs"
     );
-    if let Some(ops) = s.ops.as_object() {
-        for (name, o) in ops {
-            println!(
-                "{:<12} {:>10} {:>7} {:>9.1} {:>9} {:>9} {:>9.0}",
-                name,
-                o["count"].as_u64().unwrap_or(0),
-                o["errors"].as_u64().unwrap_or(0),
-                o["mean_us"].as_f64().unwrap_or(0.0),
-                o["p50_us_le"].as_u64().unwrap_or(0),
-                o["p99_us_le"].as_u64().unwrap_or(0),
-                o["max_us"].as_f64().unwrap_or(0.0)
-            );
-        }
+    for (name, o) in &s.ops {
+        println!(
+            "{:<12} {:>10} {:>7} {:>9.1} {:>9} {:>9} {:>9.0}",
+            name, o.count, o.errors, o.mean_us, o.p50_us_le, o.p99_us_le, o.max_us
+        );
     }
     Ok(0)
 }

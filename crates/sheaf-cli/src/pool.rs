@@ -153,7 +153,8 @@ fn build(a: PoolBuildArgs) -> Result<i32> {
     let mut opts = a.image.options()?;
     opts.pack_boundaries = sheaf_pool::pack_boundaries(&a.dir)?;
     // `pool load FILE` mounts it by this name, wherever the file lies.
-    opts.labels.insert(POOL_LABEL.into(), a.name.clone());
+    opts.labels
+        .insert(sheaf_format::build_info::LABEL_POOL.into(), a.name.clone());
     let input = sheaf_build::Input::Dir(a.dir.clone());
     let names: Vec<String> = layout
         .packages
@@ -210,13 +211,10 @@ fn name_of(img: &sheaf_read::Image, arg: &str) -> Result<(String, String)> {
     }
 }
 
-/// The build-information label that holds a pool's NAME/VERSION.
-const POOL_LABEL: &str = "pool";
-
 /// `pool build --name`'s NAME/VERSION, as recorded in the image.
 fn recorded_name(img: &sheaf_read::Image) -> Option<String> {
-    let info: serde_json::Value = serde_json::from_str(&img.build_info().ok()??).ok()?;
-    info["labels"][POOL_LABEL].as_str().map(str::to_string)
+    let mut info = img.build_info().ok()?;
+    info.labels.remove(sheaf_format::build_info::LABEL_POOL)
 }
 
 /// NAME and VERSION from a file or URL named like
@@ -421,18 +419,30 @@ fn local_copies(cfg: &Config) -> Vec<(String, PathBuf, u64, std::time::SystemTim
 
 fn list(json: bool) -> Result<i32> {
     let cfg = config()?;
-    let rows: Vec<serde_json::Value> = local_copies(&cfg)
+    /// A row of `pool list` (fields sorted, as printed before).
+    #[derive(serde::Serialize)]
+    struct Row {
+        bytes: u64,
+        copy: PathBuf,
+        mounted: Option<String>,
+        pool: String,
+    }
+    let rows: Vec<Row> = local_copies(&cfg)
         .into_iter()
-        .map(|(pool, path, bytes, _)| {
+        .map(|(pool, copy, bytes, _)| {
             let (n, v) = sheaf_pool::parse_name(&pool).unwrap_or_default();
             let mp = cfg.mount_point(&n, &v);
             let mounted = sheaf_mounted(&mp);
-            serde_json::json!({"pool": pool, "copy": path, "bytes": bytes,
-                "mounted": mounted.then(|| mp.display().to_string())})
+            Row {
+                bytes,
+                copy,
+                mounted: mounted.then(|| mp.display().to_string()),
+                pool,
+            }
         })
         .collect();
     if json {
-        println!("{}", serde_json::Value::Array(rows));
+        println!("{}", serde_json::to_string(&rows)?);
         return Ok(0);
     }
     if rows.is_empty() {
@@ -441,10 +451,10 @@ fn list(json: bool) -> Result<i32> {
     for r in rows {
         println!(
             "{:<28} {:>10}  {}",
-            r["pool"].as_str().unwrap_or(""),
-            human(r["bytes"].as_u64().unwrap_or(0)),
-            r["mounted"]
-                .as_str()
+            r.pool,
+            human(r.bytes),
+            r.mounted
+                .as_deref()
                 .map_or("not mounted".to_string(), |m| format!("mounted at {m}"))
         );
     }
@@ -488,7 +498,28 @@ fn publish(
         .pop()
         .context("pool publish: name the location directory")?;
     let image = paths.pop();
-    let mut out = serde_json::json!({"location": location.display().to_string()});
+    /// What `pool publish --json` prints (fields sorted, as before).
+    #[derive(serde::Serialize)]
+    struct Published {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes_written: Option<u64>,
+        catalogue: serde_json::Value,
+        location: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        objects_reused: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        objects_written: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+    }
+    let mut out = Published {
+        bytes_written: None,
+        catalogue: serde_json::Value::Null,
+        location: location.display().to_string(),
+        objects_reused: None,
+        objects_written: None,
+        pool: None,
+    };
     if let Some(image) = image {
         let (n, v) = match &name {
             Some(x) => sheaf_pool::parse_name(x)?,
@@ -507,17 +538,18 @@ fn publish(
                 r.reused
             );
         }
-        out["pool"] = format!("{n}/{v}").into();
-        out["objects_written"] = r.written.into();
-        out["bytes_written"] = r.written_bytes.into();
-        out["objects_reused"] = r.reused.into();
+        out.pool = Some(format!("{n}/{v}"));
+        out.objects_written = Some(r.written);
+        out.bytes_written = Some(r.written_bytes);
+        out.objects_reused = Some(r.reused);
     } else if name.is_some() {
         bail!("pool publish: --name needs an image");
     }
     let offers = sheaf_pool::write_catalogue(&location)?;
     if json {
-        out["catalogue"] = serde_json::to_value(&offers)?;
-        println!("{out}");
+        // Through a Value: the offers' fields print sorted, as before.
+        out.catalogue = serde_json::to_value(&offers)?;
+        println!("{}", serde_json::to_string(&out)?);
     } else {
         eprintln!(
             "{}: {} pools listed",

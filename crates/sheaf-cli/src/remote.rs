@@ -276,20 +276,17 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
     let blocks = (0..sb.block_count as u32)
         .map(|id| img.block_ref(id))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut info: serde_json::Value = img
-        .build_info()?
-        .and_then(|b| serde_json::from_str(&b).ok())
-        .unwrap_or_else(|| json!({}));
-    info["optimized"] = json!({
-        "from_root": sheaf_format::hex(&img.root_digest()),
-        "prefetch_blocks": first.len(),
-        "by": format!("sheaf {}", env!("CARGO_PKG_VERSION")),
+    let mut info = img.build_info()?;
+    info.optimized = Some(sheaf_format::build_info::Optimized {
+        from_root: sheaf_format::hex(&img.root_digest()),
+        prefetch_blocks: first.len() as u64,
+        by: format!("sheaf {}", env!("CARGO_PKG_VERSION")),
     });
     let parts = sheaf_build::rewrite::Parts {
         superblock: sb.clone(),
         streams,
         blocks,
-        build_info: info.to_string().into_bytes(),
+        build_info: info.encode(),
     };
     let stored = |_id: u32, r: &sheaf_format::BlockRef| {
         let obj = img.object(r, sb.block_size).map_err(|e| e.to_string())?;

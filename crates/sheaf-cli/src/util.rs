@@ -464,6 +464,29 @@ pub fn sheaf_exe() -> std::io::Result<PathBuf> {
     }
 }
 
+/// What `--json` prints for a report: its fields, `seconds`, and the
+/// fields a command adds (`extra`, an object), as one object with sorted
+/// keys (serde_json's own order).
+pub fn timed_json(
+    report: &impl serde::Serialize,
+    seconds: f64,
+    extra: serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    #[derive(serde::Serialize)]
+    struct Timed<'a, R> {
+        #[serde(flatten)]
+        report: &'a R,
+        seconds: f64,
+        #[serde(flatten)]
+        extra: serde_json::Value,
+    }
+    Ok(serde_json::to_value(Timed {
+        report,
+        seconds,
+        extra,
+    })?)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

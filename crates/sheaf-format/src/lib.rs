@@ -15,6 +15,7 @@
 
 #![warn(missing_docs)]
 
+pub mod build_info;
 pub mod codec;
 pub mod dict;
 pub mod error;

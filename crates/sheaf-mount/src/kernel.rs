@@ -123,18 +123,47 @@ impl Connection {
     }
 }
 
-/// Why mounting failed.
+/// Why mounting or unmounting failed.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
     /// fusermount3 is not installed.
     #[error("{FUSERMOUNT} not found (install the fuse3 package)")]
     NoFusermount,
-    /// fusermount3 refused; its own message.
-    #[error("{0}")]
-    Refused(String),
+    /// fusermount3 refused; its own message, and the errno it names.
+    #[error("{message}")]
+    Refused {
+        /// fusermount3's message.
+        message: String,
+        /// The system error the message ends with, if it is one of
+        /// [`REFUSAL_ERRNOS`].
+        errno: Option<i32>,
+    },
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] io::Error),
+}
+
+/// The errors fusermount3 reports that callers act on (EBUSY: the mount
+/// is in use; the others say who may mount where).
+pub const REFUSAL_ERRNOS: [i32; 6] = [
+    libc::EBUSY,
+    libc::EPERM,
+    libc::EACCES,
+    libc::ENOENT,
+    libc::EINVAL,
+    libc::ENOTCONN,
+];
+
+impl KernelError {
+    /// The errno of the failure, when it has one: callers decide on this,
+    /// never on the message's text.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            KernelError::NoFusermount => Some(libc::ENOENT),
+            KernelError::Refused { errno, .. } => *errno,
+            KernelError::Io(e) => e.raw_os_error(),
+        }
+    }
 }
 
 /// Escape a value for fusermount's comma-separated `-o` list.
@@ -500,7 +529,14 @@ fn refusal(stderr: &str, fallback: &str) -> KernelError {
         .map(|l| l.trim_start_matches("fusermount3: ").trim())
         .find(|l| !l.is_empty())
         .unwrap_or(fallback);
-    KernelError::Refused(line.to_string())
+    // fusermount3 ends its messages with strerror(errno).
+    let errno = REFUSAL_ERRNOS
+        .into_iter()
+        .find(|&n| line.ends_with(nix::errno::Errno::from_raw(n).desc()));
+    KernelError::Refused {
+        message: line.to_string(),
+        errno,
+    }
 }
 
 /// One line of `/proc/self/mountinfo`.
@@ -603,6 +639,30 @@ fn is_mount_root(path: &Path) -> Option<bool> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_refusal_carries_the_errno_its_message_ends_with() {
+        let e = refusal(
+            "fusermount3: failed to unmount /mnt/x: Device or resource busy\n",
+            "unmount failed",
+        );
+        assert_eq!(e.errno(), Some(libc::EBUSY));
+        assert_eq!(
+            e.to_string(),
+            "failed to unmount /mnt/x: Device or resource busy"
+        );
+        let e = refusal(
+            "fusermount3: entry for /mnt/x not found in /etc/mtab\n",
+            "x",
+        );
+        assert_eq!(e.errno(), None);
+        let e = refusal("", "unmount failed");
+        assert_eq!((e.errno(), e.to_string()), (None, "unmount failed".into()));
+        assert_eq!(
+            KernelError::Io(io::Error::from_raw_os_error(libc::EBUSY)).errno(),
+            Some(libc::EBUSY)
+        );
+    }
     use super::*;
 
     #[test]

@@ -3,8 +3,7 @@
 //! Everything is a relaxed atomic so recording costs a few nanoseconds on the
 //! request path; readers (`sheaf stats`) get a consistent-enough snapshot.
 
-use serde_json::{json, Value};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -258,9 +257,10 @@ impl Stats {
         r.iter().cloned().collect()
     }
 
-    /// Per-operation counters as JSON.
-    pub fn ops_json(&self) -> Value {
-        let mut m = serde_json::Map::new();
+    /// Per-operation counters, by operation name (those never asked for
+    /// are left out).
+    pub fn ops(&self) -> BTreeMap<String, OpReport> {
+        let mut m = BTreeMap::new();
         for op in Op::ALL {
             let s = self.op(op);
             let n = s.count.load(Relaxed);
@@ -269,17 +269,17 @@ impl Stats {
             }
             m.insert(
                 op.name().into(),
-                json!({
-                    "count": n,
-                    "errors": s.errors.load(Relaxed),
-                    "mean_us": s.total_ns.load(Relaxed) as f64 / n as f64 / 1000.0,
-                    "p50_us_le": s.quantile_us(0.5),
-                    "p99_us_le": s.quantile_us(0.99),
-                    "max_us": s.max_ns.load(Relaxed) as f64 / 1000.0,
-                }),
+                OpReport {
+                    count: n,
+                    errors: s.errors.load(Relaxed),
+                    mean_us: s.total_ns.load(Relaxed) as f64 / n as f64 / 1000.0,
+                    p50_us_le: s.quantile_us(0.5),
+                    p99_us_le: s.quantile_us(0.99),
+                    max_us: s.max_ns.load(Relaxed) as f64 / 1000.0,
+                },
             );
         }
-        Value::Object(m)
+        m
     }
 }
 
@@ -318,12 +318,13 @@ pub struct Report {
     /// Readahead and background prefetch (single image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<PrefetchReport>,
-    /// The network source's counters (remote images), as it reports them.
+    /// The network source's counters (remote images).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub remote: Option<Value>,
-    /// The node cache's counters (remote images), as it reports them.
+    pub remote: Option<sheaf_read::NetStats>,
+    /// The object store's counters (remote images: the node cache, or a
+    /// repository read in place).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disk_cache: Option<Value>,
+    pub disk_cache: Option<sheaf_read::StoreStats>,
     /// The layers of a union, bottom first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<Vec<String>>,
@@ -340,8 +341,8 @@ pub struct Report {
     /// `/dev/fuse` (0 when the kernel does not offer it or it is off).
     #[serde(default)]
     pub io_uring_requests: u64,
-    /// Per operation: count, errors, latencies ([`Stats::ops_json`]).
-    pub ops: Value,
+    /// Per operation: count, errors, latencies ([`Stats::ops`]).
+    pub ops: BTreeMap<String, OpReport>,
     /// The last errors readers met, oldest first (at most
     /// [`RECENT_ERRORS`]), with the path of the entry when known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -349,6 +350,23 @@ pub struct Report {
     /// Where the mount's messages go: "stderr", "syslog" or a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+}
+
+/// One operation's counters and latencies.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OpReport {
+    /// Requests.
+    pub count: u64,
+    /// Error answers (other than "no such entry").
+    pub errors: u64,
+    /// Largest latency, µs.
+    pub max_us: f64,
+    /// Mean latency, µs.
+    pub mean_us: f64,
+    /// Upper bound of the median's histogram bucket, µs.
+    pub p50_us_le: u64,
+    /// Upper bound of the 99th percentile's histogram bucket, µs.
+    pub p99_us_le: u64,
 }
 
 /// A cache's counters.
@@ -388,6 +406,16 @@ pub struct PrefetchReport {
     pub completions: u64,
     /// Bytes fetched by background prefetch (metadata, listed blocks).
     pub background_bytes: u64,
+}
+
+impl Report {
+    /// The report as the stats xattr carries it: JSON, keys sorted.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        (serde_json::to_value(self)
+            .expect("a report serializes")
+            .to_string())
+        .into_bytes()
+    }
 }
 
 impl CacheReport {
@@ -440,12 +468,13 @@ mod tests {
         }
         took(&s, Op::Read, 1_000_000); // 1 ms
         took(&s, Op::Read, 2_000_000);
-        let j = s.ops_json();
-        assert_eq!(j["read"]["count"], 100);
-        assert_eq!(j["read"]["p50_us_le"], 4);
-        assert_eq!(j["read"]["p99_us_le"], 1024);
-        assert_eq!(j["read"]["max_us"], 2000.0);
-        assert!(j.get("lookup").is_none());
+        let j = s.ops();
+        let r = &j[Op::Read.name()];
+        assert_eq!(r.count, 100);
+        assert_eq!(r.p50_us_le, 4);
+        assert_eq!(r.p99_us_le, 1024);
+        assert_eq!(r.max_us, 2000.0);
+        assert!(!j.contains_key(Op::Lookup.name()));
     }
 
     #[test]
@@ -453,9 +482,9 @@ mod tests {
         let s = Stats::default();
         let t = s.time(Op::Getxattr);
         // The reply goes out here, before the timer drops.
-        assert_eq!(s.ops_json()["getxattr"]["count"], 1);
+        assert_eq!(s.ops()[Op::Getxattr.name()].count, 1);
         drop(t);
-        assert_eq!(s.ops_json()["getxattr"]["count"], 1);
+        assert_eq!(s.ops()[Op::Getxattr.name()].count, 1);
         assert!(s.op(Op::Getxattr).total_ns.load(Relaxed) > 0);
     }
 }

@@ -19,7 +19,6 @@
 //! keeps its bytes; one that loses the race fetches again). Eviction is LRU
 //! by modification time, which a hit refreshes (at most once a minute).
 
-use serde_json::json;
 use sheaf_format::remote::{object_path, ImageIndex};
 use sheaf_format::{digest, hex, Digest};
 use sheaf_read::ObjectStore;
@@ -346,18 +345,18 @@ impl ObjectStore for DiskCache {
         }
     }
 
-    fn stats_json(&self) -> serde_json::Value {
+    fn store_stats(&self) -> sheaf_read::StoreStats {
         let s = &self.stats;
-        json!({
-            "disk_cache": self.root.display().to_string(),
-            "disk_cache_hits": s.hits.load(Relaxed),
-            "disk_cache_misses": s.misses.load(Relaxed),
-            "disk_cache_stored": s.stored.load(Relaxed),
-            "disk_cache_bad": s.bad.load(Relaxed),
-            "disk_cache_evicted": s.evicted.load(Relaxed),
-            "disk_cache_write_errors": s.write_errors.load(Relaxed),
-            "disk_cache_bytes": self.size.load(Relaxed),
-            "disk_cache_quota": self.quota,
+        sheaf_read::StoreStats::NodeCache(sheaf_read::CacheStats {
+            dir: self.root.display().to_string(),
+            hits: s.hits.load(Relaxed),
+            misses: s.misses.load(Relaxed),
+            stored: s.stored.load(Relaxed),
+            bad: s.bad.load(Relaxed),
+            evicted: s.evicted.load(Relaxed),
+            write_errors: s.write_errors.load(Relaxed),
+            bytes: self.size.load(Relaxed),
+            quota: self.quota,
         })
     }
 }

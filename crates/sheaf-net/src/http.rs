@@ -11,7 +11,6 @@
 //! to the first route once `failback` has passed, so a recovered primary
 //! takes the load back.
 
-use serde_json::json;
 use sheaf_format::one_line;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -376,20 +375,20 @@ impl Http {
     }
 
     /// Which route is in use, for `sheaf stats`.
-    pub fn stats_json(&self) -> serde_json::Value {
+    pub fn stats(&self) -> sheaf_read::HttpStats {
         let r = self.route();
         let s = &self.stats;
-        json!({
-            "http_requests": s.requests.load(Relaxed),
-            "http_bytes": s.bytes.load(Relaxed),
-            "http_retries": s.retries.load(Relaxed),
-            "http_wait_ms": s.wait_ms.load(Relaxed),
-            "http_failovers": s.failovers.load(Relaxed),
-            "http_errors": s.errors.load(Relaxed),
-            "http_url": crate::redact(&self.urls[r / self.vias.len()]),
-            "http_via": self.vias[r % self.vias.len()].label,
-            "http_last_error": *self.last_error.lock().expect("lock"),
-        })
+        sheaf_read::HttpStats {
+            requests: s.requests.load(Relaxed),
+            bytes: s.bytes.load(Relaxed),
+            retries: s.retries.load(Relaxed),
+            wait_ms: s.wait_ms.load(Relaxed),
+            failovers: s.failovers.load(Relaxed),
+            errors: s.errors.load(Relaxed),
+            url: crate::redact(&self.urls[r / self.vias.len()]),
+            via: self.vias[r % self.vias.len()].label.clone(),
+            last_error: self.last_error.lock().expect("lock").clone(),
+        }
     }
 
     /// Run a request, failing over and retrying until the deadline.

@@ -71,8 +71,10 @@ impl sheaf_read::ObjectStore for RepoStore {
     }
     fn put(&self, _: &sheaf_format::Digest, _: &[u8]) {}
     fn remove(&self, _: &sheaf_format::Digest) {}
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::json!({ "repository": self.dir.display().to_string() })
+    fn store_stats(&self) -> sheaf_read::StoreStats {
+        sheaf_read::StoreStats::Repository {
+            repository: self.dir.display().to_string(),
+        }
     }
 }
 

@@ -16,7 +16,6 @@ use crate::cache::DiskCache;
 use crate::http::{Http, HttpOptions, Want};
 use crate::s3::S3;
 use crate::sftp::Sftp;
-use serde_json::json;
 use sheaf_format::remote::{object_path, ImageIndex};
 use sheaf_format::{BlockRef, Codec, HEADER_LEN};
 use sheaf_read::Source;
@@ -102,11 +101,11 @@ impl Transport {
     }
 
     /// Counters for `sheaf stats`.
-    pub fn stats_json(&self) -> serde_json::Value {
+    pub fn stats(&self) -> sheaf_read::TransportStats {
         match self {
-            Transport::Http(h) => h.stats_json(),
-            Transport::Ssh(s) => s.stats_json(),
-            Transport::S3(s) => s.stats_json(),
+            Transport::Http(h) => sheaf_read::TransportStats::Http(h.stats()),
+            Transport::Ssh(s) => sheaf_read::TransportStats::Ssh(s.stats()),
+            Transport::S3(s) => sheaf_read::TransportStats::S3(s.stats()),
         }
     }
 }
@@ -298,16 +297,15 @@ impl Source for RemoteSource {
         &self.name
     }
 
-    fn stats_json(&self) -> Option<serde_json::Value> {
-        let mut v = match &self.http {
-            Some(h) => h.stats_json(),
-            None => json!({}),
-        };
-        v["remote_form"] = json!(match self.form {
-            Form::Whole => "image",
-            Form::Repo => "repository",
-        });
-        v["offline"] = json!(self.http.is_none());
-        Some(v)
+    fn net_stats(&self) -> Option<sheaf_read::NetStats> {
+        Some(sheaf_read::NetStats {
+            offline: self.http.is_none(),
+            remote_form: match self.form {
+                Form::Whole => "image",
+                Form::Repo => "repository",
+            }
+            .to_string(),
+            transport: self.http.as_ref().map(|h| h.stats()),
+        })
     }
 }

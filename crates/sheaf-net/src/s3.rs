@@ -27,7 +27,6 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path as ObjPath;
 use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
-use serde_json::json;
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -503,17 +502,18 @@ impl S3 {
                 | object_store::Error::Unauthenticated { .. }
         ) || matches!(status, Some(401 | 403));
         if not_found {
-            return if code == Some("NoSuchBucket") {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no such bucket '{}'", self.bucket),
-                )
-            } else {
-                io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("no such key '{key}' in bucket '{}'", self.bucket),
-                )
-            };
+            let bucket = self.bucket.clone();
+            return io::Error::new(
+                io::ErrorKind::NotFound,
+                if code == Some("NoSuchBucket") {
+                    Missing::Bucket { bucket }
+                } else {
+                    Missing::Key {
+                        key: key.to_string(),
+                        bucket,
+                    }
+                },
+            );
         }
         if denied {
             return io::Error::new(
@@ -670,12 +670,7 @@ impl S3 {
             Ok(t.block(t.c.store.head(p))?.map(|_| ()))
         }) {
             Ok(()) => Ok(true),
-            Err(e)
-                if e.kind() == io::ErrorKind::NotFound
-                    && e.to_string().starts_with("no such key") =>
-            {
-                Ok(false)
-            }
+            Err(e) if matches!(Missing::of(&e), Some(Missing::Key { .. })) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -690,24 +685,66 @@ impl S3 {
     }
 
     /// Counters for `sheaf stats`.
-    pub fn stats_json(&self) -> serde_json::Value {
+    pub fn stats(&self) -> sheaf_read::S3Stats {
         let s = &self.stats;
-        json!({
-            "s3_requests": s.requests.load(Relaxed),
-            "s3_bytes": s.bytes.load(Relaxed),
-            "s3_retries": s.retries.load(Relaxed),
-            "s3_wait_ms": s.wait_ms.load(Relaxed),
-            "s3_errors": s.errors.load(Relaxed),
-            "s3_url": self.url,
-            "s3_endpoint": self.conf.endpoint.as_deref().map(crate::redact).unwrap_or_else(|| self.host.clone()),
-            "s3_signed": self.conf.signed(),
-            "s3_last_error": *self.last_error.lock().expect("lock"),
-        })
+        sheaf_read::S3Stats {
+            requests: s.requests.load(Relaxed),
+            bytes: s.bytes.load(Relaxed),
+            retries: s.retries.load(Relaxed),
+            wait_ms: s.wait_ms.load(Relaxed),
+            errors: s.errors.load(Relaxed),
+            url: self.url.clone(),
+            endpoint: (self.conf.endpoint.as_deref().map(crate::redact))
+                .unwrap_or_else(|| self.host.clone()),
+            signed: self.conf.signed(),
+            last_error: self.last_error.lock().expect("lock").clone(),
+        }
+    }
+}
+
+/// What a NotFound error of S3 is missing: callers that decide on it (a
+/// missing key is `exists` answering false, a missing bucket an error)
+/// look at this, never at the message.
+#[derive(Debug, thiserror::Error)]
+enum Missing {
+    #[error("no such bucket '{bucket}'")]
+    Bucket { bucket: String },
+    #[error("no such key '{key}' in bucket '{bucket}'")]
+    Key { key: String, bucket: String },
+}
+
+impl Missing {
+    /// The missing thing `e` reports, if it is such an error.
+    fn of(e: &io::Error) -> Option<&Missing> {
+        e.get_ref()?.downcast_ref::<Missing>()
     }
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_missing_key_is_known_by_its_type_not_its_text() {
+        let key = io::Error::new(
+            io::ErrorKind::NotFound,
+            Missing::Key {
+                key: "a/b".into(),
+                bucket: "bk".into(),
+            },
+        );
+        assert_eq!(key.to_string(), "no such key 'a/b' in bucket 'bk'");
+        assert!(matches!(Missing::of(&key), Some(Missing::Key { .. })));
+        let bucket = io::Error::new(
+            io::ErrorKind::NotFound,
+            Missing::Bucket {
+                bucket: "bk".into(),
+            },
+        );
+        assert_eq!(bucket.to_string(), "no such bucket 'bk'");
+        assert!(matches!(Missing::of(&bucket), Some(Missing::Bucket { .. })));
+        let text = io::Error::new(io::ErrorKind::NotFound, "no such key 'x' in bucket 'y'");
+        assert!(Missing::of(&text).is_none());
+    }
     use super::*;
 
     fn conf(vars: &[(&str, &str)]) -> S3Config {

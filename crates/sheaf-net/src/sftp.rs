@@ -23,7 +23,6 @@
 //!   file) fail at once, with ssh's own last line of stderr.
 
 use crate::http::{Backoff, HttpOptions, NetStats, Want};
-use serde_json::json;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read, Seek};
@@ -838,18 +837,18 @@ impl Sftp {
     }
 
     /// Counters for `sheaf stats`.
-    pub fn stats_json(&self) -> serde_json::Value {
+    pub fn stats(&self) -> sheaf_read::SshStats {
         let s = &self.stats;
-        json!({
-            "ssh_requests": s.requests.load(Relaxed),
-            "ssh_bytes": s.bytes.load(Relaxed),
-            "ssh_reconnects": self.reconnects.load(Relaxed),
-            "ssh_retries": s.retries.load(Relaxed),
-            "ssh_wait_ms": s.wait_ms.load(Relaxed),
-            "ssh_errors": s.errors.load(Relaxed),
-            "ssh_url": self.url,
-            "ssh_last_error": *self.last_error.lock().expect("lock"),
-        })
+        sheaf_read::SshStats {
+            requests: s.requests.load(Relaxed),
+            bytes: s.bytes.load(Relaxed),
+            reconnects: self.reconnects.load(Relaxed),
+            retries: s.retries.load(Relaxed),
+            wait_ms: s.wait_ms.load(Relaxed),
+            errors: s.errors.load(Relaxed),
+            url: self.url.clone(),
+            last_error: self.last_error.lock().expect("lock").clone(),
+        }
     }
 }
 

@@ -128,13 +128,22 @@ fn resolve(src: &dyn Source, platform: &str) -> Result<(Fetched, Digest, ImageMa
     for _ in 0..2 {
         let v: serde_json::Value = serde_json::from_slice(&doc.bytes)
             .map_err(|e| OciError::bad(format!("{name}: manifest"), e.to_string()))?;
-        if v.get("schemaVersion").and_then(|s| s.as_u64()) == Some(1) {
+        /// What tells the kinds of manifest apart.
+        #[derive(Default, serde::Deserialize)]
+        #[serde(default)]
+        struct Kind {
+            #[serde(rename = "schemaVersion")]
+            schema_version: Option<serde_json::Value>,
+            manifests: Option<serde_json::Value>,
+        }
+        let kind: Kind = serde_json::from_value(v.clone()).unwrap_or_default();
+        if kind.schema_version.and_then(|s| s.as_u64()) == Some(1) {
             return Err(OciError::bad(
                 name,
                 "Docker schema 1 manifests are not supported (re-push the image with a current tool)",
             ));
         }
-        if v.get("manifests").is_some() {
+        if kind.manifests.is_some() {
             let index: ImageIndex = serde_json::from_value(v)
                 .map_err(|e| OciError::bad(format!("{name}: index"), e.to_string()))?;
             let offered: Vec<(String, &oci_spec::image::Descriptor)> = index

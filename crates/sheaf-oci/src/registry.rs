@@ -79,11 +79,10 @@ fn credentials(host: &str, opts: &RegistryOptions) -> Option<String> {
         };
         // Docker's order: a helper for this registry, else the file's
         // store for all registries, else the inline `auths` entry.
-        let helper = v
-            .get("credHelpers")
-            .and_then(|h| h.as_object())
+        let v: DockerConfig = serde_json::from_value(v).unwrap_or_default();
+        let helper = (v.cred_helpers.as_object())
             .and_then(|h| h.iter().find(|(k, _)| wanted(k)).map(|(_, n)| n))
-            .or_else(|| v.get("credsStore"))
+            .or(v.creds_store.as_ref())
             .and_then(|n| n.as_str())
             .filter(|n| !n.is_empty());
         if let Some(name) = helper {
@@ -91,10 +90,11 @@ fn credentials(host: &str, opts: &RegistryOptions) -> Option<String> {
                 return Some(a);
             }
         }
-        if let Some(auths) = v.get("auths").and_then(|a| a.as_object()) {
+        if let Some(auths) = v.auths.as_object() {
             for (k, e) in auths {
                 if wanted(k) {
-                    if let Some(a) = e.get("auth").and_then(|a| a.as_str()) {
+                    let e = serde_json::from_value::<AuthEntry>(e.clone()).unwrap_or_default();
+                    if let Some(a) = e.auth.as_ref().and_then(|a| a.as_str()) {
                         return Some(a.to_string());
                     }
                 }
@@ -102,6 +102,62 @@ fn credentials(host: &str, opts: &RegistryOptions) -> Option<String> {
         }
     }
     None
+}
+
+/// What sheaf reads of a Docker `config.json` (every field as found: a
+/// field of an unexpected type is passed over, not an error).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct DockerConfig {
+    /// Registry → helper name.
+    #[serde(rename = "credHelpers")]
+    cred_helpers: serde_json::Value,
+    /// The helper for all registries.
+    #[serde(rename = "credsStore")]
+    creds_store: Option<serde_json::Value>,
+    /// Registry → inline credentials.
+    auths: serde_json::Value,
+}
+
+/// An `auths` entry.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct AuthEntry {
+    /// `user:password`, base64.
+    auth: Option<serde_json::Value>,
+}
+
+/// A credential helper's answer.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct HelperAnswer {
+    #[serde(rename = "Username")]
+    username: Option<serde_json::Value>,
+    #[serde(rename = "Secret")]
+    secret: Option<serde_json::Value>,
+}
+
+/// A token service's answer (either name, as the distribution spec allows).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct TokenAnswer {
+    token: Option<serde_json::Value>,
+    access_token: Option<serde_json::Value>,
+}
+
+/// A registry's refusal: `{"errors":[{"code","message"}]}`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct Refusal {
+    errors: Vec<serde_json::Value>,
+}
+
+/// One error of a [`Refusal`].
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct RefusalError {
+    code: Option<serde_json::Value>,
+    message: Option<serde_json::Value>,
 }
 
 /// Ask the credential helper `docker-credential-NAME` (Docker's protocol:
@@ -151,8 +207,9 @@ fn from_helper(name: &str, host: &str) -> Option<String> {
             return None;
         }
     };
-    let user = v.get("Username").and_then(|u| u.as_str())?;
-    let secret = v.get("Secret").and_then(|u| u.as_str())?;
+    let v: HelperAnswer = serde_json::from_value(v).unwrap_or_default();
+    let user = v.username.as_ref().and_then(|u| u.as_str())?;
+    let secret = v.secret.as_ref().and_then(|u| u.as_str())?;
     if user == "<token>" {
         log::warn!("{prog}: an identity token for {server} (not supported; use a password)");
         return None;
@@ -291,9 +348,9 @@ impl Registry {
         }
         let v: serde_json::Value =
             serde_json::from_reader(resp.take(1 << 20)).map_err(|e| rerr(format!("token: {e}")))?;
-        let tok = v
-            .get("token")
-            .or_else(|| v.get("access_token"))
+        let v: TokenAnswer = serde_json::from_value(v).unwrap_or_default();
+        let tok = (v.token.as_ref())
+            .or(v.access_token.as_ref())
             .and_then(|t| t.as_str())
             .ok_or_else(|| rerr("token answer has no token".into()))?;
         *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(format!("Bearer {tok}"));
@@ -319,7 +376,7 @@ impl Registry {
             if status == reqwest::StatusCode::UNAUTHORIZED && attempt == 0 {
                 let ch = resp
                     .headers()
-                    .get("www-authenticate")
+                    .get("www-authenticate") // not JSON: an HTTP header
                     .and_then(|h| h.to_str().ok())
                     .unwrap_or("")
                     .to_string();
@@ -332,14 +389,15 @@ impl Registry {
             // The distribution API explains refusals as {"errors":[{code,message}]}.
             let mut body = String::new();
             let _ = resp.take(64 << 10).read_to_string(&mut body);
-            let why = serde_json::from_str::<serde_json::Value>(&body)
+            let why = serde_json::from_str::<Refusal>(&body)
                 .ok()
                 .and_then(|v| {
-                    let e = v.get("errors")?.get(0)?;
+                    let e: RefusalError =
+                        serde_json::from_value(v.errors.into_iter().next()?).ok()?;
                     Some(format!(
                         "{} {}",
-                        e.get("code")?.as_str()?,
-                        e.get("message").and_then(|m| m.as_str()).unwrap_or("")
+                        e.code.as_ref()?.as_str()?,
+                        e.message.as_ref().and_then(|m| m.as_str()).unwrap_or("")
                     ))
                 })
                 .unwrap_or_default();
@@ -398,7 +456,7 @@ impl Registry {
         let resp = self.get(&format!("manifests/{r}"), Some(ACCEPT))?;
         let media_type = resp
             .headers()
-            .get("content-type")
+            .get("content-type") // not JSON: an HTTP header
             .and_then(|h| h.to_str().ok())
             .map(|s| s.split(';').next().unwrap_or(s).trim().to_string());
         let bytes = read_bounded(resp, &format!("{}: manifest", self.name()))?;

@@ -330,13 +330,30 @@ impl Config {
         let v: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             bad(e.to_string().lines().next().unwrap_or("").to_string())
         })?;
-        let Some(t) = v.get("pools") else {
+        /// The site config's tables sheaf-pool reads.
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Site {
+            pools: Option<toml::Value>,
+        }
+        /// `[pools]`, each value as found (its type is checked here, so a
+        /// mistake is named).
+        #[derive(serde::Deserialize, Default)]
+        #[serde(default)]
+        struct Pools {
+            locations: Option<toml::Value>,
+            local: Option<toml::Value>,
+            mounts: Option<toml::Value>,
+        }
+        let site: Site = toml::Value::Table(v).try_into().unwrap_or_default();
+        let Some(t) = site.pools else {
             return Ok(c);
         };
-        let t = t
-            .as_table()
-            .ok_or_else(|| bad("[pools] is not a table".into()))?;
-        if let Some(l) = t.get("locations") {
+        if !t.is_table() {
+            return Err(bad("[pools] is not a table".into()));
+        }
+        let t: Pools = t.try_into().unwrap_or_default();
+        if let Some(l) = &t.locations {
             let a = l
                 .as_array()
                 .ok_or_else(|| bad("pools.locations: a list of directories and URLs".into()))?;
@@ -349,8 +366,11 @@ impl Config {
                 })
                 .collect::<Result<_, _>>()?;
         }
-        for (key, slot) in [("local", &mut c.local), ("mounts", &mut c.mounts)] {
-            if let Some(x) = t.get(key) {
+        for (key, slot, x) in [
+            ("local", &mut c.local, &t.local),
+            ("mounts", &mut c.mounts, &t.mounts),
+        ] {
+            if let Some(x) = x {
                 *slot = PathBuf::from(
                     x.as_str()
                         .ok_or_else(|| bad(format!("pools.{key}: a path")))?,

@@ -178,10 +178,7 @@ impl View {
 
     /// `sheaf info --json` for each layer (an array for a stack).
     pub fn info_json(&self, whiteouts: bool) -> Result<String, Error> {
-        let describe = |s: &[u8]| match sheaf_trust::describe(s) {
-            Ok((alg, fp, ns)) => serde_json::json!({"algorithm": alg, "key": fp, "namespace": ns}),
-            Err(e) => serde_json::json!({"error": e.to_string()}),
-        };
+        let describe = |s: &[u8]| sheaf_read::info::SignatureInfo::of(sheaf_trust::describe(s));
         let mut v = Vec::new();
         for (img, name) in self.layers.iter().zip(&self.names) {
             let wo = if whiteouts {
@@ -191,12 +188,12 @@ impl View {
             };
             v.push(sheaf_read::info::info(img, name, wo.as_ref(), &describe)?);
         }
-        let v = if v.len() == 1 {
-            v.pop().unwrap_or_default()
+        let text = if v.len() == 1 {
+            serde_json::to_string(&v[0])
         } else {
-            serde_json::Value::Array(v)
+            serde_json::to_string(&v)
         };
-        serde_json::to_string(&v).map_err(|e| Error::Value(e.to_string()))
+        text.map_err(|e| Error::Value(e.to_string()))
     }
 
     /// What `path` names, symlinks followed in its last component when

@@ -3,6 +3,7 @@
 use crate::cache::Cache;
 use crate::error::ReadError;
 use crate::source::{ObjectStore, Source};
+use sheaf_format::build_info::BuildInfo;
 use sheaf_format::dict::{self, Dictionary};
 use sheaf_format::remote::ImageIndex;
 use sheaf_format::signatures::{self, SigFooter, SIG_FOOTER_LEN};
@@ -405,17 +406,18 @@ impl Image {
         &self.pages
     }
 
-    /// Build options recorded in the image, if present and intact.
-    pub fn build_info(&self) -> Result<Option<String>, ReadError> {
+    /// Build options recorded in the image: the default when the image
+    /// has none or they are not readable JSON (they are informative only),
+    /// an error when the section fails its check.
+    pub fn build_info(&self) -> Result<BuildInfo, ReadError> {
         let Some(s) = self
             .sections
             .iter()
             .find(|s| s.kind == SectionKind::BuildInfo)
         else {
-            return Ok(None);
+            return Ok(BuildInfo::default());
         };
-        let b = self.check_section(s)?;
-        Ok(Some(String::from_utf8_lossy(&b).into_owned()))
+        Ok(BuildInfo::decode(&self.check_section(s)?))
     }
 
     /// The data blocks the image asks mounts to fetch ahead (its prefetch

@@ -3,8 +3,10 @@
 
 use crate::error::ReadError;
 use crate::image::Image;
+use serde::Serialize;
 use sheaf_format::layers::{parse, Name};
 use sheaf_format::{hex, FileType, StreamId};
+use std::collections::BTreeMap;
 
 /// Paths hidden by whiteouts in `img`, and its opaque directories, sorted.
 pub fn whiteouts(img: &Image) -> Result<(Vec<String>, Vec<String>), ReadError> {
@@ -46,55 +48,229 @@ pub fn join_name(prefix: &[u8], name: &[u8]) -> Vec<u8> {
     full
 }
 
-/// The fields of `sheaf info --json` for `img`, named `name` (as the user
+/// What `sheaf info --json` prints about one image (docs/json.md). Fields
+/// are declared in sorted order, as the command has always printed them;
+/// those from the build information are null for images that do not
+/// record them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImageInfo {
+    /// Data block size.
+    pub block_size: u32,
+    /// Data blocks.
+    pub blocks: u64,
+    /// Blocks per codec name.
+    pub blocks_by_codec: Option<BTreeMap<String, u64>>,
+    /// Part of the build information.
+    pub build: BuildSummary,
+    /// Logical bytes / image bytes.
+    pub compression_ratio: f64,
+    /// File data not stored twice.
+    pub dedup_bytes: Option<u64>,
+    /// Entries per type name.
+    pub entries_by_type: Option<BTreeMap<String, u64>>,
+    /// Inodes with more than one name.
+    pub hardlinked_inodes: Option<u64>,
+    /// File data that is holes.
+    pub hole_bytes: Option<u64>,
+    /// The image as the user named it.
+    pub image: String,
+    /// Its length.
+    pub image_bytes: u64,
+    /// Inodes.
+    pub inodes: u64,
+    /// File data.
+    pub logical_bytes: u64,
+    /// The metadata streams' uncompressed bytes.
+    pub metadata_bytes_uncompressed: u64,
+    /// Opaque directories, when asked for.
+    pub opaque_dirs: Option<Vec<String>>,
+    /// Metadata page size.
+    pub page_size: u32,
+    /// Blocks listed for prefetch.
+    pub prefetch_blocks: u64,
+    /// The root digest (hex).
+    pub root_digest: String,
+    /// The section table.
+    pub sections: Vec<SectionInfo>,
+    /// Stored signatures, described (not verified).
+    pub signatures: Vec<SignatureInfo>,
+    /// Compressed file data.
+    pub stored_data_bytes: u64,
+    /// Paths hidden by whiteouts, when asked for.
+    pub whiteouts: Option<Vec<String>>,
+}
+
+/// The fields of the build information `sheaf info` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BuildSummary {
+    /// The builder and its version.
+    pub builder: Option<String>,
+    /// `--clamp-mtime`.
+    pub clamp_mtime: Option<i64>,
+    /// The compression.
+    pub compression: Option<String>,
+    /// `--exclude` patterns.
+    pub exclude: Option<Vec<String>>,
+    /// `--mtime`.
+    pub mtime: Option<i64>,
+    /// `--owner`.
+    pub owner: Option<String>,
+}
+
+/// One entry of the section table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SectionInfo {
+    /// Section kind id.
+    pub kind: u32,
+    /// Its length.
+    pub length: u64,
+    /// Its offset.
+    pub offset: u64,
+    /// Whether a reader must understand it.
+    pub required: bool,
+}
+
+/// A stored signature as described by its parser (`sheaf_trust::describe`;
+/// this crate does not parse signatures), or why it could not be.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SignatureInfo {
+    /// Algorithm, key fingerprint and namespace.
+    Described {
+        /// Key algorithm.
+        algorithm: String,
+        /// Key fingerprint.
+        key: String,
+        /// Signature namespace.
+        namespace: String,
+    },
+    /// Not parsed.
+    Unreadable {
+        /// Why.
+        error: String,
+    },
+}
+
+impl SignatureInfo {
+    /// From what a signature parser says.
+    pub fn of<E: std::fmt::Display>(d: Result<(String, String, String), E>) -> SignatureInfo {
+        match d {
+            Ok((algorithm, key, namespace)) => SignatureInfo::Described {
+                algorithm,
+                key,
+                namespace,
+            },
+            Err(e) => SignatureInfo::Unreadable {
+                error: e.to_string(),
+            },
+        }
+    }
+}
+
+/// What `sheaf info --json` says about `img`, named `name` (as the user
 /// gave it). `whiteouts`: the result of [`whiteouts`] when the caller wants
 /// them listed (else those fields are null). `signature` describes one
-/// stored signature (algorithm, key, namespace; this crate does not parse
-/// signatures: `sheaf_trust::describe` does).
+/// stored signature.
 pub fn info(
     img: &Image,
     name: &str,
     whiteouts: Option<&(Vec<String>, Vec<String>)>,
-    signature: &dyn Fn(&[u8]) -> serde_json::Value,
-) -> Result<serde_json::Value, ReadError> {
+    signature: &dyn Fn(&[u8]) -> SignatureInfo,
+) -> Result<ImageInfo, ReadError> {
     let sb = img.superblock();
-    let build: serde_json::Value = img
-        .build_info()?
-        .and_then(|s| serde_json::from_str(&s).ok())
-        .unwrap_or_default();
-    let stats = &build["stats"];
-    let meta_bytes: u64 = StreamId::ALL.iter().map(|&id| sb.stream(id).len).sum();
-    Ok(serde_json::json!({
-        "image": name,
-        "image_bytes": img.len(),
-        "root_digest": hex(&img.root_digest()),
-        "inodes": sb.inode_count,
-        "entries_by_type": stats["entries_by_type"],
-        "hardlinked_inodes": stats["hardlinked_inodes"],
-        "logical_bytes": sb.logical_bytes,
-        "stored_data_bytes": sb.stored_data_bytes,
-        "compression_ratio": sb.logical_bytes as f64 / img.len().max(1) as f64,
-        "dedup_bytes": stats["dedup_bytes"],
-        "hole_bytes": stats["hole_bytes"],
-        "blocks": sb.block_count,
-        "blocks_by_codec": stats["blocks_by_codec"],
-        "block_size": sb.block_size,
-        "page_size": sb.page_size,
-        "metadata_bytes_uncompressed": meta_bytes,
-        "build": {
-            "builder": build["builder"],
-            "compression": build["compression"],
-            "owner": build["owner"],
-            "mtime": build["mtime"],
-            "clamp_mtime": build["clamp_mtime"],
-            "exclude": build["exclude"],
+    let build = img.build_info()?;
+    let stats = build.stats.unwrap_or_default();
+    Ok(ImageInfo {
+        image: name.to_string(),
+        image_bytes: img.len(),
+        root_digest: hex(&img.root_digest()),
+        inodes: sb.inode_count,
+        entries_by_type: stats.entries_by_type,
+        hardlinked_inodes: stats.hardlinked_inodes,
+        logical_bytes: sb.logical_bytes,
+        stored_data_bytes: sb.stored_data_bytes,
+        compression_ratio: sb.logical_bytes as f64 / img.len().max(1) as f64,
+        dedup_bytes: stats.dedup_bytes,
+        hole_bytes: stats.hole_bytes,
+        blocks: sb.block_count,
+        blocks_by_codec: stats.blocks_by_codec,
+        block_size: sb.block_size,
+        page_size: sb.page_size,
+        metadata_bytes_uncompressed: StreamId::ALL.iter().map(|&id| sb.stream(id).len).sum(),
+        build: BuildSummary {
+            builder: build.builder,
+            compression: build.compression,
+            owner: build.owner,
+            mtime: build.mtime,
+            clamp_mtime: build.clamp_mtime,
+            exclude: build.exclude,
         },
-        "signatures": img.signatures().iter().map(|s| signature(s)).collect::<Vec<_>>(),
-        "prefetch_blocks": img.prefetch_list()?.len(),
-        "whiteouts": whiteouts.map(|w| &w.0),
-        "opaque_dirs": whiteouts.map(|w| &w.1),
-        "sections": img.sections().iter().map(|s| serde_json::json!({
-            "kind": s.kind.id(), "required": s.required(), "offset": s.offset, "length": s.length,
-        })).collect::<Vec<_>>(),
-    }))
+        signatures: img.signatures().iter().map(|s| signature(s)).collect(),
+        prefetch_blocks: img.prefetch_list()?.len() as u64,
+        whiteouts: whiteouts.map(|w| w.0.clone()),
+        opaque_dirs: whiteouts.map(|w| w.1.clone()),
+        sections: img
+            .sections()
+            .iter()
+            .map(|s| SectionInfo {
+                kind: s.kind.id(),
+                required: s.required(),
+                offset: s.offset,
+                length: s.length,
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_print_sorted_as_before() {
+        // A struct serializes in declaration order, a serde_json::Value
+        // sorted: equal text means `sheaf info --json` is unchanged.
+        let i = ImageInfo {
+            block_size: 1,
+            blocks: 2,
+            blocks_by_codec: Some([("zstd".to_string(), 2)].into()),
+            build: BuildSummary {
+                builder: Some("sheaf".into()),
+                clamp_mtime: None,
+                compression: Some("zstd:3".into()),
+                exclude: Some(vec![]),
+                mtime: Some(1),
+                owner: None,
+            },
+            compression_ratio: 1.5,
+            dedup_bytes: Some(3),
+            entries_by_type: None,
+            hardlinked_inodes: Some(0),
+            hole_bytes: None,
+            image: "i".into(),
+            image_bytes: 9,
+            inodes: 4,
+            logical_bytes: 5,
+            metadata_bytes_uncompressed: 6,
+            opaque_dirs: Some(vec!["/a".into()]),
+            page_size: 7,
+            prefetch_blocks: 0,
+            root_digest: "00".into(),
+            sections: vec![SectionInfo {
+                kind: 2,
+                length: 3,
+                offset: 4,
+                required: false,
+            }],
+            signatures: vec![
+                SignatureInfo::of(Ok::<_, String>(("a".into(), "k".into(), "n".into()))),
+                SignatureInfo::of(Err::<(String, String, String), _>("bad")),
+            ],
+            stored_data_bytes: 8,
+            whiteouts: None,
+        };
+        let v = serde_json::to_value(&i).unwrap();
+        assert_eq!(serde_json::to_string(&i).unwrap(), v.to_string());
+        assert_eq!(v["signatures"][1]["error"], "bad");
+    }
 }

@@ -39,7 +39,10 @@ pub use extract::{extract, ExtractError, ExtractOptions, ExtractReport};
 pub use image::{
     signed_message, BlockScratch, DirEntry, Image, ImageOptions, Inode, Piece, ReadBytes,
 };
-pub use source::{CountingSource, FileSource, IndexSource, MemSource, ObjectStore, Source};
+pub use source::{
+    CacheStats, CountingSource, FileSource, HttpStats, IndexSource, MemSource, NetStats,
+    ObjectStore, S3Stats, Source, SshStats, StoreStats, TransportStats, TransportSummary,
+};
 pub use stack::{DirIndex, Found, MergedDir, Stack, StackEntry};
 pub use tree::{Seen, SeenMerged};
 pub use walk::{Order, Step};

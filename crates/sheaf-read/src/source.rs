@@ -5,6 +5,7 @@
 //! reader yields an error, not SIGBUS). Remote sources (HTTP, a cache) will
 //! implement the same trait.
 
+use serde::{Deserialize, Serialize};
 use sheaf_format::{BlockRef, Codec, Digest};
 use std::fs::File;
 use std::io;
@@ -55,8 +56,8 @@ pub trait Source: Send + Sync {
     fn reject(&self, _offset: u64) -> bool {
         false
     }
-    /// Counters for `sheaf stats`, as JSON fields (default none).
-    fn stats_json(&self) -> Option<serde_json::Value> {
+    /// Counters for `sheaf stats` (default none: not a network source).
+    fn net_stats(&self) -> Option<NetStats> {
         None
     }
 }
@@ -74,8 +75,8 @@ pub trait ObjectStore: Send + Sync {
     fn put(&self, hash: &Digest, object: &[u8]);
     /// Drop an object that failed verification.
     fn remove(&self, hash: &Digest);
-    /// Counters for `sheaf stats`, as JSON fields.
-    fn stats_json(&self) -> serde_json::Value;
+    /// Counters for `sheaf stats`.
+    fn store_stats(&self) -> StoreStats;
 }
 
 /// A local image file read with `pread`.
@@ -263,7 +264,287 @@ impl Source for CountingSource {
     fn will_need(&self, offset: u64, len: u64) {
         self.inner.will_need(offset, len)
     }
-    fn stats_json(&self) -> Option<serde_json::Value> {
-        self.inner.stats_json()
+    fn net_stats(&self) -> Option<NetStats> {
+        self.inner.net_stats()
+    }
+}
+
+/// What a network source reports to `sheaf stats` (its `remote` field).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetStats {
+    /// Serving from the node cache only (no transport).
+    pub offline: bool,
+    /// `image` (a whole image file) or `repository` (a published index).
+    pub remote_form: String,
+    /// The transport's counters (none offline).
+    #[serde(flatten)]
+    pub transport: Option<TransportStats>,
+}
+
+/// A transport's counters; each names its fields with its prefix
+/// (`http_`, `ssh_`, `s3_`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TransportStats {
+    /// HTTP(S), through mirrors and proxies.
+    Http(HttpStats),
+    /// SFTP over OpenSSH.
+    Ssh(SshStats),
+    /// S3.
+    S3(S3Stats),
+}
+
+/// HTTP counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HttpStats {
+    /// Requests sent.
+    #[serde(rename = "http_requests")]
+    pub requests: u64,
+    /// Bytes received.
+    #[serde(rename = "http_bytes")]
+    pub bytes: u64,
+    /// Requests retried.
+    #[serde(rename = "http_retries")]
+    pub retries: u64,
+    /// Time spent waiting before retries.
+    #[serde(rename = "http_wait_ms")]
+    pub wait_ms: u64,
+    /// Moves to another route.
+    #[serde(rename = "http_failovers")]
+    pub failovers: u64,
+    /// Requests that failed.
+    #[serde(rename = "http_errors")]
+    pub errors: u64,
+    /// The mirror in use (redacted).
+    #[serde(rename = "http_url")]
+    pub url: String,
+    /// The proxy in use, or `DIRECT`.
+    #[serde(rename = "http_via")]
+    pub via: String,
+    /// The last error, or empty.
+    #[serde(rename = "http_last_error")]
+    pub last_error: String,
+}
+
+/// SFTP counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SshStats {
+    /// Requests sent.
+    #[serde(rename = "ssh_requests")]
+    pub requests: u64,
+    /// Bytes received.
+    #[serde(rename = "ssh_bytes")]
+    pub bytes: u64,
+    /// Connections made again.
+    #[serde(rename = "ssh_reconnects")]
+    pub reconnects: u64,
+    /// Requests retried.
+    #[serde(rename = "ssh_retries")]
+    pub retries: u64,
+    /// Time spent waiting before retries.
+    #[serde(rename = "ssh_wait_ms")]
+    pub wait_ms: u64,
+    /// Requests that failed.
+    #[serde(rename = "ssh_errors")]
+    pub errors: u64,
+    /// The URL.
+    #[serde(rename = "ssh_url")]
+    pub url: String,
+    /// The last error, or empty.
+    #[serde(rename = "ssh_last_error")]
+    pub last_error: String,
+}
+
+/// S3 counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct S3Stats {
+    /// Requests sent.
+    #[serde(rename = "s3_requests")]
+    pub requests: u64,
+    /// Bytes received.
+    #[serde(rename = "s3_bytes")]
+    pub bytes: u64,
+    /// Requests retried.
+    #[serde(rename = "s3_retries")]
+    pub retries: u64,
+    /// Time spent waiting before retries.
+    #[serde(rename = "s3_wait_ms")]
+    pub wait_ms: u64,
+    /// Requests that failed.
+    #[serde(rename = "s3_errors")]
+    pub errors: u64,
+    /// The URL.
+    #[serde(rename = "s3_url")]
+    pub url: String,
+    /// The endpoint (redacted) or host.
+    #[serde(rename = "s3_endpoint")]
+    pub endpoint: String,
+    /// Whether requests are signed.
+    #[serde(rename = "s3_signed")]
+    pub signed: bool,
+    /// The last error, or empty.
+    #[serde(rename = "s3_last_error")]
+    pub last_error: String,
+}
+
+/// The counters every transport has, for printing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransportSummary {
+    /// Requests sent.
+    pub requests: u64,
+    /// Bytes received.
+    pub bytes: u64,
+    /// Requests retried.
+    pub retries: u64,
+    /// Time spent waiting before retries.
+    pub wait_ms: u64,
+    /// Moves to another route (HTTP only; else 0).
+    pub failovers: u64,
+    /// Requests that failed.
+    pub errors: u64,
+    /// Where requests go: `URL via PROXY` (HTTP) or the URL.
+    pub route: String,
+    /// The last error, or empty.
+    pub last_error: String,
+}
+
+impl TransportStats {
+    /// The counters all transports share.
+    pub fn summary(&self) -> TransportSummary {
+        match self {
+            TransportStats::Http(h) => TransportSummary {
+                requests: h.requests,
+                bytes: h.bytes,
+                retries: h.retries,
+                wait_ms: h.wait_ms,
+                failovers: h.failovers,
+                errors: h.errors,
+                route: format!("{} via {}", h.url, h.via),
+                last_error: h.last_error.clone(),
+            },
+            TransportStats::Ssh(s) => TransportSummary {
+                requests: s.requests,
+                bytes: s.bytes,
+                retries: s.retries,
+                wait_ms: s.wait_ms,
+                failovers: 0,
+                errors: s.errors,
+                route: s.url.clone(),
+                last_error: s.last_error.clone(),
+            },
+            TransportStats::S3(s) => TransportSummary {
+                requests: s.requests,
+                bytes: s.bytes,
+                retries: s.retries,
+                wait_ms: s.wait_ms,
+                failovers: 0,
+                errors: s.errors,
+                route: s.url.clone(),
+                last_error: s.last_error.clone(),
+            },
+        }
+    }
+}
+
+/// What an object store reports to `sheaf stats` (its `disk_cache` field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum StoreStats {
+    /// The node cache.
+    NodeCache(CacheStats),
+    /// A published repository read in place.
+    Repository {
+        /// Its directory.
+        repository: String,
+    },
+}
+
+/// The node cache's counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheStats {
+    /// Its directory.
+    #[serde(rename = "disk_cache")]
+    pub dir: String,
+    /// Objects found.
+    #[serde(rename = "disk_cache_hits")]
+    pub hits: u64,
+    /// Objects not found.
+    #[serde(rename = "disk_cache_misses")]
+    pub misses: u64,
+    /// Objects kept.
+    #[serde(rename = "disk_cache_stored")]
+    pub stored: u64,
+    /// Objects that failed verification and were dropped.
+    #[serde(rename = "disk_cache_bad")]
+    pub bad: u64,
+    /// Objects evicted for the quota.
+    #[serde(rename = "disk_cache_evicted")]
+    pub evicted: u64,
+    /// Objects that could not be written.
+    #[serde(rename = "disk_cache_write_errors")]
+    pub write_errors: u64,
+    /// Bytes held.
+    #[serde(rename = "disk_cache_bytes")]
+    pub bytes: u64,
+    /// Bytes it may hold.
+    #[serde(rename = "disk_cache_quota")]
+    pub quota: u64,
+}
+
+#[cfg(test)]
+mod stats_tests {
+    use super::*;
+
+    #[test]
+    fn net_stats_round_trip_per_transport() {
+        for t in [
+            None,
+            Some(TransportStats::Http(HttpStats {
+                bytes: 3,
+                via: "DIRECT".into(),
+                ..Default::default()
+            })),
+            Some(TransportStats::Ssh(SshStats {
+                reconnects: 1,
+                ..Default::default()
+            })),
+            Some(TransportStats::S3(S3Stats {
+                signed: true,
+                ..Default::default()
+            })),
+        ] {
+            let n = NetStats {
+                offline: t.is_none(),
+                remote_form: "repository".into(),
+                transport: t,
+            };
+            let text = serde_json::to_string(&n).unwrap();
+            assert_eq!(
+                serde_json::from_str::<NetStats>(&text).unwrap(),
+                n,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn store_stats_round_trip() {
+        for s in [
+            StoreStats::NodeCache(CacheStats {
+                dir: "/c".into(),
+                quota: 5,
+                ..Default::default()
+            }),
+            StoreStats::Repository {
+                repository: "/r".into(),
+            },
+        ] {
+            let text = serde_json::to_string(&s).unwrap();
+            assert_eq!(
+                serde_json::from_str::<StoreStats>(&text).unwrap(),
+                s,
+                "{text}"
+            );
+        }
     }
 }

@@ -34,8 +34,10 @@ impl ObjectStore for MemStore {
         *self.removed.lock().unwrap() += 1;
         self.objects.lock().unwrap().remove(hash);
     }
-    fn stats_json(&self) -> serde_json::Value {
-        serde_json::Value::Null
+    fn store_stats(&self) -> sheaf_read::StoreStats {
+        sheaf_read::StoreStats::Repository {
+            repository: "memory".into(),
+        }
     }
 }
 

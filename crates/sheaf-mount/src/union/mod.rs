@@ -188,8 +188,8 @@ impl UnionFs {
         fuser::Errno::from_i32(self.stats.read_errno(op, e))
     }
 
-    /// Live statistics as JSON (the hidden stats xattr).
-    pub fn stats_json(&self) -> serde_json::Value {
+    /// Live statistics (the hidden stats xattr).
+    pub fn report(&self) -> crate::stats::Report {
         use crate::stats::{CacheReport, Report};
         let s = &self.stats;
         let layers: Vec<String> = self
@@ -198,7 +198,7 @@ impl UnionFs {
             .iter()
             .map(|i| i.name().to_string())
             .collect();
-        let r = Report {
+        Report {
             image: layers.join(","),
             roots: (self.stack.layers().iter())
                 .map(|i| sheaf_format::hex(&i.root_digest()))
@@ -212,11 +212,10 @@ impl UnionFs {
             upper: Some(self.upper.is_some()),
             copy_ups: Some(self.copyups.load(Relaxed)),
             nodes: Some(self.table.lock().expect("table").nodes.len() as u64),
-            ops: s.ops_json(),
+            ops: s.ops(),
             recent_errors: s.recent_errors(|_| Vec::new()),
             log: crate::logging::destination(),
             ..Default::default()
-        };
-        serde_json::to_value(r).expect("a report serializes")
+        }
     }
 }

@@ -411,7 +411,7 @@ impl UnionFs {
         if ino.0 != ROOT {
             None
         } else if name == crate::STATS_XATTR.as_bytes() {
-            Some(self.stats_json().to_string().into_bytes())
+            Some(self.report().to_bytes())
         } else if name == crate::PID_XATTR.as_bytes() {
             Some(std::process::id().to_string().into_bytes())
         } else {
