@@ -9,18 +9,36 @@
 # sent (nginx's access log, $body_bytes_sent), against one node's; wall time
 # of the slowest node, against N=1. Writes bench/results/DATE-cluster.md.
 #
-# Usage: bench/cluster.sh            (root; after bench/setup.sh P)
-# Env:   NODES="1 4 8 16"  DELAYS="0 50us 200us"  RATE=1gbit
-#        SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), PYTHON (python3)
+# Second part: the broadcast. `sheaf bcast` of a random pool (SIZE_MB) and of
+# tree P's image to N namespaced nodes over MPI TCP on the bridge (mpirun in
+# the host namespace, one rank per node, each rank in its node's network,
+# mount and UTS namespaces with its own host name and node-local directory),
+# against the sw-pool method (bench/swpool.c) on the same namespaces, at each
+# per-node rate of BRATES. Measured: wall time around mpirun, bytes each tool
+# read from shared storage (this machine's disk, page cache dropped), and
+# every node's copy compared with the source.
+#
+# Usage: bench/cluster.sh            (root; after bench/setup.sh P; make build
+#                                     with MPI for the broadcast part)
+# Env:   PARTS="fanout bcast"  NODES="1 4 8 16"  DELAYS="0 50us 200us"
+#        RATE=1gbit  BNODES="4 8 16"  BRATES="1gbit 10gbit"  SIZE_MB=1024
+#        BIMAGES="random P"  SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench),
+#        PYTHON (python3), CLUSTER_OUT (the results file)
 # Every namespace, mount and process it makes is removed at the end.
-# Not yet here: bcast across the namespaces against sw-pool and dbcast.
+# Not here: mpifileutils dbcast (its sources are not reachable from a script
+# on this machine; anchors.md has its loopback figure).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
 PYTHON=${PYTHON:-python3}
+PARTS=${PARTS:-"fanout bcast"}
 NODES=${NODES:-"1 4 8 16"}
+BNODES=${BNODES:-"4 8 16"}
+BRATES=${BRATES:-"1gbit 10gbit"}
+SIZE_MB=${SIZE_MB:-1024}
+BIMAGES=${BIMAGES:-"random P"}
 DELAYS=${DELAYS:-"0 50us 200us"}
 RATE=${RATE:-1gbit}
 IMPORT="import numpy, scipy.linalg, pandas"
@@ -39,6 +57,7 @@ WORK=$(mktemp -d "$DATA/cluster.XXXXXX")
 NSES=()
 cleanup() {
     local ns m
+    ip link del sc-host 2>/dev/null || true
     for m in $(grep -o " $WORK/[^ ]*/mnt " /proc/mounts || true); do
         "$SHEAF" umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
     done
@@ -180,29 +199,119 @@ round() {
     ROUND="$(origin_bytes) $times"
 }
 
-{
-    echo "# Simulated cluster: lazy fan-out of one image to N namespaced nodes ($(date +%Y-%m-%d))"
-    echo
-    echo "bench/cluster.sh: N network namespaces on a bridge, per node link $( [ "$HAVE_NETEM" = 1 ] && echo "netem (delay as given, rate $RATE)" || echo "tbf rate $RATE (no netem in this kernel: no added delay)"),"
-    echo "origin nginx and one squid (memory cache, collapsed forwarding) in namespaces of their own; each node"
-    echo "mounts the published repository of tree P (image $IMAGE_BYTES bytes) through squid with an empty node"
-    echo "cache and runs a cold \`$IMPORT\`, all at once; page cache dropped before each round. One round per"
-    echo "cell. 2 cores: at N=16 the nodes' Python processes share them, so wall time at large N measures the"
-    echo "machine as much as sheaf (the mean per node shows it)."
-    echo
-    echo "| delay | N | origin bytes | / one node's | slowest node s | mean node s | slowest / N=1 |"
-    echo "|---|---|---|---|---|---|---|"
-} > "$OUT"
-for delay in $DELAYS; do
-    one_bytes="" one_time=""
-    for n in $NODES; do
-        log "delay $delay, $n node(s)"
-        round "$n" "$delay"
-        read -r b slow mean <<< "$ROUND"
-        [ -z "$one_bytes" ] && { one_bytes=$b; one_time=$slow; }
-        printf '| %s | %s | %s | %.2fx | %s | %s | %.2fx |\n' "$delay" "$n" "$b" \
-            "$(echo "$b / $one_bytes" | bc -l)" "$slow" "$mean" "$(echo "$slow / $one_time" | bc -l)" >> "$OUT"
+fanout_part() {
+    {
+        echo "# Simulated cluster: lazy fan-out of one image to N namespaced nodes ($(date +%Y-%m-%d))"
+        echo
+        echo "bench/cluster.sh: N network namespaces on a bridge, per node link $( [ "$HAVE_NETEM" = 1 ] && echo "netem (delay as given, rate $RATE)" || echo "tbf rate $RATE (no netem in this kernel: no added delay)"),"
+        echo "origin nginx and one squid (memory cache, collapsed forwarding) in namespaces of their own; each node"
+        echo "mounts the published repository of tree P (image $IMAGE_BYTES bytes) through squid with an empty node"
+        echo "cache and runs a cold \`$IMPORT\`, all at once; page cache dropped before each round. One round per"
+        echo "cell. 2 cores: at N=16 the nodes' Python processes share them, so wall time at large N measures the"
+        echo "machine as much as sheaf (the mean per node shows it)."
+        echo
+        echo "| delay | N | origin bytes | / one node's | slowest node s | mean node s | slowest / N=1 |"
+        echo "|---|---|---|---|---|---|---|"
+    } >> "$OUT"
+    for delay in $DELAYS; do
+        one_bytes="" one_time=""
+        for n in $NODES; do
+            log "delay $delay, $n node(s)"
+            round "$n" "$delay"
+            read -r b slow mean <<< "$ROUND"
+            [ -z "$one_bytes" ] && { one_bytes=$b; one_time=$slow; }
+            printf '| %s | %s | %s | %.2fx | %s | %s | %.2fx |\n' "$delay" "$n" "$b" \
+                "$(echo "$b / $one_bytes" | bc -l)" "$slow" "$mean" "$(echo "$slow / $one_time" | bc -l)" >> "$OUT"
+        done
     done
+}
+
+# --- part 2: the broadcast across the namespaces ------------------------------------------
+# The host namespace joins the bridge (mpirun runs there); PMIx then takes its
+# clients' connections on the bridge, not on loopback, which a rank in
+# another network namespace cannot reach.
+bcast_part() {
+    "$SHEAF" --version | grep -q "with MPI" || die "$SHEAF was built without MPI (make build with mpicc installed)"
+    command -v mpicc >/dev/null || die "mpicc missing (scripts/deps.sh installs it)"
+    mpicc -O2 -o "$WORK/swpool" "$ROOT/bench/swpool.c"
+    ip link add sc-host type veth peer name bh
+    ip link set bh netns $BR
+    ip -n $BR link set bh master br0 up
+    ip addr add $NET.254/24 dev sc-host
+    ip link set sc-host up
+    mkdir -p "$WORK/local" "$WORK/nodes"
+    cat > "$WORK/node.sh" <<EON
+#!/bin/sh
+n=\$((OMPI_COMM_WORLD_RANK + 1))
+exec ip netns exec sc-n\$n unshare --mount --uts --propagation private sh -c "hostname node\$n && mount --bind $WORK/nodes/n\$n $WORK/local && exec \\"\\\$@\\"" sh "\$@"
+EON
+    chmod +x "$WORK/node.sh"
+    export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include=$NET.0/24
+    mpi() {
+        local n=$1; shift
+        mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,tcp \
+            --mca btl_tcp_if_include $NET.0/24 --mca oob_tcp_if_include $NET.0/24 \
+            -x PMIX_MCA_ptl_tcp_remote_connections -x PMIX_MCA_ptl_tcp_if_include \
+            "$WORK/node.sh" "$@"
+    }
+    json() { python3 -c "import json,sys; d=json.loads([l for l in sys.stdin.read().splitlines() if l.startswith('{')][0]); print(d['$1'])"; }
+    local srcs=() img
+    for img in $BIMAGES; do
+        case $img in
+            random)
+                mkdir -p "$WORK/random"
+                head -c $((SIZE_MB << 20)) /dev/urandom > "$WORK/random/data.bin"
+                "$SHEAF" build -q "$WORK/random" -o "$WORK/random.sheaf"
+                rm -rf "$WORK/random"
+                srcs+=("$WORK/random.sheaf") ;;
+            P) srcs+=("$IMG") ;;
+            *) die "BIMAGES: random or P, not $img" ;;
+        esac
+    done
+    {
+        echo
+        echo "## Broadcast to N namespaced nodes over MPI TCP ($(date +%Y-%m-%d))"
+        echo
+        echo "Open MPI $(mpirun --version | head -1 | awk '{print $NF}'), mpirun in the host namespace on the bridge, one rank per node"
+        echo "namespace (own host name and node-local directory); per node link tbf at the rate given (no netem:"
+        echo "no added delay). Shared storage = this machine's disk, page cache dropped before each run; every node's"
+        echo "copy compared with the source. sw-pool = bench/swpool.c (striped read, one MPI_Bcast per 4 KiB block);"
+        echo "sheaf = sheaf bcast. Times: wall clock around mpirun (its start-up included); one run per cell."
+        echo
+        echo "| image | rate | N | sw-pool s | sheaf s | sw-pool / sheaf | read ×image: sw-pool | sheaf |"
+        echo "|---|---|---|---|---|---|---|---|"
+    } >> "$OUT"
+    local rate n i src size t0 t1 tb tc rb rc
+    for rate in $BRATES; do
+        for n in $BNODES; do
+            for i in $(seq 1 "$n"); do attach "sc-n$i" $((10 + i)) "tbf rate $rate burst 1mb latency 50ms"; done
+            for src in "${srcs[@]}"; do
+                size=$(stat -c %s "$src")
+                fresh() { rm -rf "$WORK"/nodes/n*; for i in $(seq 1 "$n"); do mkdir -p "$WORK/nodes/n$i"; done; }
+                check() { for i in $(seq 1 "$n"); do cmp -s "$src" "$WORK/nodes/n$i/p.sheaf" || die "$1: node $i's copy differs"; done; }
+                log "bcast $(basename "$src") to $n nodes at $rate"
+                fresh; sync; echo 3 > /proc/sys/vm/drop_caches
+                t0=$(date +%s.%N); rb=$(mpi "$n" "$WORK/swpool" "$src" "$WORK/local/p.sheaf" | json bytes_read); t1=$(date +%s.%N)
+                tb=$(echo "$t1 - $t0" | bc); check sw-pool
+                fresh; sync; echo 3 > /proc/sys/vm/drop_caches
+                t0=$(date +%s.%N); rc=$(mpi "$n" "$SHEAF" bcast --json "$src" "$WORK/local/p.sheaf" | json bytes_read); t1=$(date +%s.%N)
+                tc=$(echo "$t1 - $t0" | bc); check sheaf
+                printf '| %s (%d MiB) | %s | %s | %.2f | %.2f | %.2fx | %.3f | %.3f |\n' "$(basename "$src" .sheaf)" $((size >> 20)) \
+                    "$rate" "$n" "$tb" "$tc" "$(echo "$tb / $tc" | bc -l)" "$(echo "$rb / $size" | bc -l)" "$(echo "$rc / $size" | bc -l)" >> "$OUT"
+            done
+            rm -rf "$WORK"/nodes/n*
+            for i in $(seq 1 "$n"); do ip netns del "sc-n$i"; done
+        done
+    done
+}
+
+: > "$OUT"
+for part in $PARTS; do
+    case $part in
+        fanout) fanout_part ;;
+        bcast) bcast_part ;;
+        *) die "PARTS: fanout and/or bcast, not $part" ;;
+    esac
 done
 log "wrote $OUT"
 cat "$OUT"
