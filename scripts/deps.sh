@@ -13,7 +13,8 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       python3-h5py:  # the HDF5-over-ssh test (Debian's /usr/bin/python3)
       docker-registry:docker-registry skopeo:skopeo umoci:umoci apache2-utils:htpasswd   # container images (tests/containers.rs; htpasswd: a registry with basic auth)
       protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
-      containerd:containerd runc:runc python3-grpcio:)  # tests/snapshotter.rs (a CRI pull from Debian's python3)
+      containerd:containerd runc:runc python3-grpcio:  # tests/snapshotter.rs (a CRI pull from Debian's python3)
+      iproute2:ip iptables:iptables)  # network namespaces (bench/cluster.sh); bytes counted by the kernel (tests/s3.rs)
 case "${1:-}" in
   bench) want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
                fuse-overlayfs:fuse-overlayfs mmdebstrap:mmdebstrap) ;;
