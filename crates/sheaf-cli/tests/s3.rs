@@ -4,7 +4,9 @@
 //! publish … s3://` read back (ls, cat, mount) equal to the source; a wrong
 //! secret, a missing bucket and a missing key each end in one line naming
 //! the bucket and key, without the secret; a server restart during a read
-//! is only a wait.
+//! is only a wait; `run --image` takes a container image from a bucket;
+//! tree P reads the same bytes over S3 as over HTTP and a full read of it
+//! waits out an 8 s outage.
 
 mod common;
 
@@ -597,4 +599,55 @@ fn tree_p_over_s3_reads_what_http_reads_and_waits_out_an_outage() {
             .arg(&out),
     );
     assert_eq!(d.code, 0, "the extracted tree differs:\n{}", d.describe());
+}
+
+/// `run --image s3://…`: a container root (the host's /bin/sh and the
+/// libraries it links, and a config the way `import --flatten` writes it)
+/// read from the bucket; its process prints a file of the image.
+#[test]
+fn run_image_takes_a_container_image_from_a_bucket() {
+    let f = setup();
+    if !prerequisite(!check_tier() && is_root(), "root (FUSE mounts)") {
+        return;
+    }
+    let root = f.t.path().join("rootfs");
+    fs::create_dir_all(root.join("bin")).unwrap();
+    fs::create_dir_all(root.join("etc")).unwrap();
+    fs::create_dir_all(root.join(".sheaf.d")).unwrap();
+    fs::copy("/bin/sh", root.join("bin/sh")).unwrap();
+    let ldd = run_cmd(Command::new("ldd").arg("/bin/sh")).ok().text();
+    for lib in ldd.split_whitespace().filter(|w| w.starts_with('/')) {
+        let to = root.join(lib.trim_start_matches('/'));
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        fs::copy(lib, &to).unwrap();
+    }
+    let greeting = "hello from a bucket";
+    write(
+        &root.join("etc/greeting"),
+        format!("{greeting}\n").as_bytes(),
+    );
+    write(
+        &root.join(".sheaf.d/config.json"),
+        br#"{"architecture":"amd64","os":"linux","config":{"Cmd":["/bin/sh","-c","read x < /etc/greeting; echo \"$x\""]},"rootfs":{"type":"layers","diff_ids":[]}}"#,
+    );
+    let img = f.t.path().join("root.sheaf");
+    build(&root, &img, &["-f"]);
+    f.w.put_file("sheaf", "containers/root.sheaf", &img);
+    let o = run(
+        f.cmd(),
+        &["run", "--image", "s3://sheaf/containers/root.sheaf"],
+    )
+    .ok();
+    assert_eq!(o.text(), format!("{greeting}\n"));
+    // A key that is not there: a failure in one line naming it.
+    let o = run(
+        f.cmd(),
+        &["run", "--image", "s3://sheaf/containers/none.sheaf"],
+    );
+    assert_ne!(o.code, 0);
+    assert!(
+        o.one_err_line().contains("containers/none.sheaf"),
+        "{}",
+        o.describe()
+    );
 }
