@@ -39,10 +39,14 @@ struct Snapshotter {
     repo: String,
     log: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl Snapshotter {
     fn start(dir: &Path, repo: &str) -> Snapshotter {
+        Self::start_with_env(dir, repo, Vec::new())
+    }
+    fn start_with_env(dir: &Path, repo: &str, env: Vec<(String, String)>) -> Snapshotter {
         let mut s = Snapshotter {
             child: None,
             sock: dir.join("sheaf.sock"),
@@ -50,6 +54,7 @@ impl Snapshotter {
             repo: repo.to_string(),
             log: dir.join("snapshotter.log"),
             args: Vec::new(),
+            env,
         };
         s.spawn();
         s
@@ -70,6 +75,7 @@ impl Snapshotter {
             .arg("--repo")
             .arg(&self.repo)
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -294,6 +300,87 @@ fn containerd_starts_imported_images_lazily_and_falls_back_per_layer() {
     if let Err(e) = r {
         std::panic::resume_unwind(e);
     }
+}
+
+/// The repository in an S3 bucket (SeaweedFS, authentication on): the
+/// snapshotter's `--repo s3://…` finds the layers `import --publish`
+/// wrote there, and containerd runs the image on them, lazily.
+#[test]
+fn containerd_runs_an_image_lazily_from_a_repository_in_a_bucket() {
+    if !mounts_allowed()
+        || !have("docker-registry")
+        || !have("skopeo")
+        || !have("containerd")
+        || !prerequisite(
+            Command::new(PY)
+                .args(["-c", "import grpc"])
+                .status()
+                .is_ok_and(|s| s.success()),
+            "python3-grpcio",
+        )
+    {
+        return;
+    }
+    let t = tmpdir();
+    let r = std::panic::catch_unwind(|| s3_scenario(t.path()));
+    if r.is_err() {
+        eprintln!(
+            "snapshotter log:\n{}",
+            common::servers::tail(&t.path().join("snapshotter.log"), 30)
+        );
+    }
+    unmount_all(t.path());
+    if let Err(e) = r {
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn s3_scenario(t: &Path) {
+    use common::servers::SeaweedS3;
+    let lay = layout(t);
+    let reg = Registry::start(t);
+    reg.push(&lay.oci("gz"), "app:1");
+    let host = reg.host();
+    let w = SeaweedS3::start(t);
+    w.make_bucket("sheaf");
+    let home = t.join("home");
+    fs::create_dir_all(&home).unwrap();
+    let env: Vec<(String, String)> = [
+        ("HOME", home.to_str().unwrap().to_string()),
+        ("AWS_ACCESS_KEY_ID", SeaweedS3::ACCESS_KEY.to_string()),
+        ("AWS_SECRET_ACCESS_KEY", SeaweedS3::SECRET_KEY.to_string()),
+        ("AWS_ENDPOINT_URL", w.endpoint()),
+        ("AWS_REGION", "us-east-1".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let mut c = cmd();
+    c.envs(env.iter().map(|(k, v)| (k, v))).args([
+        "import",
+        &format!("docker://{host}/app:1"),
+        "--insecure-registry",
+        &host,
+        "--publish",
+        "s3://sheaf/repo",
+        "-q",
+    ]);
+    run_cmd(&mut c).ok();
+    let sn = Snapshotter::start_with_env(t, "s3://sheaf/repo", env);
+    let ctd = Containerd::start(t, &host, &sn.sock);
+    let image = format!("{host}/app:1");
+    let before = reg.gets().len();
+    ctd.pull(&image);
+    let gets = reg.gets()[before..].to_vec();
+    for b in &lay.strs("gz_blobs") {
+        assert!(
+            !gets.iter().any(|g| g.ends_with(b.as_str())),
+            "layer {b} fetched from the registry: {gets:#?}"
+        );
+    }
+    assert_eq!(sn.state()["lazy_layers"], 3);
+    let o = ctd.run(&image, "c1", &[]).ok();
+    assert_eq!(o.text(), "FOO=bar\n/work\nhello from layer 1\n");
 }
 
 fn scenario(t: &Path) {

@@ -308,8 +308,20 @@ impl S3Config {
 
 /// One process's runtime and client (a `fork` keeps neither's threads).
 struct Client {
-    rt: tokio::runtime::Runtime,
+    /// Always `Some` until dropped.
+    rt: Option<tokio::runtime::Runtime>,
     store: AmazonS3,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // Dropping a runtime waits for its threads, which tokio refuses
+        // (a panic) on a task of another runtime, where the snapshotter's
+        // requests drop their sources: let them end in the background.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// One try: the client, and how long it may take.
@@ -319,17 +331,29 @@ struct Try<'a> {
 }
 
 impl Try<'_> {
-    /// Run `f` on the client's runtime, for at most the try's limit.
-    fn block<F: std::future::Future>(&self, f: F) -> io::Result<F::Output> {
-        self.c
-            .rt
-            .block_on(async { tokio::time::timeout(self.limit, f).await })
-            .map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("no answer within {:.1} s", self.limit.as_secs_f64()),
-                )
-            })
+    /// Run `f` on the client's runtime, for at most the try's limit. A
+    /// caller on a task of another runtime (the snapshotter's gRPC service)
+    /// may not block on one there (tokio panics): it waits for this
+    /// client's runtime from a thread of its own instead.
+    fn block<F>(&self, f: F) -> io::Result<F::Output>
+    where
+        F: std::future::Future + Send,
+        F::Output: Send,
+    {
+        let rt = self.c.rt.as_ref().expect("a live client has its runtime");
+        let run = || rt.block_on(async { tokio::time::timeout(self.limit, f).await });
+        let r = if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::scope(|s| s.spawn(run).join())
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        } else {
+            run()
+        };
+        r.map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no answer within {:.1} s", self.limit.as_secs_f64()),
+            )
+        })
     }
 }
 
@@ -450,7 +474,10 @@ impl S3 {
             .enable_all()
             .build()?;
         let store = self.conf.store(&self.bucket, &self.opts)?;
-        let c = Arc::new(Client { rt, store });
+        let c = Arc::new(Client {
+            rt: Some(rt),
+            store,
+        });
         if let Some((_, inherited)) = g.replace((pid, c.clone())) {
             // Built before a fork: its threads are not in this process, and
             // dropping it would wait for them.
