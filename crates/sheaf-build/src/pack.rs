@@ -296,6 +296,18 @@ pub struct Packer<W: Write + Send + 'static> {
     /// Every dictionary a written block may name (`dict`, and those of the
     /// `--base` image, whose blocks are copied as stored).
     known_dicts: Vec<Arc<Dictionary>>,
+    /// The similarity group of the file being added ([`Packer::set_group`]).
+    group: Option<u64>,
+    /// The open group block: files of a pack or more of one group, stored
+    /// together ([`Packer::set_group`]).
+    shared: Option<SharedBlock>,
+}
+
+/// A block that files of one similarity group fill, in packing order.
+struct SharedBlock {
+    seq: u32,
+    group: u64,
+    data: Vec<u8>,
 }
 
 impl<W: Write + Send + 'static> Packer<W> {
@@ -392,7 +404,29 @@ impl<W: Write + Send + 'static> Packer<W> {
             base: None,
             dict: None,
             known_dicts: Vec::new(),
+            group: None,
+            shared: None,
         }
+    }
+
+    /// The similarity group of the files added from now on (the versions
+    /// of one file: [`crate::order::group_key`]), or `None`. Consecutive
+    /// files of one group that would each get a block of their own (a pack
+    /// or more, shorter than a block) share one instead, as long as it has
+    /// room: compressed together, a version costs little more than what it
+    /// changes, and a read of one decodes at most one block, as any read.
+    pub fn set_group(&mut self, group: Option<u64>) {
+        self.group = group;
+    }
+
+    /// Send the open group block on, if any.
+    fn flush_shared(&mut self) -> Result<(), BuildError> {
+        if let Some(b) = self.shared.take() {
+            if !b.data.is_empty() {
+                self.emit(b.seq, b.data, false)?;
+            }
+        }
+        Ok(())
     }
 
     /// Compress pack blocks from now on with `dict` (small files gain most
@@ -588,8 +622,34 @@ impl<W: Write + Send + 'static> Packer<W> {
         n >= self.pack_size && self.pack_size < self.block_size
     }
 
-    /// Store `data` (shorter than a block) as one block of its own.
+    /// Store `data` (shorter than a block) as one block of its own, or in
+    /// the open group block when it is of the same group and fits.
     fn add_own_block(&mut self, data: &[u8], file_offset: u64) -> Result<(), BuildError> {
+        if let Some(g) = self.group {
+            let fits = self
+                .shared
+                .as_ref()
+                .is_some_and(|b| b.group == g && b.data.len() + data.len() <= self.block_size);
+            if !fits {
+                self.flush_shared()?;
+                let seq = self.new_seq();
+                self.shared = Some(SharedBlock {
+                    seq,
+                    group: g,
+                    data: Vec::with_capacity(self.block_size),
+                });
+            }
+            let b = self.shared.as_mut().expect("opened above");
+            self.chunks.push(Chunk {
+                file_offset,
+                block: b.seq,
+                block_offset: b.data.len() as u32,
+                len: data.len() as u32,
+            });
+            b.data.extend_from_slice(data);
+            return Ok(());
+        }
+        self.flush_shared()?;
         let seq = self.new_seq();
         self.chunks.push(Chunk {
             file_offset,
@@ -603,6 +663,7 @@ impl<W: Write + Send + 'static> Packer<W> {
 
     /// End the current pack block: later small files start a new one.
     pub fn cut_pack(&mut self) -> Result<(), BuildError> {
+        self.flush_shared()?;
         self.flush_pack()
     }
 
@@ -655,6 +716,9 @@ impl<W: Write + Send + 'static> Packer<W> {
             cause: e,
         };
         let first = self.chunks.len();
+        // Where the open group block ends before this file, to take its
+        // tail back out if the file turns out to repeat an earlier one.
+        let shared_mark = self.shared.as_ref().map(|b| (b.seq, b.data.len()));
         // A file of a block or more is identified by its chunk sequence: the
         // digests its blocks get anyway, its holes with their lengths, its
         // tail bytes and its size. A separate BLAKE3 domain keeps these ids
@@ -756,6 +820,13 @@ impl<W: Write + Send + 'static> Packer<W> {
                 self.progress.dedup_bytes.fetch_add(tail, Ordering::Relaxed);
                 self.chunks.truncate(first);
                 self.pack_pieces.retain(|&i| i < first);
+                if let Some(b) = self.shared.as_mut() {
+                    match shared_mark {
+                        Some((seq, len)) if seq == b.seq => b.data.truncate(len),
+                        // Opened by this file: nothing else is in it.
+                        _ => b.data.clear(),
+                    }
+                }
                 return Ok((size, FileRange::SameAs(f)));
             }
             self.by_content.insert(h, file);
@@ -793,6 +864,7 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// Flush the last pack block, wait for all writes, and return the output,
     /// the block refs (by id), and the chunks with final block ids.
     pub fn finish(mut self) -> Result<Packed<W>, BuildError> {
+        self.flush_shared()?;
         self.flush_pack()?;
         self.jobs = None;
         for w in self.workers.drain(..) {
