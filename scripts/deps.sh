@@ -15,7 +15,7 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
       containerd:containerd runc:runc python3-grpcio:)  # tests/snapshotter.rs (a CRI pull from Debian's python3)
 case "${1:-}" in
-  bench) want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
+  bench) want+=(squashfs-tools:mksquashfs zstd:zstd squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
                fuse-overlayfs:fuse-overlayfs mmdebstrap:mmdebstrap) ;;
 esac
 missing=()
