@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod base;
+mod content_index;
 pub mod dict;
 pub mod entries;
 pub mod input;
