@@ -19,7 +19,7 @@
 # Usage: bench/dedup.sh   (root; after bench/setup.sh K P V)
 # Env:   SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), TREES (default
 #        "V K P"), ARCHIVE_TREES (default "V K": the xz:9 builds are slow),
-#        SOLID_TREES (default V), MKDWARFS (a mkdwarfs binary),
+#        SOLID_TREES (default V; both may be empty), MKDWARFS (a mkdwarfs binary),
 #        DWARFS=1 (build DwarFS v0.15.3 from source into $DATA/dwarfs: a long
 #        C++ build, see build_dwarfs), READS (default 1: the random reads)
 set -euo pipefail
@@ -27,8 +27,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
 DATA=${SHEAF_BENCH_DATA:-/var/tmp/sheaf-bench}
 TREES=${TREES:-"V K P"}
-SOLID_TREES=${SOLID_TREES:-V}
-ARCHIVE_TREES=${ARCHIVE_TREES:-"V K"}
+SOLID_TREES=${SOLID_TREES-V}
+ARCHIVE_TREES=${ARCHIVE_TREES-"V K"}
 DWARFS=${DWARFS:-0}
 MKDWARFS=${MKDWARFS:-}
 READS=${READS:-1}
