@@ -114,6 +114,8 @@ bench: build
 	bench/run-image.sh
 	bench/incremental.sh
 	bench/python.sh
+	bench/setup.sh V
+	bench/dedup.sh
 
 # Coverage-guided fuzzing of every parser of image bytes (needs nightly).
 FUZZ_SECONDS ?= 60

@@ -4,9 +4,12 @@
 #   K  Linux 6.1 source (Debian's linux-source-6.1)
 #   P  pip install --target of a scientific Python stack
 #   M  1,000,000 small files (1000 dirs x 1000 files, 0-200 bytes, deterministic)
+#   V  many versions of one stack: the manylinux x86_64 CPython 3.11 wheels of 15
+#      numpy/scipy/pandas/matplotlib releases from PyPI, each unpacked into
+#      V/install/NAME/VERSION (issue 42; not in the default set)
 # Each tree is built in NAME.tmp and renamed when complete; a marker .NAME.done sits
 # beside it (outside the tree, so it is not packed).
-# Usage: bench/setup.sh [K] [P] [M]   (default: all three; `make test` asks for K and P)
+# Usage: bench/setup.sh [K] [P] [M] [V]   (default: K P M; `make test` asks for K and P)
 set -euo pipefail
 TREES=("$@"); [ ${#TREES[@]} -gt 0 ] || TREES=(K P M)
 want() { [[ " ${TREES[*]} " == *" $1 "* ]]; }
@@ -102,6 +105,45 @@ EOF
     mv "$DATA/M.tmp" "$DATA/M"
     touch "$DATA/.M.done"
     log "M: done ($(find "$DATA/M" -type f | wc -l) files)"
+fi
+
+# --- tree V ---------------------------------------------------------------------------
+V_WHEELS=(numpy==1.24.4 numpy==1.26.4 numpy==2.0.2 numpy==2.1.3 numpy==2.2.6
+          scipy==1.11.4 scipy==1.13.1 scipy==1.14.1 scipy==1.15.3
+          pandas==2.0.3 pandas==2.1.4 pandas==2.2.3
+          matplotlib==3.7.5 matplotlib==3.8.4 matplotlib==3.9.4)
+if ! want V; then
+    :
+elif [ -f "$DATA/.V.done" ] && [ -d "$DATA/V" ]; then
+    log "V: present ($DATA/V)"
+else
+    log "V: downloading ${#V_WHEELS[@]} wheels (cp311, manylinux2014_x86_64)"
+    rm -rf "$DATA/V" "$DATA/V.tmp" "$DATA/V.wheels"
+    mkdir -p "$DATA/V.wheels" "$DATA/V.tmp/install"
+    # Fixed versions, binary wheels only, no dependencies: the same bytes on
+    # every machine (PyPI files never change once uploaded). One at a time:
+    # pip refuses two versions of one name in one resolution.
+    for spec in "${V_WHEELS[@]}"; do
+        "$PYTHON" -m pip download --quiet --no-cache-dir --disable-pip-version-check \
+            --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+            --abi cp311 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+            --dest "$DATA/V.wheels" "$spec"
+    done
+    for spec in "${V_WHEELS[@]}"; do
+        name=${spec%%==*} ver=${spec##*==}
+        whl=$(ls "$DATA/V.wheels/$name-$ver-"*.whl 2>/dev/null | head -n 1)
+        [ -n "$whl" ] || die "V: no wheel for $spec"
+        "$PYTHON" -m zipfile -e "$whl" "$DATA/V.tmp/install/$name/$ver"
+    done
+    # zipfile keeps no modes or times: make them uniform, so the tree is the
+    # same wherever it is made.
+    find "$DATA/V.tmp" -type d -exec chmod 755 {} +
+    find "$DATA/V.tmp" -type f -exec chmod 644 {} +
+    find "$DATA/V.tmp" -exec touch -h -d @1700000000 {} +
+    mv "$DATA/V.tmp" "$DATA/V"
+    rm -rf "$DATA/V.wheels"
+    touch "$DATA/.V.done"
+    log "V: done ($(find "$DATA/V" | wc -l) entries, $(du -sh --apparent-size "$DATA/V" | cut -f1))"
 fi
 
 log "trees ${TREES[*]} ready under $DATA"

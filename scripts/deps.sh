@@ -16,7 +16,7 @@ want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-ut
       containerd:containerd runc:runc python3-grpcio:  # tests/snapshotter.rs (a CRI pull from Debian's python3)
       iproute2:ip iptables:iptables)  # network namespaces (bench/cluster.sh); bytes counted by the kernel (tests/s3.rs)
 case "${1:-}" in
-  bench) want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
+  bench) want+=(squashfs-tools:mksquashfs zstd:zstd squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
                fuse-overlayfs:fuse-overlayfs mmdebstrap:mmdebstrap) ;;
 esac
 missing=()

@@ -23,11 +23,13 @@
 #![warn(missing_docs)]
 
 pub mod base;
+mod content_index;
 pub mod dict;
 pub mod entries;
 pub mod input;
 pub mod meta;
 pub mod options;
+pub mod order;
 pub mod pack;
 pub mod rewrite;
 pub mod scan;
@@ -40,6 +42,7 @@ pub use input::{Input, TarStream};
 pub use options::{BuildError, BuildOptions, Compression};
 pub use pack::Progress;
 
+use order::{boundary_of, packing_order, prefetch_ranks};
 use pack::{Out, Packer};
 use sheaf_format::{
     superblock::{MAX_BLOCK, MAX_PAGE, MIN_BLOCK, MIN_PAGE},
@@ -196,97 +199,6 @@ fn validate(opts: &BuildOptions) -> Result<(), BuildError> {
         )));
     }
     Ok(())
-}
-
-/// Order files so related content sits together: by directory (node ids of
-/// directories follow the sorted scan), then name stem, then name. Measured
-/// against ordering by extension first: K 0.6% and P 0.9% smaller
-/// (docs/design.md). Returns the file nodes in packing order and the entry
-/// index that [`Tree::path`] needs (paths are rebuilt one at a time so that
-/// memory stays per-entry, not per-path).
-///
-/// Files named in `prefetch` come first, in its order, so a workload's
-/// blocks are contiguous and fetched with few large requests.
-fn packing_order(
-    tree: &Tree,
-    prefetch: &HashMap<&[u8], usize>,
-    boundaries: &[Vec<u8>],
-) -> (Vec<NodeId>, Vec<u32>) {
-    let index = tree.entry_index();
-    let name_of = |id: NodeId| tree.name_of(&index, id);
-    // Python keeps compiled files in `__pycache__` beside their sources;
-    // counting them as part of the parent puts `x.pyc` next to `x.py`, whose
-    // strings it repeats.
-    let group = |parent: NodeId| -> NodeId {
-        if parent != 0 && name_of(parent) == b"__pycache__" {
-            tree.nodes[parent as usize].parent
-        } else {
-            parent
-        }
-    };
-    let mut files: Vec<(NodeId, NodeId)> = tree
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| matches!(n.kind, Kind::File { .. }))
-        .map(|(i, n)| (i as NodeId, group(n.parent)))
-        .collect();
-    let stem = |n: &'_ [u8]| -> usize { n.iter().position(|&b| b == b'.').unwrap_or(n.len()) };
-    let ranks = prefetch_ranks(tree, &index, prefetch);
-    let rank = |id: NodeId| ranks.get(&id).copied().unwrap_or(usize::MAX);
-    // Files under one pack boundary are packed together (see
-    // BuildOptions::pack_boundaries), so each one's blocks depend on it alone.
-    let mut bound: HashMap<NodeId, usize> = HashMap::new();
-    if !boundaries.is_empty() {
-        use std::os::unix::ffi::OsStrExt;
-        for &(id, _) in &files {
-            let p = tree.path(&index, id);
-            if let Some(g) = boundary_of(p.as_os_str().as_bytes(), boundaries) {
-                bound.insert(id, g);
-            }
-        }
-    }
-    let bound_of = |id: NodeId| bound.get(&id).copied().unwrap_or(usize::MAX);
-    files.sort_by(|a, b| {
-        let (na, nb) = (name_of(a.0), name_of(b.0));
-        rank(a.0)
-            .cmp(&rank(b.0))
-            .then_with(|| bound_of(a.0).cmp(&bound_of(b.0)))
-            .then_with(|| a.1.cmp(&b.1))
-            .then_with(|| na[..stem(na)].cmp(&nb[..stem(nb)]))
-            .then_with(|| na.cmp(nb))
-    });
-    (files.into_iter().map(|(id, _)| id).collect(), index)
-}
-
-/// Which of `boundaries` (directories) the relative path `p` lies under.
-fn boundary_of(p: &[u8], boundaries: &[Vec<u8>]) -> Option<usize> {
-    boundaries
-        .iter()
-        .position(|d| p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/')
-}
-
-/// Position in the prefetch list of each listed file node.
-fn prefetch_ranks(
-    tree: &Tree,
-    index: &[u32],
-    prefetch: &HashMap<&[u8], usize>,
-) -> HashMap<NodeId, usize> {
-    use std::os::unix::ffi::OsStrExt;
-    if prefetch.is_empty() {
-        return HashMap::new();
-    }
-    tree.nodes
-        .iter()
-        .enumerate()
-        .filter(|(_, n)| n.links > 0 && matches!(n.kind, Kind::File { .. }))
-        .filter_map(|(i, _)| {
-            let p = tree.path(index, i as NodeId);
-            prefetch
-                .get(p.as_os_str().as_bytes())
-                .map(|&r| (i as NodeId, r))
-        })
-        .collect()
 }
 
 /// The prefetch section: the data blocks of the listed files, in list
@@ -552,6 +464,8 @@ pub fn build(
         mtime: opts.mtime,
         clamp_mtime: opts.clamp_mtime,
         exclude: Some(opts.exclude.clone()),
+        order: Some(opts.order.name().to_string()),
+        group_blocks: Some(opts.group_blocks),
         // Provenance only: which image the unchanged files' blocks came from.
         base: base.as_ref().map(|b| BaseInfo {
             root: sheaf_format::hex(&b.image.root_digest()),
@@ -735,7 +649,8 @@ impl DirInput<'_> {
         } else {
             scan::scan_dir(src, opts, problems, self.skip)?
         };
-        let (order, index) = packing_order(&tree, self.prefetch, &opts.pack_boundaries);
+        let (order, index, class) =
+            packing_order(&tree, self.prefetch, &opts.pack_boundaries, opts.order);
         let size_of = |tree: &Tree, id: NodeId| match tree.nodes[id as usize].kind {
             Kind::File { size, .. } => size,
             _ => 0,
@@ -836,6 +751,11 @@ impl DirInput<'_> {
                 }
             };
             let probe = f.try_clone().ok();
+            if opts.group_blocks {
+                use std::os::unix::ffi::OsStrExt;
+                let name = rel.file_name().map_or(&[][..], |n| n.as_bytes());
+                packer.set_group(Some(order::group_key(class[parent as usize], name)));
+            }
             match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string(), id) {
                 Ok((size, range)) => {
                     tree.nodes[id as usize].kind = tree.file_kind(size, range);

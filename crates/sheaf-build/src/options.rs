@@ -140,6 +140,14 @@ pub struct BuildOptions {
     /// information (format.md §4, `labels`), e.g. `pool` = NAME/VERSION.
     /// They do not change how anything is read.
     pub labels: std::collections::BTreeMap<String, String>,
+    /// How a directory's files are ordered for packing (by default the
+    /// versions of one file together, [`crate::order`]).
+    pub order: crate::order::PackOrder,
+    /// Files of a pack or more that are versions of one another (one
+    /// similarity group, [`crate::order::group_key`]) share blocks, up to
+    /// the block size, instead of getting one each ([`crate::pack::Packer::set_group`]).
+    /// Directory input only.
+    pub group_blocks: bool,
 }
 
 /// Default [`BuildOptions::base_max_stale_pct`]: a fifth (docs/build.md).
@@ -187,6 +195,8 @@ impl Default for BuildOptions {
             base_max_stale_pct: DEFAULT_BASE_MAX_STALE_PCT,
             dictionary: true,
             labels: Default::default(),
+            order: Default::default(),
+            group_blocks: true,
         }
     }
 }

@@ -13,6 +13,7 @@
 //! hashes dedup identical files, which then share one chunk range. Aligned
 //! all-zero blocks of a file become holes and are not stored.
 
+use crate::content_index::ContentIndex;
 use crate::options::{BuildError, Compression};
 use crate::tree::Chunk;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -160,98 +161,6 @@ impl Work {
     }
 }
 
-/// Whole files by content digest → the caller's id of the first file
-/// stored with that content, for dedup of identical files. There is one
-/// entry per distinct file, so this is the packer's largest table: entries
-/// (36 bytes; the caller has the chunk range) sit in one vector and the hash
-/// table holds only their 4-byte indices. A `HashMap<Digest, (u64, u32)>`
-/// took 48 bytes a bucket at a load as low as 7/16, and old and new tables
-/// at once while growing.
-#[derive(Default)]
-struct ContentIndex {
-    entries: Vec<ContentEntry>,
-    /// Open addressing with linear probing; indices into `entries`,
-    /// `EMPTY` for a free slot. Length zero or a power of two.
-    slots: Vec<u32>,
-}
-
-#[derive(Clone, Copy)]
-struct ContentEntry {
-    digest: Digest,
-    file: u32,
-}
-
-impl ContentIndex {
-    const EMPTY: u32 = u32::MAX;
-
-    /// Slot to start probing at: digests are uniform, so their first bytes
-    /// are a hash already.
-    fn home(&self, d: &Digest) -> usize {
-        u64::from_le_bytes(d[..8].try_into().expect("8 bytes")) as usize & (self.slots.len() - 1)
-    }
-
-    fn get(&self, d: &Digest) -> Option<u32> {
-        if self.slots.is_empty() {
-            return None;
-        }
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(d);
-        loop {
-            match self.slots[i] {
-                Self::EMPTY => return None,
-                e => {
-                    let e = &self.entries[e as usize];
-                    if e.digest == *d {
-                        return Some(e.file);
-                    }
-                }
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// Record `d` (not present yet). Past 2^32 − 1 entries files are no
-    /// longer indexed, only stored again if repeated.
-    fn insert(&mut self, d: Digest, file: u32) {
-        let n = self.entries.len();
-        if n >= Self::EMPTY as usize {
-            return;
-        }
-        // Load at most 3/4 keeps probe runs short.
-        if (n + 1) * 4 > self.slots.len() * 3 {
-            self.grow((self.slots.len() * 2).max(1024));
-        }
-        self.entries.push(ContentEntry { digest: d, file });
-        self.place(n as u32);
-    }
-
-    fn place(&mut self, e: u32) {
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(&self.entries[e as usize].digest);
-        while self.slots[i] != Self::EMPTY {
-            i = (i + 1) & mask;
-        }
-        self.slots[i] = e;
-    }
-
-    fn grow(&mut self, len: usize) {
-        // The old slots are not needed to rebuild: free them first.
-        self.slots = Vec::new();
-        self.slots = vec![Self::EMPTY; len];
-        for e in 0..self.entries.len() as u32 {
-            self.place(e);
-        }
-    }
-
-    fn reserve(&mut self, more: usize) {
-        self.entries.reserve(more);
-        let want = (self.entries.len() + more).saturating_mul(4) / 3 + 1;
-        if want > self.slots.len() {
-            self.grow(want.next_power_of_two().max(1024));
-        }
-    }
-}
-
 /// Where the chunks of a file [`Packer::add_file`] stored are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileRange {
@@ -296,6 +205,18 @@ pub struct Packer<W: Write + Send + 'static> {
     /// Every dictionary a written block may name (`dict`, and those of the
     /// `--base` image, whose blocks are copied as stored).
     known_dicts: Vec<Arc<Dictionary>>,
+    /// The similarity group of the file being added ([`Packer::set_group`]).
+    group: Option<u64>,
+    /// The open group block: files of a pack or more of one group, stored
+    /// together ([`Packer::set_group`]).
+    shared: Option<SharedBlock>,
+}
+
+/// A block that files of one similarity group fill, in packing order.
+struct SharedBlock {
+    seq: u32,
+    group: u64,
+    data: Vec<u8>,
 }
 
 impl<W: Write + Send + 'static> Packer<W> {
@@ -392,7 +313,29 @@ impl<W: Write + Send + 'static> Packer<W> {
             base: None,
             dict: None,
             known_dicts: Vec::new(),
+            group: None,
+            shared: None,
         }
+    }
+
+    /// The similarity group of the files added from now on (the versions
+    /// of one file: [`crate::order::group_key`]), or `None`. Consecutive
+    /// files of one group that would each get a block of their own (a pack
+    /// or more, shorter than a block) share one instead, as long as it has
+    /// room: compressed together, a version costs little more than what it
+    /// changes, and a read of one decodes at most one block, as any read.
+    pub fn set_group(&mut self, group: Option<u64>) {
+        self.group = group;
+    }
+
+    /// Send the open group block on, if any.
+    fn flush_shared(&mut self) -> Result<(), BuildError> {
+        if let Some(b) = self.shared.take() {
+            if !b.data.is_empty() {
+                self.emit(b.seq, b.data, false)?;
+            }
+        }
+        Ok(())
     }
 
     /// Compress pack blocks from now on with `dict` (small files gain most
@@ -588,8 +531,34 @@ impl<W: Write + Send + 'static> Packer<W> {
         n >= self.pack_size && self.pack_size < self.block_size
     }
 
-    /// Store `data` (shorter than a block) as one block of its own.
+    /// Store `data` (shorter than a block) as one block of its own, or in
+    /// the open group block when it is of the same group and fits.
     fn add_own_block(&mut self, data: &[u8], file_offset: u64) -> Result<(), BuildError> {
+        if let Some(g) = self.group {
+            let fits = self
+                .shared
+                .as_ref()
+                .is_some_and(|b| b.group == g && b.data.len() + data.len() <= self.block_size);
+            if !fits {
+                self.flush_shared()?;
+                let seq = self.new_seq();
+                self.shared = Some(SharedBlock {
+                    seq,
+                    group: g,
+                    data: Vec::with_capacity(self.block_size),
+                });
+            }
+            let b = self.shared.as_mut().expect("opened above");
+            self.chunks.push(Chunk {
+                file_offset,
+                block: b.seq,
+                block_offset: b.data.len() as u32,
+                len: data.len() as u32,
+            });
+            b.data.extend_from_slice(data);
+            return Ok(());
+        }
+        self.flush_shared()?;
         let seq = self.new_seq();
         self.chunks.push(Chunk {
             file_offset,
@@ -603,6 +572,7 @@ impl<W: Write + Send + 'static> Packer<W> {
 
     /// End the current pack block: later small files start a new one.
     pub fn cut_pack(&mut self) -> Result<(), BuildError> {
+        self.flush_shared()?;
         self.flush_pack()
     }
 
@@ -655,6 +625,9 @@ impl<W: Write + Send + 'static> Packer<W> {
             cause: e,
         };
         let first = self.chunks.len();
+        // Where the open group block ends before this file, to take its
+        // tail back out if the file turns out to repeat an earlier one.
+        let shared_mark = self.shared.as_ref().map(|b| (b.seq, b.data.len()));
         // A file of a block or more is identified by its chunk sequence: the
         // digests its blocks get anyway, its holes with their lengths, its
         // tail bytes and its size. A separate BLAKE3 domain keeps these ids
@@ -756,6 +729,13 @@ impl<W: Write + Send + 'static> Packer<W> {
                 self.progress.dedup_bytes.fetch_add(tail, Ordering::Relaxed);
                 self.chunks.truncate(first);
                 self.pack_pieces.retain(|&i| i < first);
+                if let Some(b) = self.shared.as_mut() {
+                    match shared_mark {
+                        Some((seq, len)) if seq == b.seq => b.data.truncate(len),
+                        // Opened by this file: nothing else is in it.
+                        _ => b.data.clear(),
+                    }
+                }
                 return Ok((size, FileRange::SameAs(f)));
             }
             self.by_content.insert(h, file);
@@ -793,6 +773,7 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// Flush the last pack block, wait for all writes, and return the output,
     /// the block refs (by id), and the chunks with final block ids.
     pub fn finish(mut self) -> Result<Packed<W>, BuildError> {
+        self.flush_shared()?;
         self.flush_pack()?;
         self.jobs = None;
         for w in self.workers.drain(..) {
@@ -922,23 +903,6 @@ fn write_in_order<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn content_index_finds_what_it_holds() {
-        let mut idx = ContentIndex::default();
-        let d = |i: u64| sheaf_format::digest(&i.to_le_bytes());
-        assert_eq!(idx.get(&d(0)), None);
-        for i in 0..5000u64 {
-            if i == 100 {
-                idx.reserve(3000); // growing in the middle keeps every entry
-            }
-            idx.insert(d(i), i as u32 * 3);
-        }
-        for i in 0..5000u64 {
-            assert_eq!(idx.get(&d(i)), Some(i as u32 * 3));
-        }
-        assert_eq!(idx.get(&d(5000)), None);
-    }
 
     #[test]
     fn a_pack_holds_its_pieces_shortest_first() {

@@ -18,9 +18,12 @@ Examples:
   SOURCE_DATE_EPOCH=1700000000 sheaf build src -o src.sheaf --owner 0:0
   sheaf build ./dataset -o dataset-v2.sheaf --base dataset.sheaf
 
-Input order: directories are packed with related files together (by
-directory, then name stem, so x.py and __pycache__/x.pyc sit side by side);
-tar input is packed in archive order, read once.
+Input order: directories are packed with related files together: the
+versions of one file side by side (paths equal but for version numbers,
+such as numpy/1.24.4/... and numpy/1.26.4/...), else by directory, then
+name stem, so x.py and __pycache__/x.pyc sit side by side; versions of a
+file too large to pack share blocks. Tar input is packed in archive order,
+read once.
 The image is written to a temporary file and renamed when complete.")]
 pub struct BuildArgs {
     /// A directory, a tar archive (plain, .gz, .zst, .xz, .bz2), or '-' for a tar stream on stdin.
@@ -84,6 +87,15 @@ pub struct ImageArgs {
     /// such images.
     #[arg(long)]
     no_dict: bool,
+    /// Packing order of a directory's files: versions (the versions of one
+    /// file side by side: paths equal but for version numbers such as
+    /// 1.24.4) or directory (by directory, then name). For measurements.
+    #[arg(long, default_value = "versions", value_name = "ORDER", hide = true)]
+    order: String,
+    /// Give every file of a pack or more a block of its own, even when the
+    /// next is another version of it. For measurements.
+    #[arg(long, hide = true)]
+    no_group_blocks: bool,
     /// Metadata page size, a power of two from 4K to 1M.
     #[arg(long, default_value = "64K", value_name = "SIZE", hide = true)]
     page_size: String,
@@ -161,6 +173,9 @@ impl ImageArgs {
             base_max_stale_pct: sheaf_build::options::DEFAULT_BASE_MAX_STALE_PCT,
             dictionary: !self.no_dict,
             labels: Default::default(),
+            order: sheaf_build::order::PackOrder::parse(&self.order)
+                .map_err(|e| anyhow::anyhow!("--order: {e}"))?,
+            group_blocks: !self.no_group_blocks,
         })
     }
 }

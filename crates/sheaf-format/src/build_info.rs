@@ -35,6 +35,10 @@ pub struct BuildInfo {
     pub dictionaries: Vec<DictionaryInfo>,
     /// `--exclude` patterns.
     pub exclude: Option<Vec<String>>,
+    /// Whether files of a pack or more that are versions of one file
+    /// share blocks (`--no-group-blocks` turns it off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_blocks: Option<bool>,
     /// Labels the building tool records (`pool`: a software pool's
     /// NAME/VERSION, [`LABEL_POOL`]).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -44,6 +48,9 @@ pub struct BuildInfo {
     /// Set by `sheaf optimize` when it rewrote the image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub optimized: Option<Optimized>,
+    /// The packing order (`versions`, or `directory` as before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
     /// `--owner UID:GID`, if given.
     pub owner: Option<String>,
     /// Bytes packed into one block from small files.
@@ -152,9 +159,11 @@ mod tests {
                 digest: "cd".into(),
             }],
             exclude: Some(vec!["*.o".into()]),
+            group_blocks: Some(true),
             labels: [("pool".to_string(), "a/1".to_string())].into(),
             mtime: Some(7),
             optimized: Some(Optimized::default()),
+            order: Some("versions".into()),
             owner: None,
             pack_size: Some(4096),
             page_size: Some(65536),
