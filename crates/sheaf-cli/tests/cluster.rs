@@ -74,7 +74,10 @@ fn four_namespaced_nodes_read_the_origin_about_once() {
     let links = run_cmd(std::process::Command::new("ip").args(["link", "show"]))
         .ok()
         .text();
-    assert!(!links.contains("sc-host"), "the host's bridge link was left: {links}");
+    assert!(
+        !links.contains("sc-host"),
+        "the host's bridge link was left: {links}"
+    );
     let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
     assert!(!mounts.contains("/cluster."), "mounts left: {mounts}");
 }
