@@ -27,6 +27,7 @@ pub mod dict;
 pub mod entries;
 pub mod input;
 pub mod meta;
+pub mod normalize;
 pub mod options;
 pub mod pack;
 pub mod rewrite;
