@@ -340,3 +340,92 @@ impl TreeBuilder {
         self.tree
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder(absolute: Absolute, exclude: &[&str]) -> TreeBuilder {
+        let opts = BuildOptions {
+            exclude: exclude.iter().map(|s| s.to_string()).collect(),
+            ..BuildOptions::default()
+        };
+        TreeBuilder::new(&opts, absolute).unwrap()
+    }
+
+    fn dir_meta(b: &TreeBuilder, mode: u32) -> Meta {
+        b.meta(libc::S_IFDIR | mode, 5, 6, 7, 0)
+    }
+
+    #[test]
+    fn paths_split_and_refuse_climbing_and_layer_absolute() {
+        let b = builder(Absolute::Strip, &[]);
+        assert_eq!(b.path(b"./a//b/.").ok().unwrap().joined(), b"a/b");
+        assert!(b.path(b"/a").ok().unwrap().joined() == b"a");
+        assert!(b.path(b".").ok().unwrap().is_root());
+        assert_eq!(b.path(b"a/../b").err(), Some(Refused::ClimbsOut));
+        assert_eq!(b.path(b"..").err(), Some(Refused::ClimbsOut));
+        let l = builder(Absolute::Refuse, &[]);
+        assert_eq!(l.path(b"/a").err(), Some(Refused::Absolute));
+        assert_eq!(l.path(b"a/..").err(), Some(Refused::ClimbsOut));
+    }
+
+    #[test]
+    fn exclusions_cover_ancestors() {
+        let b = builder(Absolute::Strip, &["skip", "x/*.o"]);
+        let ex = |p: &[u8]| b.excluded(&b.path(p).ok().unwrap());
+        assert!(ex(b"skip"));
+        assert!(ex(b"a/skip/deep/file"));
+        assert!(ex(b"x/y.o/z"));
+        assert!(!ex(b"a/keep"));
+    }
+
+    #[test]
+    fn implicit_parents_take_a_later_entrys_attributes_and_keep_contents() {
+        let mut b = builder(Absolute::Strip, &[]);
+        let p = b.path(b"a/b/f").ok().unwrap();
+        let parent = b.parent(&p).unwrap();
+        let m = b.meta(libc::S_IFREG | 0o644, 0, 0, 0, 0);
+        b.put(parent, &p, m, Kind::Special, 0, None).unwrap();
+        let a = b.tree.child(0, b"a").unwrap();
+        assert_eq!(b.tree.mode(a), libc::S_IFDIR | 0o755);
+        let p = b.path(b"a").ok().unwrap();
+        let parent = b.parent(&p).unwrap();
+        let m = dir_meta(&b, 0o700);
+        let id = b.put(parent, &p, m, Kind::Dir(Box::default()), 0, None);
+        assert_eq!(id, Ok(a));
+        assert_eq!(b.tree.meta(a), m);
+        assert!(b.tree.child(a, b"b").is_some());
+    }
+
+    #[test]
+    fn a_non_directory_parent_or_root_is_refused() {
+        let mut b = builder(Absolute::Strip, &[]);
+        let p = b.path(b"link").ok().unwrap();
+        let m = b.meta(libc::S_IFLNK | 0o777, 0, 0, 0, 0);
+        b.put(0, &p, m, Kind::Symlink((*b"/etc").into()), 0, None)
+            .unwrap();
+        let p = b.path(b"link/passwd").ok().unwrap();
+        assert_eq!(b.parent(&p), Err("link is not a directory".to_string()));
+        let root = b.path(b"").ok().unwrap();
+        let m = b.meta(libc::S_IFREG | 0o644, 0, 0, 0, 0);
+        assert!(b.put(0, &root, m, Kind::Special, 0, None).is_err());
+    }
+
+    #[test]
+    fn hardlinks_name_earlier_non_directories() {
+        let mut b = builder(Absolute::Strip, &[]);
+        let p = b.path(b"d/f").ok().unwrap();
+        let parent = b.parent(&p).unwrap();
+        let m = b.meta(libc::S_IFREG | 0o644, 0, 0, 0, 0);
+        let f = b
+            .put(parent, &p, m, Kind::Special, 0, Some(LinkKey::Key(9)))
+            .unwrap();
+        assert_eq!(b.linked(&LinkKey::Key(9)), Some(f));
+        assert_eq!(b.linked_path(b"/d/f"), Some(f));
+        assert_eq!(b.linked_path(b"d"), None, "a directory");
+        assert_eq!(b.linked_path(b"d/../d/f"), None);
+        assert_eq!(b.linked_path(b"e/f"), None);
+        assert!(b.tree.child(0, b"e").is_none(), "no directory made");
+    }
+}
