@@ -3,15 +3,17 @@
 //! merge`, [`crate::stack_input`]), without this module knowing where it
 //! comes from.
 //!
-//! Entries come parents first; file data is read from each file's reader
-//! once, in stream order, so memory stays per entry, never per byte.
+//! Entries feed a [`TreeBuilder`], which owns the rules for paths,
+//! exclusions, implicit parents, duplicates and hardlinks
+//! ([`crate::normalize`]). File data is read from each file's reader once,
+//! in stream order, so memory stays per entry, never per byte.
 
+use crate::normalize::{Absolute, LinkKey, TreeBuilder};
 use crate::options::{BuildError, BuildOptions};
 use crate::pack::Packer;
-use crate::scan::{Excluder, Normalizer, Problems};
+use crate::scan::Problems;
 use crate::tree::{Kind, NodeId, Tree};
 use sheaf_format::{FileType, XattrSet};
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -21,15 +23,16 @@ pub trait EntrySource: std::fmt::Debug + Send + Sync {
     /// What to call the source in messages about its entries (empty: the
     /// entries' paths alone, when the source's errors name it already).
     fn name(&self) -> String;
-    /// Every entry, each directory before the entries inside it; an entry
-    /// with an empty path gives the root's attributes. Each call walks anew.
+    /// Every entry; an entry with an empty path gives the root's
+    /// attributes, and a directory that comes after entries inside it (or
+    /// never) is made implicit ([`crate::normalize`]). Each call walks anew.
     fn entries(&self) -> Box<dyn Iterator<Item = Result<Entry<'_>, BuildError>> + '_>;
 }
 
 /// One entry of an [`EntrySource`].
 pub struct Entry<'a> {
-    /// Path from the root, components separated by `/` (no `..`); empty
-    /// for the root itself.
+    /// Path from the root, components separated by `/` (a `..` component
+    /// is refused); empty for the root itself.
     pub path: Vec<u8>,
     /// Full mode: type bits (matching `kind`) and permission bits.
     pub mode: u32,
@@ -89,8 +92,7 @@ pub fn read_entries<W: Write + Send + 'static>(
     problems: &mut Problems,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Tree, BuildError> {
-    let norm = Normalizer::new(opts);
-    let excl = Excluder::new(&opts.exclude)?;
+    let mut b = TreeBuilder::new(opts, Absolute::Strip)?;
     let name = src.name();
     let shown = |p: &[u8]| match name.as_str() {
         "" => String::from_utf8_lossy(p).into_owned(),
@@ -100,67 +102,53 @@ pub fn read_entries<W: Write + Send + 'static>(
         path: shown(p),
         detail: d.to_string(),
     };
-    let mut tree = Tree::new(norm.meta(libc::S_IFDIR | 0o755, 0, 0, 0, 0));
-    // Directories by normalised path ("" is the root), and inodes by link key.
-    let mut dirs: HashMap<Vec<u8>, NodeId> = HashMap::from([(Vec::new(), 0)]);
-    let mut links: HashMap<u64, NodeId> = HashMap::new();
+    let refuse = |problems: &mut Problems, p: &[u8], why: &dyn std::fmt::Display| {
+        problems.handle(
+            Path::new(std::ffi::OsStr::from_bytes(shown(p).as_bytes())),
+            std::io::Error::other(why.to_string()),
+        )
+    };
     for entry in src.entries() {
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(BuildError::Interrupted);
         }
         let e = entry?;
-        let mut comps = Vec::new();
-        for c in e.path.split(|&b| b == b'/') {
-            match c {
-                b"" | b"." => {}
-                b".." => return Err(bad(&e.path, "path climbs out with '..'")),
-                c => comps.push(c),
-            }
-        }
-        let key = comps.join(&b'/');
         let ok_type = FileType::from_mode(e.mode).is_some_and(|t| e.kind.allows(t));
         if !ok_type {
             return Err(bad(&e.path, "mode does not match the entry's type"));
         }
-        let meta = norm.meta(e.mode, e.uid, e.gid, e.mtime_sec, e.mtime_nsec);
-        let xattrs = tree.intern_xattrs(XattrSet(e.xattrs));
-        let Some((leaf, parents)) = comps.split_last() else {
-            if !matches!(e.kind, EntryKind::Dir) {
-                return Err(bad(&e.path, "the root must be a directory"));
+        let p = match b.path(&e.path) {
+            Ok(p) => p,
+            Err(why) => {
+                refuse(problems, &e.path, &why)?;
+                continue;
             }
-            tree.set_meta(0, meta, xattrs);
-            continue;
         };
-        // The path and each ancestor, as a directory walk would match them.
-        let excluded = (1..=comps.len()).any(|n| {
-            let p = comps[..n].join(&b'/');
-            excl.excluded(Path::new(std::ffi::OsStr::from_bytes(&p)))
-        });
-        if excluded {
+        if b.excluded(&p) {
             continue;
         }
-        let Some(&parent) = dirs.get(&parents.join(&b'/')) else {
-            return Err(bad(&e.path, "comes before its directory"));
-        };
-        if let (Some(k), false) = (e.link, matches!(e.kind, EntryKind::Dir)) {
-            if let Some(&target) = links.get(&k) {
-                tree.link(parent, leaf, target);
+        let parent = b.parent(&p).map_err(|d| bad(&e.path, &d))?;
+        let is_dir = matches!(e.kind, EntryKind::Dir);
+        let link = e.link.filter(|_| !is_dir).map(LinkKey::Key);
+        if let Some(target) = link.as_ref().and_then(|k| b.linked(k)) {
+            if !p.is_root() {
+                b.link(parent, &p, target);
                 continue;
             }
         }
+        let meta = b.meta(e.mode, e.uid, e.gid, e.mtime_sec, e.mtime_nsec);
+        let xattrs = b.tree.intern_xattrs(XattrSet(e.xattrs));
+        if p.is_root() && !is_dir {
+            refuse(problems, &e.path, &"the root must be a directory")?;
+            continue;
+        }
         let kind = match e.kind {
-            EntryKind::Dir => {
-                if let Some(&d) = dirs.get(&key) {
-                    tree.set_meta(d, meta, xattrs);
-                    continue;
-                }
-                Kind::Dir(Box::default())
-            }
+            EntryKind::Dir => Kind::Dir(Box::default()),
             EntryKind::File(mut r) => {
                 // The node this file becomes.
-                let id = tree.nodes.len() as NodeId;
-                match packer.add_file(&mut r, None, &shown(&key), id) {
-                    Ok((size, range)) => tree.file_kind(size, range),
+                let id = b.tree.nodes.len() as NodeId;
+                match packer.add_file(&mut r, None, &shown(&p.joined()), id) {
+                    Ok((size, range)) => b.tree.file_kind(size, range),
                     Err(BuildError::Input { path, cause }) if opts.skip_errors => {
                         problems.handle(Path::new(&path), cause)?;
                         continue;
@@ -172,15 +160,9 @@ pub fn read_entries<W: Write + Send + 'static>(
             EntryKind::Device(d) => Kind::Device(d),
             EntryKind::Special => Kind::Special,
         };
-        let is_dir = matches!(kind, Kind::Dir(_));
-        let node = tree.node(meta, kind, xattrs);
-        let id = tree.add(parent, leaf, node);
-        if is_dir {
-            dirs.insert(key, id);
-        } else if let Some(k) = e.link {
-            links.insert(k, id);
+        if let Err(why) = b.put(parent, &p, meta, kind, xattrs, link) {
+            refuse(problems, &e.path, &why)?;
         }
     }
-    tree.finish();
-    Ok(tree)
+    Ok(b.finish())
 }

@@ -28,6 +28,7 @@ pub mod dict;
 pub mod entries;
 pub mod input;
 pub mod meta;
+pub mod normalize;
 pub mod options;
 pub mod order;
 pub mod pack;

@@ -1,74 +1,17 @@
 //! Scanning a directory into a [`Tree`] (attributes only; data is read later
-//! by [`crate::pack`] in packing order).
+//! by [`crate::pack`] in packing order): a walk that feeds a
+//! [`TreeBuilder`], which owns the rules (exclusions, attributes,
+//! hardlinks by `(dev, ino)`). A walk knows each entry's parent and never
+//! enters an excluded directory, so it adds entries by parent and name.
 
+use crate::normalize::{Absolute, LinkKey, TreeBuilder};
 use crate::options::{BuildError, BuildOptions};
 use crate::tree::{Kind, Meta, NodeId, Tree};
 use sheaf_format::XattrSet;
-use std::collections::HashMap;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-
-/// Turns attributes into [`Meta`] under the normalisation options.
-pub struct Normalizer {
-    owner: Option<(u32, u32)>,
-    mtime: Option<i64>,
-    clamp: Option<i64>,
-}
-
-impl Normalizer {
-    /// From build options.
-    pub fn new(o: &BuildOptions) -> Self {
-        Normalizer {
-            owner: o.owner,
-            mtime: o.mtime,
-            clamp: o.clamp_mtime,
-        }
-    }
-    /// Apply owner and mtime rules.
-    pub fn meta(&self, mode: u32, uid: u32, gid: u32, sec: i64, nsec: u32) -> Meta {
-        let (uid, gid) = self.owner.unwrap_or((uid, gid));
-        let (mut sec, mut nsec) = (sec, nsec);
-        if let Some(t) = self.mtime {
-            (sec, nsec) = (t, 0);
-        } else if let Some(c) = self.clamp.filter(|&c| sec > c) {
-            (sec, nsec) = (c, 0);
-        }
-        Meta {
-            mode,
-            uid,
-            gid,
-            mtime_sec: sec,
-            mtime_nsec: nsec,
-        }
-    }
-}
-
-/// Compiled `--exclude` patterns.
-pub struct Excluder(globset::GlobSet);
-
-impl Excluder {
-    /// Compile patterns; a bad pattern is an option error.
-    pub fn new(patterns: &[String]) -> Result<Self, BuildError> {
-        let mut b = globset::GlobSetBuilder::new();
-        for p in patterns {
-            let g = globset::GlobBuilder::new(p)
-                .literal_separator(false)
-                .build()
-                .map_err(|e| BuildError::Option(format!("bad --exclude pattern '{p}': {e}")))?;
-            b.add(g);
-        }
-        Ok(Excluder(
-            b.build().map_err(|e| BuildError::Option(e.to_string()))?,
-        ))
-    }
-    /// Whether a relative path (or its last component) is excluded.
-    pub fn excluded(&self, rel: &Path) -> bool {
-        !self.0.is_empty()
-            && (self.0.is_match(rel) || rel.file_name().is_some_and(|n| self.0.is_match(n)))
-    }
-}
 
 /// Read the extended attributes of `path` without following symlinks.
 pub fn read_xattrs(path: &Path) -> std::io::Result<XattrSet> {
@@ -166,8 +109,7 @@ pub fn scan_dir(
     problems: &mut Problems,
     skip: &[(u64, u64)],
 ) -> Result<Tree, BuildError> {
-    let norm = Normalizer::new(opts);
-    let excl = Excluder::new(&opts.exclude)?;
+    let mut b = TreeBuilder::new(opts, Absolute::Strip)?;
     let md = fs::symlink_metadata(root).map_err(|e| BuildError::Input {
         path: root.display().to_string(),
         cause: e,
@@ -178,18 +120,15 @@ pub fn scan_dir(
             detail: "not a directory or tar archive".into(),
         });
     }
-    let root_meta = meta_of(&norm, &md);
-    let mut tree = Tree::new(root_meta);
+    let root_meta = meta_of(&b, &md);
     let xattrs = match read_xattrs(root) {
-        Ok(x) => tree.intern_xattrs(x),
+        Ok(x) => b.tree.intern_xattrs(x),
         Err(e) => {
             problems.handle(root, e)?;
             0
         }
     };
-    tree.set_meta(0, root_meta, xattrs);
-    // (dev, ino) of files seen with nlink > 1, for hardlinks.
-    let mut seen: HashMap<(u64, u64), NodeId> = HashMap::new();
+    b.tree.set_meta(0, root_meta, xattrs);
     let mut stack: Vec<(NodeId, PathBuf)> = vec![(0, PathBuf::new())];
     while let Some((dir, rel)) = stack.pop() {
         let full = root.join(&rel);
@@ -218,7 +157,7 @@ pub fn scan_dir(
         names.sort();
         for name in names {
             let rel_child = rel.join(&name);
-            if excl.excluded(&rel_child) {
+            if b.excluded_rel(rel_child.as_os_str().as_bytes()) {
                 continue;
             }
             // `path` is for system calls, `shown` for messages.
@@ -235,11 +174,11 @@ pub fn scan_dir(
                 continue;
             }
             let bname = name.as_bytes();
-            if md.nlink() > 1 && !md.is_dir() {
-                if let Some(&target) = seen.get(&(md.dev(), md.ino())) {
-                    tree.link(dir, bname, target);
-                    continue;
-                }
+            // Files seen with nlink > 1 are hardlinks by (dev, ino).
+            let link = (md.nlink() > 1 && !md.is_dir()).then(|| LinkKey::Inode(md.dev(), md.ino()));
+            if let Some(target) = link.as_ref().and_then(|k| b.linked(k)) {
+                b.tree.link(dir, bname, target);
+                continue;
             }
             let kind = match md.mode() & libc::S_IFMT {
                 libc::S_IFDIR => Kind::Dir(Box::default()),
@@ -259,28 +198,24 @@ pub fn scan_dir(
                 _ => Kind::Special,
             };
             let xattrs = match read_xattrs(&path) {
-                Ok(x) => tree.intern_xattrs(x),
+                Ok(x) => b.tree.intern_xattrs(x),
                 Err(e) => {
                     problems.handle(&shown, e)?;
                     continue;
                 }
             };
             let is_dir = matches!(kind, Kind::Dir(_));
-            let node = tree.node(meta_of(&norm, &md), kind, xattrs);
-            let id = tree.add(dir, bname, node);
+            let id = b.add(dir, bname, meta_of(&b, &md), kind, xattrs, link);
             if is_dir {
                 stack.push((id, rel_child));
-            } else if md.nlink() > 1 {
-                seen.insert((md.dev(), md.ino()), id);
             }
         }
     }
-    tree.finish();
-    Ok(tree)
+    Ok(b.finish())
 }
 
-fn meta_of(norm: &Normalizer, md: &fs::Metadata) -> Meta {
-    norm.meta(
+fn meta_of(b: &TreeBuilder, md: &fs::Metadata) -> Meta {
+    b.meta(
         md.mode(),
         md.uid(),
         md.gid(),

@@ -1,16 +1,18 @@
 //! Reading a tar archive (plain, gzip, zstd, xz, bzip2) straight into a
 //! [`Tree`], feeding file data to the packer in archive order so the archive
-//! is never extracted and is read exactly once.
+//! is never extracted and is read exactly once. Entries feed a
+//! [`TreeBuilder`], which owns the rules for paths (`..`, absolute paths in
+//! a layer), exclusions, implicit parent directories, duplicates and
+//! hardlinks ([`crate::normalize`]); this module only decodes the archive.
 
 use crate::dict;
+use crate::normalize::{Absolute, TreeBuilder};
 use crate::options::{BuildError, BuildOptions};
 use crate::pack::Packer;
-use crate::scan::{Excluder, Normalizer, Problems};
-use crate::tree::{Kind, Meta, NodeId, Tree};
+use crate::scan::Problems;
+use crate::tree::{Kind, NodeId, Tree};
 use sheaf_format::XattrSet;
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use tar::EntryType;
 
@@ -29,53 +31,6 @@ pub fn decompressor<'a>(r: impl Read + 'a) -> std::io::Result<Box<dyn Read + 'a>
     } else {
         Box::new(br)
     })
-}
-
-/// Split an archive path into safe components; `None` if it climbs out (`..`).
-fn components(p: &[u8]) -> Option<Vec<&[u8]>> {
-    let mut v = Vec::new();
-    for c in p.split(|&b| b == b'/') {
-        match c {
-            b"" | b"." => {}
-            b".." => return None,
-            c => v.push(c),
-        }
-    }
-    Some(v)
-}
-
-struct TarTree {
-    tree: Tree,
-    dirs: HashMap<Vec<u8>, NodeId>,
-    implicit: Meta,
-}
-
-impl TarTree {
-    /// The directory for `comps`, creating missing ones with default attributes.
-    fn dir(&mut self, comps: &[&[u8]]) -> Result<NodeId, String> {
-        let mut cur = 0;
-        let mut path = Vec::new();
-        for c in comps {
-            path.push(b'/');
-            path.extend_from_slice(c);
-            cur = match self.dirs.get(&path) {
-                Some(&d) => d,
-                None => {
-                    if self.tree.child(cur, c).is_some() {
-                        return Err(format!(
-                            "{} is not a directory",
-                            String::from_utf8_lossy(&path[1..])
-                        ));
-                    }
-                    let node = self.tree.node(self.implicit, Kind::Dir(Box::default()), 0);
-                    let d = self.tree.add(cur, c, node);
-                    self.dirs.insert(path.clone(), d);
-                    d
-                }
-            };
-        }
-        Ok(cur)
-    }
 }
 
 /// Parse a PAX time value `SEC[.FRAC]`.
@@ -200,8 +155,12 @@ fn read_entries<W: Write + Send + 'static>(
     problems: &mut Problems,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Tree, BuildError> {
-    let norm = Normalizer::new(opts);
-    let excl = Excluder::new(&opts.exclude)?;
+    let absolute = if layer {
+        Absolute::Refuse
+    } else {
+        Absolute::Strip
+    };
+    let mut t = TreeBuilder::new(opts, absolute)?;
     let bad = |d: String| BuildError::BadInput {
         path: name.to_string(),
         detail: d,
@@ -209,12 +168,6 @@ fn read_entries<W: Write + Send + 'static>(
     let io = |e: std::io::Error| BuildError::Input {
         path: name.to_string(),
         cause: e,
-    };
-    let implicit = norm.meta(libc::S_IFDIR | 0o755, 0, 0, 0, 0);
-    let mut t = TarTree {
-        tree: Tree::new(implicit),
-        dirs: HashMap::new(),
-        implicit,
     };
     let mut ar = tar::Archive::new(input);
     let mut count = 0u64;
@@ -240,34 +193,14 @@ fn read_entries<W: Write + Send + 'static>(
             path = v.clone();
         }
         let shown = String::from_utf8_lossy(&path).into_owned();
-        if layer && path.starts_with(b"/") {
-            problems.handle(
-                Path::new(&shown),
-                std::io::Error::other("absolute path in an image layer"),
-            )?;
-            continue;
-        }
-        let Some(comps) = components(&path) else {
-            problems.handle(
-                Path::new(&shown),
-                std::io::Error::other("path climbs out of the archive with '..'"),
-            )?;
-            continue;
+        let comps = match t.path(&path) {
+            Ok(p) => p,
+            Err(why) => {
+                problems.handle(Path::new(&shown), std::io::Error::other(why.to_string()))?;
+                continue;
+            }
         };
-        // Match the normalised path and every ancestor, as a directory walk would.
-        let mut rel = Vec::new();
-        let mut excluded = false;
-        for c in &comps {
-            if !rel.is_empty() {
-                rel.push(b'/');
-            }
-            rel.extend_from_slice(c);
-            if excl.excluded(Path::new(std::ffi::OsStr::from_bytes(&rel))) {
-                excluded = true;
-                break;
-            }
-        }
-        if excluded {
+        if t.excluded(&comps) {
             continue;
         }
         let h = e.header().clone();
@@ -317,31 +250,28 @@ fn read_entries<W: Write + Send + 'static>(
             EntryType::Fifo => libc::S_IFIFO,
             _ => continue, // PAX/GNU meta entries are consumed by the tar crate
         };
-        let meta = norm.meta(ifmt | perm, uid, gid, sec, nsec);
+        let meta = t.meta(ifmt | perm, uid, gid, sec, nsec);
         let xattrs = t.tree.intern_xattrs(XattrSet(xattrs));
-        if comps.is_empty() {
-            if etype == EntryType::Directory {
-                t.tree.set_meta(0, meta, xattrs);
-            }
+        if comps.is_root() && etype != EntryType::Directory {
+            problems.handle(
+                Path::new(&shown),
+                std::io::Error::other("the root must be a directory"),
+            )?;
             continue;
         }
-        let (leaf, parents) = comps.split_last().expect("non-empty");
-        let parent = t.dir(parents).map_err(bad)?;
-        let mut node = t.tree.node(meta, Kind::Special, xattrs);
+        let parent = t.parent(&comps).map_err(bad)?;
+        let mut kind = Kind::Special;
         match etype {
             EntryType::Directory => {
-                let mut key = Vec::new();
-                for c in &comps {
-                    key.push(b'/');
-                    key.extend_from_slice(c);
-                }
-                if let Some(&d) = t.dirs.get(&key) {
-                    t.tree.set_meta(d, meta, xattrs);
-                } else {
-                    let node = t.tree.node(meta, Kind::Dir(Box::default()), xattrs);
-                    let d = t.tree.add(parent, leaf, node);
-                    t.dirs.insert(key, d);
-                }
+                t.put(
+                    parent,
+                    &comps,
+                    meta,
+                    Kind::Dir(Box::default()),
+                    xattrs,
+                    None,
+                )
+                .expect("a directory");
                 continue;
             }
             EntryType::Link => {
@@ -349,15 +279,8 @@ fn read_entries<W: Write + Send + 'static>(
                     .link_name_bytes()
                     .map(|c| c.into_owned())
                     .unwrap_or_default();
-                let found = components(&target).and_then(|tc| {
-                    let (tl, tp) = tc.split_last()?;
-                    let d = t.dir(tp).ok()?;
-                    t.tree.child(d, tl)
-                });
-                match found {
-                    Some(target) if !matches!(t.tree.nodes[target as usize].kind, Kind::Dir(_)) => {
-                        t.tree.link(parent, leaf, target)
-                    }
+                match t.linked_path(&target) {
+                    Some(target) if !comps.is_root() => t.link(parent, &comps, target),
                     _ => problems.handle(
                         Path::new(&shown),
                         std::io::Error::other(format!(
@@ -373,12 +296,12 @@ fn read_entries<W: Write + Send + 'static>(
                     .link_name_bytes()
                     .map(|c| c.into_owned())
                     .unwrap_or_default();
-                node.kind = Kind::Symlink(target.into());
+                kind = Kind::Symlink(target.into());
             }
             EntryType::Char | EntryType::Block => {
                 let major = h.device_major().ok().flatten().unwrap_or(0);
                 let minor = h.device_minor().ok().flatten().unwrap_or(0);
-                node.kind = Kind::Device(libc::makedev(major, minor));
+                kind = Kind::Device(libc::makedev(major, minor));
             }
             EntryType::Fifo => {}
             _ => {
@@ -398,7 +321,8 @@ fn read_entries<W: Write + Send + 'static>(
                         e.read_to_end(&mut held.data).map_err(io)?;
                         // Its kind is set when it is packed (HeldBack::release).
                         held.files.push((id, held.data.len() as u32));
-                        t.tree.add(parent, leaf, node);
+                        t.put(parent, &comps, meta, kind, xattrs, None)
+                            .expect("not the root");
                         if held.full() {
                             held.release(packer, &mut t.tree, pack_size, name)?;
                         }
@@ -406,18 +330,17 @@ fn read_entries<W: Write + Send + 'static>(
                     }
                     (None, _) => packer.add_file(&mut e, None, &what, id)?,
                 };
-                node.kind = t.tree.file_kind(size, range);
+                kind = t.tree.file_kind(size, range);
             }
         }
-        t.tree.add(parent, leaf, node);
+        t.put(parent, &comps, meta, kind, xattrs, None)
+            .expect("not the root");
     }
     held.release(packer, &mut t.tree, pack_size, name)?;
     if count == 0 && !layer {
         return Err(bad("empty or not a tar archive".into()));
     }
-    let mut tree = t.tree;
-    tree.finish();
-    Ok(tree)
+    Ok(t.finish())
 }
 
 /// Expands a PAX 1.0 sparse member: a text map (`count\n` then `offset\n

@@ -614,3 +614,42 @@ fn exclude_applies_to_archive_input_as_to_directories() {
         "tar input is filtered differently from the same tree as a directory"
     );
 }
+
+/// A non-directory at the archive's root (`./` as a file) is refused, as
+/// from an entry list (normalize.rs): it once was ignored silently.
+/// `--skip-errors` lists it and builds the rest.
+#[test]
+fn a_non_directory_root_entry_is_refused() {
+    let t = tmpdir();
+    let a = t.path().join("root-file.tar");
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, data) in [("./", &b"not a dir"[..]), ("./kept", &b"kept"[..])] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(0o644);
+        h.set_size(data.len() as u64);
+        b.append_data(&mut h, path, data).unwrap();
+    }
+    fs::write(&a, b.into_inner().unwrap()).unwrap();
+    let img = t.path().join("root-file.sheaf");
+    let o = run_cmd(cmd().arg("build").arg(&a).arg("-o").arg(&img));
+    o.no_panic();
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert!(
+        o.one_err_line().contains("the root must be a directory"),
+        "{}",
+        o.describe()
+    );
+    assert!(!img.exists());
+    let o = run_cmd(
+        cmd()
+            .arg("build")
+            .arg(&a)
+            .arg("-o")
+            .arg(&img)
+            .arg("--skip-errors"),
+    );
+    assert_eq!(o.code, 0, "{}", o.describe());
+    let o = run_cmd(cmd().arg("cat").arg(&img).arg("kept"));
+    assert_eq!(o.stdout, b"kept", "{}", o.describe());
+}

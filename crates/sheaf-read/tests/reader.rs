@@ -445,7 +445,11 @@ fn reads_through_a_scratch_block_equal_the_files_in_any_order() {
     let img = Image::open(Arc::new(MemSource::new(bytes, "x"))).unwrap();
     let want = |i: usize| format!("file {i}\n").repeat(i % 50).into_bytes();
     let path = |i: usize| {
-        let sub = if i.is_multiple_of(3) { "sub" } else { "sub/deeper" };
+        let sub = if i.is_multiple_of(3) {
+            "sub"
+        } else {
+            "sub/deeper"
+        };
         format!("{sub}/f{i:06}.txt")
     };
     let read = |i: usize, s: &mut sheaf_read::BlockScratch, from: u64| {
