@@ -270,6 +270,14 @@ fn unmount_all(dir: &Path) {
 
 #[test]
 fn containerd_starts_imported_images_lazily_and_falls_back_per_layer() {
+    run_scenario(scenario);
+}
+
+/// Run `scenario` in a temporary directory when containerd, a registry,
+/// skopeo, runc and grpcio are here (else the missing one fails the test),
+/// with the snapshotter's log shown on failure and every mount it left
+/// undone.
+fn run_scenario(scenario: fn(&Path)) {
     if !mounts_allowed()
         || !have("docker-registry")
         || !have("skopeo")
@@ -307,32 +315,7 @@ fn containerd_starts_imported_images_lazily_and_falls_back_per_layer() {
 /// wrote there, and containerd runs the image on them, lazily.
 #[test]
 fn containerd_runs_an_image_lazily_from_a_repository_in_a_bucket() {
-    if !mounts_allowed()
-        || !have("docker-registry")
-        || !have("skopeo")
-        || !have("containerd")
-        || !prerequisite(
-            Command::new(PY)
-                .args(["-c", "import grpc"])
-                .status()
-                .is_ok_and(|s| s.success()),
-            "python3-grpcio",
-        )
-    {
-        return;
-    }
-    let t = tmpdir();
-    let r = std::panic::catch_unwind(|| s3_scenario(t.path()));
-    if r.is_err() {
-        eprintln!(
-            "snapshotter log:\n{}",
-            common::servers::tail(&t.path().join("snapshotter.log"), 30)
-        );
-    }
-    unmount_all(t.path());
-    if let Err(e) = r {
-        std::panic::resume_unwind(e);
-    }
+    run_scenario(s3_scenario);
 }
 
 fn s3_scenario(t: &Path) {

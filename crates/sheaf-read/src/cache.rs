@@ -106,29 +106,21 @@ impl Cache {
     /// The length of the value held for `key` (a block's prefix, perhaps),
     /// if any; does not touch the LRU order.
     pub fn held_len(&self, key: &Digest) -> Option<usize> {
-        let slot = self
-            .inner
-            .lock()
-            .expect("cache lock")
-            .map
-            .get(key)?
-            .slot
-            .clone();
-        slot.held().map(|d| d.len())
+        self.held(key).map(|d| d.len())
+    }
+
+    /// The value held for `key`, if any; does not touch the LRU order.
+    fn held(&self, key: &Digest) -> Option<Value> {
+        let inner = self.inner.lock().expect("cache lock");
+        let slot = inner.map.get(key)?.slot.clone();
+        drop(inner);
+        slot.held()
     }
 
     /// The value held for `key` (a block's prefix, perhaps), if any, as a
     /// hit; does not touch the LRU order.
     pub fn peek(&self, key: &Digest) -> Option<Value> {
-        let slot = self
-            .inner
-            .lock()
-            .expect("cache lock")
-            .map
-            .get(key)?
-            .slot
-            .clone();
-        let v = slot.held()?;
+        let v = self.held(key)?;
         self.stats.hits.fetch_add(1, Ordering::Relaxed);
         Some(v)
     }
