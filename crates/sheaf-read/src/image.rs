@@ -582,26 +582,26 @@ impl Image {
     ) -> Result<(Arc<Vec<u8>>, u32), ReadError> {
         let r = self.block_ref(id)?;
         let what = || format!("data block {id}");
-        // Decoding part of a block pays only where its stored bytes can be
-        // had again cheaply (a local image, a node cache); else a later read
-        // would fetch them twice.
-        let partial = self.src.local() || self.store.is_some();
-        let need = if partial {
-            end.min(r.ulen as usize)
-        } else {
-            r.ulen as usize
-        };
+        let need = self.block_need(&r, end);
         let b = self
             .blocks
             .get_or_load_min(&r.key(), need, need, |buf, prior| {
-                let upto = match prior {
-                    None => need,
-                    Some(p) if start <= p => usize::MAX,
-                    Some(p) => need.max(2 * p),
-                };
+                let upto = decode_upto(start, need, prior);
                 self.load_ref_into(&r, self.sb.block_size, &what, buf, upto)
             })?;
         Ok((b, r.ulen))
+    }
+
+    /// How much of block `r` a read that ends at `end` needs decoded. Part
+    /// of a block pays only where its stored bytes can be had again cheaply
+    /// (a local image, a node cache); else a later read would fetch them
+    /// twice, so the whole.
+    fn block_need(&self, r: &BlockRef, end: usize) -> usize {
+        if self.src.local() || self.store.is_some() {
+            end.min(r.ulen as usize)
+        } else {
+            r.ulen as usize
+        }
     }
 
     /// Whether data block `id` is held in the block cache only as a prefix
@@ -744,7 +744,7 @@ impl Image {
     ) -> Result<(Arc<Vec<u8>>, u32), ReadError> {
         let r = self.block_ref(id)?;
         let key = r.key();
-        let need = end.min(r.ulen as usize);
+        let need = self.block_need(&r, end);
         let prior = (scratch.key == Some(key)).then(|| scratch.bytes.len());
         if prior.is_some_and(|p| p >= need) {
             return Ok((scratch.bytes.clone(), r.ulen));
@@ -752,13 +752,7 @@ impl Image {
         if let Some(b) = self.blocks.peek(&key).filter(|b| b.len() >= need) {
             return Ok((b, r.ulen));
         }
-        let partial = self.src.local() || self.store.is_some();
-        let upto = match prior {
-            _ if !partial => usize::MAX,
-            None => need,
-            Some(p) if start <= p => usize::MAX,
-            Some(p) => need.max(2 * p),
-        };
+        let upto = decode_upto(start, need, prior);
         // The buffer back from the last piece (the sink has let it go),
         // or a new one if a caller still holds it.
         let mut buf = Arc::get_mut(&mut scratch.bytes)
@@ -835,6 +829,19 @@ impl Image {
             sink(Piece::Zeros((end - done) as usize));
         }
         Ok(want)
+    }
+}
+
+/// How far to decode a block a read needs up to `need` of (from `start`),
+/// `prior` bytes of it having been decoded before: just `need` the first
+/// time; whole when the read starts inside the prefix (reading on: one more
+/// decode, not one per piece); else at least twice as far as before (a few
+/// decodes, together at most about twice the whole).
+fn decode_upto(start: usize, need: usize, prior: Option<usize>) -> usize {
+    match prior {
+        None => need,
+        Some(p) if start <= p => usize::MAX,
+        Some(p) => need.max(2 * p),
     }
 }
 
