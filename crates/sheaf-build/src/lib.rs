@@ -34,6 +34,7 @@ pub mod order;
 pub mod pack;
 pub mod rewrite;
 pub mod scan;
+pub mod similar;
 pub mod stack_input;
 pub mod tar_input;
 pub mod tree;
@@ -285,6 +286,10 @@ pub fn build(
         progress.clone(),
     );
     packer.set_pack_size(opts.pack_block_size());
+    packer.set_references(
+        usize::try_from(opts.ref_window).unwrap_or(usize::MAX),
+        &opts.compression,
+    );
     if let Some(b) = &base {
         packer.set_base(&b.image, &b.refs);
         // New packs share PREV's dictionary: copied packs name it anyway,
@@ -345,7 +350,7 @@ pub fn build(
         )?,
     };
     let copied = packer.copied_blocks;
-    let (mut out, block_refs, chunks, dicts) = packer.finish()?;
+    let (mut out, block_refs, chunks, dicts, ref_bases) = packer.finish()?;
     if let Some(r) = &mut base_report {
         (r.copied_blocks, r.copied_stored_bytes) = copied;
     }
@@ -433,8 +438,10 @@ pub fn build(
     };
     let (by_type, hardlinks) = stats;
     let mut codecs = std::collections::BTreeMap::<&str, u64>::new();
+    let mut codec_bytes = std::collections::BTreeMap::<String, u64>::new();
     for r in &block_refs {
         *codecs.entry(r.codec.name()).or_default() += 1;
+        *codec_bytes.entry(r.codec.name().to_string()).or_default() += r.clen as u64;
     }
     use sheaf_format::build_info::{BaseInfo, BuildInfo, BuildStats, DictionaryInfo};
     let info = BuildInfo {
@@ -454,6 +461,7 @@ pub fn build(
                     .map(|(c, n)| (c.to_string(), n))
                     .collect(),
             ),
+            stored_by_codec: Some(codec_bytes),
             xattr_sets: Some(xattr_sets as u64),
         }),
         builder: Some(format!("sheaf {}", env!("CARGO_PKG_VERSION"))),
@@ -467,6 +475,8 @@ pub fn build(
         exclude: Some(opts.exclude.clone()),
         order: Some(opts.order.name().to_string()),
         group_blocks: Some(opts.group_blocks),
+        ref_window: Some(opts.ref_window),
+        ref_blocks: Some(ref_bases_count(&block_refs)),
         // Provenance only: which image the unchanged files' blocks came from.
         base: base.as_ref().map(|b| BaseInfo {
             root: sheaf_format::hex(&b.image.root_digest()),
@@ -491,6 +501,12 @@ pub fn build(
             // Required: an image whose blocks name dictionaries cannot be
             // read without them.
             (SectionKind::Dictionaries, SECTION_FLAG_REQUIRED, dict_bytes),
+            // Required likewise: reference blocks need their bases.
+            (
+                SectionKind::RefBases,
+                SECTION_FLAG_REQUIRED,
+                sheaf_format::reference::encode_section(&ref_bases),
+            ),
             (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
         ],
     )?;
@@ -506,6 +522,13 @@ pub fn build(
         skipped: problems.skipped,
         base: base_report,
     })
+}
+
+/// How many of `refs` are reference blocks (format.md §7.2).
+fn ref_bases_count(refs: &[sheaf_format::BlockRef]) -> u64 {
+    refs.iter()
+        .filter(|r| r.codec == sheaf_format::Codec::ZstdRef)
+        .count() as u64
 }
 
 /// Write the sections (empty ones are left out), the section table and the

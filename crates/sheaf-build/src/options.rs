@@ -148,7 +148,15 @@ pub struct BuildOptions {
     /// the block size, instead of getting one each ([`crate::pack::Packer::set_group`]).
     /// Directory input only.
     pub group_blocks: bool,
+    /// Bytes of recent blocks the builder holds as possible bases of
+    /// reference blocks (format.md §7.2, [`crate::similar`]); 0 makes none.
+    /// zstd only.
+    pub ref_window: u64,
 }
+
+/// Default [`BuildOptions::ref_window`]: 128 MiB, the versions of a large
+/// library (tree V's OpenBLAS builds are 22-36 MiB each) with room to spare.
+pub const DEFAULT_REF_WINDOW: u64 = 128 << 20;
 
 /// Default [`BuildOptions::base_max_stale_pct`]: a fifth (docs/build.md).
 pub const DEFAULT_BASE_MAX_STALE_PCT: u8 = 20;
@@ -197,6 +205,7 @@ impl Default for BuildOptions {
             labels: Default::default(),
             order: Default::default(),
             group_blocks: true,
+            ref_window: DEFAULT_REF_WINDOW,
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct Parts {
     pub blocks: Vec<BlockRef>,
     /// Build information JSON to carry over (may be empty).
     pub build_info: Vec<u8>,
+    /// The reference-base section's entries (block ids stay the same).
+    pub ref_bases: Vec<sheaf_format::reference::Base>,
 }
 
 /// Write `parts` to `output` with the blocks in `first` placed first (in
@@ -121,6 +123,11 @@ pub fn rewrite(
             (SectionKind::BuildInfo, 0, parts.build_info),
             (SectionKind::Prefetch, 0, prefetch),
             (SectionKind::Dictionaries, SECTION_FLAG_REQUIRED, dict_bytes),
+            (
+                SectionKind::RefBases,
+                SECTION_FLAG_REQUIRED,
+                sheaf_format::reference::encode_section(&parts.ref_bases),
+            ),
             (SectionKind::Superblock, SECTION_FLAG_REQUIRED, sb.encode()),
         ],
     )?;

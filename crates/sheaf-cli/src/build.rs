@@ -96,6 +96,12 @@ pub struct ImageArgs {
     /// next is another version of it. For measurements.
     #[arg(long, hide = true)]
     no_group_blocks: bool,
+    /// Memory for recent blocks that later blocks may be compressed
+    /// against (a new version of a library then costs about what changed;
+    /// a read of such a block decodes its base too). 0 turns it off.
+    /// zstd only.
+    #[arg(long, default_value = "128M", value_name = "SIZE")]
+    ref_window: String,
     /// Metadata page size, a power of two from 4K to 1M.
     #[arg(long, default_value = "64K", value_name = "SIZE", hide = true)]
     page_size: String,
@@ -176,6 +182,9 @@ impl ImageArgs {
             order: sheaf_build::order::PackOrder::parse(&self.order)
                 .map_err(|e| anyhow::anyhow!("--order: {e}"))?,
             group_blocks: !self.no_group_blocks,
+            ref_window: parse_size(&self.ref_window)
+                .map(u64::from)
+                .map_err(|e| anyhow::anyhow!("--ref-window: {e}"))?,
         })
     }
 }

@@ -102,9 +102,18 @@ pub fn info(
         .as_ref()
         .map(|m| {
             m.iter()
-                .map(|(k, n)| match k.as_str() {
-                    "none" => format!("{n} stored raw"),
-                    _ => format!("{n} {k}"),
+                .map(|(k, n)| {
+                    // With the bytes they take, where the image recorded it.
+                    let bytes = v
+                        .stored_by_codec
+                        .as_ref()
+                        .and_then(|b| b.get(k))
+                        .map(|b| format!(" ({})", human(*b)))
+                        .unwrap_or_default();
+                    match k.as_str() {
+                        "none" => format!("{n} stored raw{bytes}"),
+                        _ => format!("{n} {k}{bytes}"),
+                    }
                 })
                 .collect::<Vec<_>>()
                 .join(", ")

@@ -287,6 +287,7 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
         streams,
         blocks,
         build_info: info.encode(),
+        ref_bases: img.ref_bases().to_vec(),
     };
     let stored = |_id: u32, r: &sheaf_format::BlockRef| {
         let obj = img.object(r, sb.block_size).map_err(|e| e.to_string())?;

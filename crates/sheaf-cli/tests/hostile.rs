@@ -51,6 +51,7 @@ fn craft(img: &Path, out: &Path, edit: impl Fn(&mut [Vec<u8>; 5], &Superblock)) 
         streams,
         blocks,
         build_info: Vec::new(),
+        ref_bases: im.ref_bases().to_vec(),
     };
     let stored = |_id: u32, r: &sheaf_format::BlockRef| {
         let obj = im.object(r, sb.block_size).map_err(|e| e.to_string())?;

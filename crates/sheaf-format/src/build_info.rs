@@ -59,6 +59,13 @@ pub struct BuildInfo {
     /// Metadata page size.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub page_size: Option<u32>,
+    /// How many data blocks are reference blocks (format.md §7.2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ref_blocks: Option<u64>,
+    /// `--ref-window`: bytes of recent blocks held as possible bases of
+    /// reference blocks (0: none made).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ref_window: Option<u64>,
     /// What the build counted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<BuildStats>,
@@ -90,6 +97,9 @@ pub struct BuildStats {
     /// File data that is holes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hole_bytes: Option<u64>,
+    /// Stored bytes of data blocks per codec name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_by_codec: Option<BTreeMap<String, u64>>,
     /// Distinct extended-attribute sets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xattr_sets: Option<u64>,
@@ -167,12 +177,15 @@ mod tests {
             owner: None,
             pack_size: Some(4096),
             page_size: Some(65536),
+            ref_blocks: Some(2),
+            ref_window: Some(1 << 27),
             stats: Some(BuildStats {
                 blocks_by_codec: Some([("zstd".to_string(), 2)].into()),
                 dedup_bytes: Some(1),
                 entries_by_type: Some([("file".to_string(), 2)].into()),
                 hardlinked_inodes: Some(0),
                 hole_bytes: Some(0),
+                stored_by_codec: Some([("zstd".to_string(), 9)].into()),
                 xattr_sets: Some(0),
             }),
             other: BTreeMap::new(),

@@ -60,10 +60,16 @@ impl Dictionary {
     }
 }
 
-/// Where a decoder finds the dictionary a block names.
+/// Where a decoder finds what a block names besides its own bytes: the
+/// dictionary of a codec-4 block, the base of a codec-6 block.
 pub trait DictLookup {
     /// The dictionary with this digest, if known.
     fn dictionary(&self, digest: &Digest) -> Option<Arc<Dictionary>>;
+    /// The uncompressed bytes of the reference base whose content has this
+    /// digest (format.md §7.2). The decoder checks them against it.
+    fn reference(&self, digest: &Digest) -> Result<Arc<Vec<u8>>, FormatError> {
+        Err(FormatError::MissingReference(crate::hex(digest)))
+    }
 }
 
 /// No dictionaries: a block that needs one fails to decode.

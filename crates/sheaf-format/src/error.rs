@@ -35,6 +35,10 @@ pub enum FormatError {
         "block compressed with dictionary {0}, which neither the image nor its object store holds"
     )]
     MissingDictionary(String),
+    /// A reference block names a base the image does not list (format.md
+    /// §7.2), or the base could not be read (the detail says why).
+    #[error("reference block's base {0} is not available")]
+    MissingReference(String),
     /// A compressed payload failed to decode.
     #[error("cannot decompress {codec} data: {detail}")]
     Decompress {

@@ -149,6 +149,9 @@ pub enum SectionKind {
     /// Compression dictionaries blocks may name (`crate::dict`). Written
     /// required: an image that has them has blocks that need them.
     Dictionaries,
+    /// Which blocks reference blocks may be compressed against, by content
+    /// digest (`crate::reference`). Written required.
+    RefBases,
     /// A kind this reader does not know.
     Other(u32),
 }
@@ -161,6 +164,7 @@ impl SectionKind {
             SectionKind::BuildInfo => 2,
             SectionKind::Prefetch => 3,
             SectionKind::Dictionaries => 4,
+            SectionKind::RefBases => 5,
             SectionKind::Other(n) => n,
         }
     }
@@ -171,6 +175,7 @@ impl SectionKind {
             2 => SectionKind::BuildInfo,
             3 => SectionKind::Prefetch,
             4 => SectionKind::Dictionaries,
+            5 => SectionKind::RefBases,
             n => SectionKind::Other(n),
         }
     }

@@ -22,6 +22,7 @@ pub mod error;
 pub mod layers;
 pub mod layout;
 pub mod records;
+pub mod reference;
 pub mod remote;
 pub mod signatures;
 pub mod superblock;

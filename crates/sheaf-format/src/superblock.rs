@@ -94,16 +94,24 @@ pub struct StreamDesc {
 /// naming the feature.
 pub const REQ_STORED_DIGESTS: u64 = 1 << 0;
 
+/// Required feature: reference blocks (codec 6, format.md §7.2), which
+/// decode against another block of the image that the reference-base
+/// section names.
+pub const REQ_REF_BLOCKS: u64 = 1 << 1;
+
 /// Required-feature bits known to this version (a reader refuses others).
-pub const KNOWN_REQUIRED_FEATURES: u64 = REQ_STORED_DIGESTS;
+pub const KNOWN_REQUIRED_FEATURES: u64 = REQ_STORED_DIGESTS | REQ_REF_BLOCKS;
 
 /// The required features an image whose data blocks are `refs` has.
 pub fn required_features_for(refs: &[crate::BlockRef]) -> u64 {
+    let mut f = 0;
     if refs.iter().any(|r| r.codec.names_stored()) {
-        REQ_STORED_DIGESTS
-    } else {
-        0
+        f |= REQ_STORED_DIGESTS;
     }
+    if refs.iter().any(|r| r.codec == crate::Codec::ZstdRef) {
+        f |= REQ_REF_BLOCKS;
+    }
+    f
 }
 
 /// Optional feature: no inode of the image carries an xattr set. A reader
@@ -115,6 +123,7 @@ pub const OPT_NO_XATTRS: u64 = 1 << 0;
 fn feature_name(bit: u32) -> String {
     match bit {
         0 => "stored-digests (data blocks named by their stored bytes)".into(),
+        1 => "reference blocks (data blocks compressed against another block)".into(),
         _ => format!("feature bit {bit}"),
     }
 }

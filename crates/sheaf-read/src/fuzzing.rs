@@ -57,13 +57,13 @@ pub fn codecs(data: &[u8]) {
         // Codec 4 finds its dictionary when the input names this one's
         // digest (a seed does), so frames decoded with a real dictionary
         // are explored, not only the lookup failure.
-        let dicts = fuzz_dicts();
-        let _ = c.decompress_with(&data[2..], ulen, &mut out, &dicts.as_slice());
+        let dicts = FuzzLookup(fuzz_dicts());
+        let _ = c.decompress_with(&data[2..], ulen, &mut out, &dicts);
         // The partial decode a read of part of a block does, to a length
         // the input picks: it must end with an error or a prefix of at
         // most `ulen` bytes.
         let end = (data[1] as usize * 37) % (ulen + 1);
-        if c.decompress_prefix(&data[2..], ulen, end, &mut out, &dicts.as_slice())
+        if c.decompress_prefix(&data[2..], ulen, end, &mut out, &dicts)
             .is_ok()
         {
             assert!(
@@ -73,6 +73,37 @@ pub fn codecs(data: &[u8]) {
             );
         }
     }
+}
+
+/// What [`codecs`] decodes with: [`fuzz_dicts`], and [`fuzz_base`] as the
+/// base of codec-6 blocks that name its digest (a seed does) and of those
+/// that name another (so the decoder's check of the base is reached too).
+pub struct FuzzLookup(pub Vec<Arc<sheaf_format::Dictionary>>);
+
+impl sheaf_format::DictLookup for FuzzLookup {
+    fn dictionary(&self, d: &sheaf_format::Digest) -> Option<Arc<sheaf_format::Dictionary>> {
+        self.0.as_slice().dictionary(d)
+    }
+    fn reference(
+        &self,
+        _: &sheaf_format::Digest,
+    ) -> Result<Arc<Vec<u8>>, sheaf_format::FormatError> {
+        Ok(fuzz_base())
+    }
+}
+
+/// A fixed base for [`codecs`]' reference blocks: 64 KiB of text.
+pub fn fuzz_base() -> Arc<Vec<u8>> {
+    static B: std::sync::OnceLock<Arc<Vec<u8>>> = std::sync::OnceLock::new();
+    B.get_or_init(|| {
+        Arc::new(
+            (0..65536u32)
+                .flat_map(|i| format!("line {i} of the base\n").into_bytes())
+                .take(65536)
+                .collect(),
+        )
+    })
+    .clone()
 }
 
 /// A fixed dictionary for [`codecs`]: raw content, which zstd accepts.
@@ -181,6 +212,24 @@ mod tests {
             )
             .unwrap();
         assert_eq!(out.len(), 4096);
+    }
+
+    /// The kept seed for codec 6 names [`super::fuzz_base`] and decodes
+    /// against it, whole and in part.
+    #[test]
+    fn the_reference_seed_decodes_against_the_fuzz_base() {
+        let seed = include_bytes!("../../../fuzz/seeds/codecs/zstd-ref-frame");
+        assert_eq!(seed[0], sheaf_format::Codec::ZstdRef as u8);
+        let ulen = (seed[1] as usize) << 10;
+        let lookup = super::FuzzLookup(super::fuzz_dicts());
+        let mut out = Vec::new();
+        sheaf_format::Codec::ZstdRef
+            .decompress_with(&seed[2..], ulen, &mut out, &lookup)
+            .unwrap();
+        let mut want = super::fuzz_base().to_vec();
+        want[100..110].copy_from_slice(b"0123456789");
+        assert_eq!(out, want);
+        super::codecs(seed);
     }
 
     /// The kept seed for codec 5 is a whole frame: the fuzzer starts from

@@ -105,6 +105,10 @@ pub struct Image {
     /// Dictionaries not in the section that objects from a shared store or
     /// repository named, found as objects by their digest.
     foreign: std::sync::Mutex<Vec<Arc<Dictionary>>>,
+    /// The reference-base section: which block holds the content a
+    /// reference block names (format.md §7.2).
+    bases: Vec<sheaf_format::reference::Base>,
+    bases_by_digest: std::collections::HashMap<Digest, u32>,
 }
 
 /// The text signed for an image with root digest `root`.
@@ -245,6 +249,7 @@ impl Image {
             };
         let mut sb = None;
         let mut dicts = None;
+        let mut bases_bytes = None;
         for s in &sections {
             match s.kind {
                 SectionKind::Dictionaries => {
@@ -258,6 +263,17 @@ impl Image {
                     }
                     dicts =
                         Some(dict::decode_section(&b).map_err(|e| fmt("dictionary section", e))?);
+                }
+                SectionKind::RefBases => {
+                    if bases_bytes.is_some() {
+                        return Err(fmt(
+                            "section table",
+                            FormatError::invalid("section table", "two reference-base sections"),
+                        ));
+                    }
+                    // At most one entry per block (checked with the count below).
+                    let max = 4 + (u32::MAX as usize) * sheaf_format::reference::BASE_ENTRY_LEN;
+                    bases_bytes = Some(load(s, max, "reference-base section")?);
                 }
                 SectionKind::Superblock => {
                     let b = load(s, 1 << 20, "superblock")?;
@@ -278,6 +294,12 @@ impl Image {
                 FormatError::invalid("section table", "no superblock"),
             )
         })?;
+        let bases = match bases_bytes {
+            Some(b) => sheaf_format::reference::decode_section(&b, sb.block_count)
+                .map_err(|e| fmt("reference-base section", e))?,
+            None => Vec::new(),
+        };
+        let bases_by_digest = bases.iter().map(|b| (b.digest, b.id)).collect();
         let levels = StreamId::ALL.map(|id| level_lengths(sb.stream(id).len, sb.page_size));
         Ok(Image {
             src,
@@ -295,6 +317,8 @@ impl Image {
             store: None,
             dicts: dicts.unwrap_or_default(),
             foreign: Default::default(),
+            bases,
+            bases_by_digest,
         })
     }
 

@@ -94,6 +94,9 @@ pub struct ImageInfo {
     pub sections: Vec<SectionInfo>,
     /// Stored signatures, described (not verified).
     pub signatures: Vec<SignatureInfo>,
+    /// Stored bytes of data blocks per codec name (none for images built
+    /// before it was recorded).
+    pub stored_by_codec: Option<BTreeMap<String, u64>>,
     /// Compressed file data.
     pub stored_data_bytes: u64,
     /// Paths hidden by whiteouts, when asked for.
@@ -194,6 +197,7 @@ pub fn info(
         hole_bytes: stats.hole_bytes,
         blocks: sb.block_count,
         blocks_by_codec: stats.blocks_by_codec,
+        stored_by_codec: stats.stored_by_codec,
         block_size: sb.block_size,
         page_size: sb.page_size,
         metadata_bytes_uncompressed: StreamId::ALL.iter().map(|&id| sb.stream(id).len).sum(),
@@ -234,6 +238,7 @@ mod tests {
             block_size: 1,
             blocks: 2,
             blocks_by_codec: Some([("zstd".to_string(), 2)].into()),
+            stored_by_codec: None,
             build: BuildSummary {
                 builder: Some("sheaf".into()),
                 clamp_mtime: None,

@@ -334,6 +334,37 @@ fn mutated_images_never_panic() {
         };
         seeds.push(build_tree(d.path(), 40, &o));
     }
+    // Reference blocks and their base list: two versions of a file of
+    // three blocks, one byte apart in each block.
+    let src = d.path().join("versions");
+    let mut lib: Vec<u8> = (0..3 * 4096u32)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    for ver in ["1.0", "1.1"] {
+        std::fs::create_dir_all(src.join(ver)).unwrap();
+        std::fs::write(src.join(ver).join("lib.so"), &lib).unwrap();
+        for at in [10, 4106, 8202] {
+            lib[at] ^= 1;
+        }
+    }
+    let out = d.path().join("versions.sheaf");
+    build(
+        &Input::Dir(src),
+        &out,
+        &BuildOptions {
+            force: true,
+            ..small_opts()
+        },
+        Arc::new(Progress::default()),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    let refs = Image::open(Arc::new(MemSource::new(std::fs::read(&out).unwrap(), "r")))
+        .unwrap()
+        .ref_bases()
+        .len();
+    assert!(refs > 0, "the seed has reference blocks");
+    seeds.push(std::fs::read(&out).unwrap());
     // A signed image: mutations near its end hit the signature footer.
     let mut signed = seeds[0].clone();
     let own = signed.len() as u64;

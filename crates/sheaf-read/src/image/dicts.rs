@@ -5,7 +5,7 @@
 use super::Image;
 use sheaf_format::dict::{DictLookup, Dictionary};
 use sheaf_format::remote;
-use sheaf_format::{BlockRef, Digest};
+use sheaf_format::{hex, BlockRef, Digest, FormatError};
 use std::sync::Arc;
 
 /// Blocks of an image find their dictionaries through [`Image::dictionary`].
@@ -13,9 +13,35 @@ impl DictLookup for Image {
     fn dictionary(&self, d: &Digest) -> Option<Arc<Dictionary>> {
         Image::dictionary(self, d)
     }
+
+    /// The base the reference-base section lists for content `d`, decoded
+    /// whole through the block cache. A base that is itself a reference
+    /// block is refused (one level deep: a read costs at most one more
+    /// block, and no chain or cycle is ever followed).
+    fn reference(&self, d: &Digest) -> Result<Arc<Vec<u8>>, FormatError> {
+        let missing = |why: String| FormatError::MissingReference(format!("{}: {why}", hex(d)));
+        let id = *self
+            .bases_by_digest
+            .get(d)
+            .ok_or_else(|| missing("the image lists no block with it".into()))?;
+        let r = self.block_ref(id).map_err(|e| missing(e.to_string()))?;
+        if r.codec == sheaf_format::Codec::ZstdRef {
+            return Err(FormatError::invalid(
+                "reference block",
+                format!("its base, data block {id}, is a reference block itself"),
+            ));
+        }
+        self.block(id).map_err(|e| missing(e.to_string()))
+    }
 }
 
 impl Image {
+    /// The reference-base section: the blocks reference blocks are
+    /// compressed against, with their content digests.
+    pub fn ref_bases(&self) -> &[sheaf_format::reference::Base] {
+        &self.bases
+    }
+
     /// The dictionaries this image carries (its dictionary section).
     pub fn dictionaries(&self) -> &[Arc<Dictionary>] {
         &self.dicts

@@ -15,14 +15,19 @@
 
 use crate::content_index::ContentIndex;
 use crate::options::{BuildError, Compression};
+use crate::similar;
+
+mod work;
 use crate::tree::Chunk;
 use crossbeam_channel::{bounded, Receiver, Sender};
-use sheaf_format::{records::HOLE, BlockRef, Codec, Dictionary, Digest};
-use std::collections::{BTreeMap, HashMap};
+use sheaf_format::{records::HOLE, reference, BlockRef, Codec, Dictionary, Digest};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+pub use work::compress_best;
+use work::{write_in_order, Done, Job, Work, Written};
 
 /// Counters a progress display polls.
 #[derive(Debug, Default)]
@@ -41,27 +46,6 @@ pub struct Progress {
     pub dedup_bytes: AtomicU64,
     /// Logical bytes not stored because they were all-zero blocks (holes).
     pub hole_bytes: AtomicU64,
-}
-
-/// Compress `data` with every candidate and keep the smallest; raw if none
-/// shrinks it. With `dict`, zstd compresses with that dictionary
-/// ([`Codec::ZstdDict`]).
-pub fn compress_best(c: &Compression, data: &[u8], dict: Option<&Dictionary>) -> (Codec, Vec<u8>) {
-    let mut best: Option<(Codec, Vec<u8>)> = None;
-    for &(codec, level) in &c.candidates {
-        let (codec, z) = match (codec, dict) {
-            (Codec::None, _) => continue,
-            (Codec::Zstd, Some(d)) => (
-                Codec::ZstdDict,
-                sheaf_format::codec::compress_with_dict(level, data, d),
-            ),
-            _ => (codec, codec.compress(level, data)),
-        };
-        if z.len() < data.len() && best.as_ref().is_none_or(|b| z.len() < b.1.len()) {
-            best = Some((codec, z));
-        }
-    }
-    best.unwrap_or_else(|| (Codec::None, data.to_vec()))
 }
 
 /// Sequential writer of the image file that knows its position.
@@ -98,68 +82,17 @@ impl<W: Write> Out<W> {
     }
 }
 
-/// What the writer thread hands back: the output, the refs of the blocks
-/// it wrote, by block id, and the dictionaries those blocks name.
-type Written<W> = (Out<W>, Vec<BlockRef>, std::collections::BTreeSet<Digest>);
-
 /// What [`Packer::finish`] returns: the output, block refs by id, the
-/// chunks with final block ids, and the dictionaries the blocks name (the
-/// image must carry them).
-pub type Packed<W> = (Out<W>, Vec<BlockRef>, Vec<Chunk>, Vec<Arc<Dictionary>>);
-
-struct Job {
-    id: u32,
-    hash: Digest,
-    work: Work,
-}
-
-/// What a worker does with a block.
-enum Work {
-    /// Compress these bytes (with this dictionary: a pack block).
-    Compress(Vec<u8>, Option<Arc<Dictionary>>),
-    /// Copy this block of an earlier image as stored, after checking it
-    /// against its digest (`--base`).
-    Copy(Arc<sheaf_read::Image>, u32, BlockRef),
-}
-
-struct Done {
-    id: u32,
-    hash: Digest,
-    ulen: u32,
-    /// Codec and stored bytes, or why a copied block was refused.
-    stored: Result<(Codec, Vec<u8>), BuildError>,
-}
-
-impl Work {
-    /// Run on a worker thread; `scratch` is the worker's buffer for checking
-    /// copied blocks.
-    fn run(
-        self,
-        c: &Compression,
-        block_size: u32,
-        scratch: &mut Vec<u8>,
-    ) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
-        match self {
-            Work::Compress(data, dict) => {
-                let (codec, z) = compress_best(c, &data, dict.as_deref());
-                // Data blocks are named by their stored bytes, so readers may
-                // decompress only what they need (format.md §7).
-                let codec = match codec {
-                    Codec::Zstd => Codec::ZstdStored,
-                    c => c,
-                };
-                (data.len() as u32, Ok((codec, z)))
-            }
-            Work::Copy(img, prev_id, r) => {
-                let what = || format!("data block {prev_id}");
-                let stored = img
-                    .stored(&r, block_size, &what, scratch)
-                    .map_err(|cause| BuildError::Base { cause });
-                (r.ulen, stored)
-            }
-        }
-    }
-}
+/// chunks with final block ids, the dictionaries the blocks name and the
+/// blocks reference blocks are compressed against (the image must carry
+/// both).
+pub type Packed<W> = (
+    Out<W>,
+    Vec<BlockRef>,
+    Vec<Chunk>,
+    Vec<Arc<Dictionary>>,
+    Vec<reference::Base>,
+);
 
 /// Where the chunks of a file [`Packer::add_file`] stored are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +143,9 @@ pub struct Packer<W: Write + Send + 'static> {
     /// The open group block: files of a pack or more of one group, stored
     /// together ([`Packer::set_group`]).
     shared: Option<SharedBlock>,
+    /// Blocks that may serve as bases of reference blocks
+    /// ([`Packer::set_references`]), and those that do.
+    bases: similar::Bases,
 }
 
 /// A block that files of one similarity group fill, in packing order.
@@ -262,30 +198,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                 let rx = jobs_rx.clone();
                 let tx = done_tx.clone();
                 let c = compression.clone();
-                std::thread::spawn(move || {
-                    let mut scratch = Vec::new();
-                    for j in rx {
-                        let copy = matches!(j.work, Work::Copy(..));
-                        let (ulen, stored) = j.work.run(&c, block_size, &mut scratch);
-                        // A ref of a stored-digest codec names what was
-                        // stored (a copied block keeps the digest it had).
-                        let hash = match &stored {
-                            Ok((codec, z)) if !copy && codec.names_stored() => {
-                                sheaf_format::digest(z)
-                            }
-                            _ => j.hash,
-                        };
-                        let d = Done {
-                            id: j.id,
-                            hash,
-                            ulen,
-                            stored,
-                        };
-                        if tx.send(d).is_err() {
-                            return;
-                        }
-                    }
-                })
+                std::thread::spawn(move || work::worker(rx, tx, &c, block_size))
             })
             .collect();
         drop(done_tx);
@@ -315,7 +228,17 @@ impl<W: Write + Send + 'static> Packer<W> {
             known_dicts: Vec::new(),
             group: None,
             shared: None,
+            bases: similar::Bases::new(0),
         }
+    }
+
+    /// Compress blocks of their own (not packs) against a resembling
+    /// earlier block when that is smaller ([`crate::similar`]), holding up
+    /// to `budget` bytes of candidates; 0 turns reference blocks off. Only
+    /// zstd makes them.
+    pub fn set_references(&mut self, budget: usize, c: &Compression) {
+        let zstd = c.candidates.iter().any(|(k, _)| *k == Codec::Zstd);
+        self.bases.set_budget(if zstd { budget } else { 0 });
     }
 
     /// The similarity group of the files added from now on (the versions
@@ -409,12 +332,25 @@ impl<W: Write + Send + 'static> Packer<W> {
                     self.copied_blocks.1 += r.clen as u64;
                     Work::Copy(img.clone(), prev_id, r)
                 }
-                _ => Work::Compress(data, self.dict.clone().filter(|_| pack)),
+                _ => self.compress_work(seq, hash, data, pack),
             },
-            None => Work::Compress(data, self.dict.clone().filter(|_| pack)),
+            None => self.compress_work(seq, hash, data, pack),
         };
         self.send(seq, key, hash, work)?;
         Ok(hash)
+    }
+
+    /// How to compress new block `seq`: a pack with the dictionary; a block
+    /// of its own against a resembling earlier one, if there is one.
+    fn compress_work(&mut self, seq: u32, hash: Digest, data: Vec<u8>, pack: bool) -> Work {
+        let data = Arc::new(data);
+        if pack {
+            return Work::Compress(data, self.dict.clone());
+        }
+        match self.bases.choose(seq, hash, &data) {
+            Some(base) => Work::Against(data, base),
+            None => Work::Compress(data, None),
+        }
     }
 
     /// Give `seq` a new block id and hand the block to the workers.
@@ -457,27 +393,76 @@ impl<W: Write + Send + 'static> Packer<W> {
                 self.chunks.push(*c);
                 continue;
             }
-            let seq = match self.copied.get(&c.block) {
-                Some(&s) => s,
-                None => {
-                    let s = self.new_seq();
-                    let r = refs[c.block as usize];
-                    match self.by_hash.get(&r.key()) {
-                        Some(&id) => self.seq_to_id[s as usize] = id,
-                        None => {
-                            self.copied_blocks.0 += 1;
-                            self.copied_blocks.1 += r.clen as u64;
-                            self.send(s, r.key(), r.hash, Work::Copy(img.clone(), c.block, r))?;
-                        }
-                    }
-                    self.copied.insert(c.block, s);
-                    s
-                }
-            };
+            let seq = self.copy_block(img, refs, c.block, true)?;
             self.chunks.push(Chunk { block: seq, ..*c });
         }
         self.progress.files.fetch_add(1, Ordering::Relaxed);
         Ok((first as u64, (self.chunks.len() - first) as u32))
+    }
+
+    /// The sequence number of block `old` of the `--base` image `img` (with
+    /// block refs `refs`) in this image: copied as stored, once, unless a
+    /// block with its key is here already. A reference block's base comes
+    /// first (the image must hold it, format.md §7.2); `may_ref` is false
+    /// for a base, which may not be a reference block itself.
+    fn copy_block(
+        &mut self,
+        img: &Arc<sheaf_read::Image>,
+        refs: &[BlockRef],
+        old: u32,
+        may_ref: bool,
+    ) -> Result<u32, BuildError> {
+        if let Some(&s) = self.copied.get(&old) {
+            return Ok(s);
+        }
+        let r = refs[old as usize];
+        let base_err = |why: String| BuildError::Base {
+            cause: sheaf_read::ReadError::format(
+                img.name(),
+                &format!("data block {old}"),
+                sheaf_format::FormatError::invalid("reference block", why),
+            ),
+        };
+        let mut work = Work::Copy(img.clone(), old, r);
+        if r.codec == Codec::ZstdRef && !self.by_hash.contains_key(&r.key()) {
+            if !may_ref {
+                return Err(base_err("a reference block's base is one itself".into()));
+            }
+            let what = || format!("data block {old}");
+            let (codec, z) = img
+                .stored(&r, img.superblock().block_size, &what, &mut Vec::new())
+                .map_err(|cause| BuildError::Base { cause })?;
+            let named = reference::named_base(&z).map_err(|e| base_err(e.to_string()))?;
+            let base = img
+                .ref_bases()
+                .iter()
+                .find(|b| b.digest == named)
+                .ok_or_else(|| base_err("its base is not in the image's base list".into()))?
+                .id;
+            let base_seq = self.copy_block(img, refs, base, false)?;
+            self.bases.note(base_seq, named);
+            work = Work::Stored(codec, z, r.ulen);
+        }
+        let s = self.new_seq();
+        match self.by_hash.get(&r.key()) {
+            Some(&id) => self.seq_to_id[s as usize] = id,
+            None => {
+                self.copied_blocks.0 += 1;
+                self.copied_blocks.1 += r.clen as u64;
+                // A block of its own, stored alone, may be the base of a
+                // new version's block that follows (read only if one does).
+                if r.ulen as usize > self.pack_size
+                    && !matches!(r.codec, Codec::ZstdRef | Codec::ZstdDict)
+                {
+                    let img = img.clone();
+                    let load = Box::new(move || img.block(old).ok());
+                    self.bases.offer_later(s, r.ulen as usize, load);
+                }
+                self.send(s, r.key(), r.hash, work)?;
+            }
+        }
+        self.copied.insert(old, s);
+        Ok(s)
     }
 
     /// The writer's error, once it has stopped.
@@ -779,7 +764,7 @@ impl<W: Write + Send + 'static> Packer<W> {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        let (out, refs, named) = match self.writer.take().expect("present").join() {
+        let (out, refs, (named, named_bases)) = match self.writer.take().expect("present").join() {
             Ok(r) => r?,
             Err(_) => return Err(BuildError::Option("image writer panicked".into())),
         };
@@ -805,7 +790,22 @@ impl<W: Write + Send + 'static> Packer<W> {
                 c.block = self.seq_to_id[c.block as usize];
             }
         }
-        Ok((out, refs, chunks, dicts))
+        let mut bases = Vec::with_capacity(named_bases.len());
+        for digest in named_bases {
+            // Every base a written block names was a candidate or copied.
+            let seq = self.bases.seq_of(&digest).ok_or_else(|| {
+                BuildError::Option(format!(
+                    "a reference block names base {}, which the image does not hold",
+                    sheaf_format::hex(&digest)
+                ))
+            })?;
+            bases.push(reference::Base {
+                id: self.seq_to_id[seq as usize],
+                digest,
+            });
+        }
+        bases.sort_by_key(|b| b.id);
+        Ok((out, refs, chunks, dicts, bases))
     }
 }
 
@@ -864,42 +864,6 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-fn write_in_order<W: Write>(
-    mut out: Out<W>,
-    done: Receiver<Done>,
-    tokens: Sender<()>,
-    progress: &Progress,
-) -> Result<Written<W>, BuildError> {
-    let mut pending: BTreeMap<u32, Done> = BTreeMap::new();
-    let mut refs = Vec::new();
-    let mut named = std::collections::BTreeSet::new();
-    for d in done {
-        pending.insert(d.id, d);
-        while let Some(d) = pending.remove(&(refs.len() as u32)) {
-            let (codec, bytes) = d.stored?;
-            if codec == Codec::ZstdDict {
-                named.insert(
-                    sheaf_format::dict::named_dictionary(&bytes)
-                        .map_err(|e| BuildError::Option(format!("a block to write: {e}")))?,
-                );
-            }
-            let offset = out.put(&bytes)?;
-            progress
-                .bytes_out
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-            refs.push(BlockRef {
-                hash: d.hash,
-                offset,
-                codec,
-                clen: bytes.len() as u32,
-                ulen: d.ulen,
-            });
-            let _ = tokens.send(());
-        }
-    }
-    Ok((out, refs, named))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -921,7 +885,7 @@ mod tests {
             let r = p.add_file(&mut &f[..], None, "f", i as u32).unwrap();
             ranges.push(r);
         }
-        let (out, refs, chunks, _) = p.finish().unwrap();
+        let (out, refs, chunks, _, _) = p.finish().unwrap();
         let image = out.into_inner();
         let first_pack = |c: &Chunk| c.block == chunks[0].block;
         let mut in_pack: Vec<&Chunk> = chunks.iter().filter(|c| first_pack(c)).collect();

@@ -1,0 +1,294 @@
+//! Reference blocks (format.md §7.2): a block compressed against a
+//! resembling earlier block, so a new version of a large file costs about
+//! what changed.
+//!
+//! The data is incompressible (BLAKE3 output): what a version costs alone
+//! is its byte count, known without the code under test. Each version
+//! changes one byte in every block of the first, so no block is identical
+//! to another (block dedup finds nothing) and each resembles one block of
+//! the first version closely.
+
+use sheaf_build::{build, BuildOptions, Input, Progress};
+use sheaf_format::{Codec, SectionEntry, SectionKind, Trailer, TRAILER_LEN};
+use sheaf_read::{Image, MemSource};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+const BLOCK: usize = 64 << 10;
+/// Ten blocks and a tail.
+const LEN: usize = 10 * BLOCK + 1000;
+
+fn noise(seed: &str, len: usize) -> Vec<u8> {
+    let mut b = vec![0; len];
+    blake3::Hasher::new()
+        .update(seed.as_bytes())
+        .finalize_xof()
+        .fill(&mut b);
+    b
+}
+
+/// Version `v` of the library: the first with one byte of every block
+/// changed (v = 0: the first itself).
+fn version(v: usize) -> Vec<u8> {
+    let mut b = noise("lib", LEN);
+    if v > 0 {
+        for at in (0..LEN).step_by(BLOCK) {
+            b[at + v * 7] ^= 0xff;
+        }
+    }
+    b
+}
+
+const VERSIONS: [&str; 3] = ["1.0.1", "1.1.0", "1.2.3"];
+
+fn lib_path(ver: &str) -> String {
+    format!("lib/{ver}/libx.so")
+}
+
+fn make_tree(root: &Path, versions: std::ops::Range<usize>) {
+    for v in versions {
+        let d = root.join(format!("lib/{}", VERSIONS[v]));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("libx.so"), version(v)).unwrap();
+    }
+}
+
+fn opts() -> BuildOptions {
+    BuildOptions {
+        block_size: BLOCK as u32,
+        pack_size: 16 << 10,
+        force: true,
+        ..Default::default()
+    }
+}
+
+fn build_image(src: &Path, out: &Path, opts: BuildOptions) -> Image {
+    build(
+        &Input::Dir(src.to_path_buf()),
+        out,
+        &opts,
+        Arc::new(Progress::default()),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    sheaf_read::open_path(out).unwrap()
+}
+
+fn read_all(img: &Image, path: &str) -> Result<Vec<u8>, sheaf_read::ReadError> {
+    let ino = img.resolve(path.as_bytes())?;
+    let mut b = vec![0; ino.rec.size as usize];
+    let mut at = 0;
+    while at < b.len() {
+        let n = img.read(&ino, at as u64, &mut b[at..])?;
+        assert!(n > 0);
+        at += n;
+    }
+    Ok(b)
+}
+
+fn ref_blocks(img: &Image) -> usize {
+    (0..img.superblock().block_count as u32)
+        .filter(|&id| img.block_ref(id).unwrap().codec == Codec::ZstdRef)
+        .count()
+}
+
+#[test]
+fn versions_of_a_large_file_cost_about_one_version() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    make_tree(&src, 0..3);
+    let img = build_image(&src, &d.path().join("r.sheaf"), opts());
+    let stored = img.superblock().stored_data_bytes;
+    assert!(
+        stored <= LEN as u64 * 115 / 100,
+        "{stored} stored for {LEN} bytes a version"
+    );
+    // Both later versions' ten full blocks are reference blocks (the tail
+    // is packed); each names a block of the first version.
+    assert_eq!(ref_blocks(&img), 20);
+    assert_eq!(img.ref_bases().len(), 10);
+    for (v, ver) in VERSIONS.iter().enumerate() {
+        assert_eq!(read_all(&img, &lib_path(ver)).unwrap(), version(v), "{ver}");
+    }
+    // Part of a reference block, read first, decodes from its base too.
+    let fresh = sheaf_read::open_path(&d.path().join("r.sheaf")).unwrap();
+    let ino = fresh.resolve(lib_path(VERSIONS[2]).as_bytes()).unwrap();
+    let mut b = vec![0; 100];
+    fresh.read(&ino, 5 * BLOCK as u64 + 3, &mut b).unwrap();
+    assert_eq!(b, version(2)[5 * BLOCK + 3..5 * BLOCK + 103]);
+
+    // Turned off, every version costs its bytes.
+    let off = build_image(
+        &src,
+        &d.path().join("o.sheaf"),
+        BuildOptions {
+            ref_window: 0,
+            ..opts()
+        },
+    );
+    assert!(off.superblock().stored_data_bytes >= 3 * LEN as u64 - 3000);
+    assert_eq!(ref_blocks(&off), 0);
+    assert!(off.ref_bases().is_empty());
+}
+
+#[test]
+fn reference_blocks_are_reproducible_whatever_the_threads() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    make_tree(&src, 0..3);
+    let image = |threads: usize, name: &str| {
+        let out = d.path().join(name);
+        build_image(&src, &out, BuildOptions { threads, ..opts() });
+        std::fs::read(out).unwrap()
+    };
+    assert_eq!(image(1, "a.sheaf"), image(3, "b.sheaf"));
+}
+
+#[test]
+fn a_build_on_a_base_copies_reference_blocks_with_their_bases() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    make_tree(&src, 0..2);
+    let prev = d.path().join("prev.sheaf");
+    build_image(&src, &prev, opts());
+    // The first version leaves: its blocks are the second's bases, so
+    // copying the second's reference blocks must bring them along.
+    std::fs::remove_dir_all(src.join("lib").join(VERSIONS[0])).unwrap();
+    make_tree(&src, 2..3);
+    let img = build_image(
+        &src,
+        &d.path().join("next.sheaf"),
+        BuildOptions {
+            base: Some(prev),
+            ..opts()
+        },
+    );
+    assert!(ref_blocks(&img) >= 10, "{}", ref_blocks(&img));
+    for (v, ver) in VERSIONS.iter().enumerate().skip(1) {
+        assert_eq!(read_all(&img, &lib_path(ver)).unwrap(), version(v), "{ver}");
+    }
+    assert!(img.resolve(lib_path(VERSIONS[0]).as_bytes()).is_err());
+    let progress = std::sync::atomic::AtomicU64::new(0);
+    let rep = sheaf_read::verify::verify(&img, &progress);
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert_eq!(rep.blocks, img.superblock().block_count);
+}
+
+/// `bytes` with the section of `kind` replaced by `new` (or dropped), the
+/// table and trailer sealed again: what a hostile author can make.
+fn replace_section(bytes: &[u8], kind: SectionKind, new: Option<Vec<u8>>) -> Vec<u8> {
+    let t = Trailer::decode(&bytes[bytes.len() - TRAILER_LEN..], bytes.len() as u64).unwrap();
+    let table = &bytes[t.table_offset as usize..bytes.len() - TRAILER_LEN];
+    let secs = SectionEntry::decode_table(table, t.table_offset).unwrap();
+    let mut out = bytes[..t.table_offset as usize].to_vec();
+    let mut kept = Vec::new();
+    for mut s in secs {
+        if s.kind == kind {
+            let Some(b) = &new else { continue };
+            s.offset = out.len() as u64;
+            s.length = b.len() as u64;
+            s.hash = sheaf_format::digest(b);
+            out.extend_from_slice(b);
+        }
+        kept.push(s);
+    }
+    let table: Vec<u8> = kept.iter().flat_map(|s| s.encode()).collect();
+    let table_offset = out.len() as u64;
+    out.extend_from_slice(&table);
+    let tr = Trailer {
+        table_offset,
+        section_count: kept.len() as u32,
+        root_digest: sheaf_format::digest(&table),
+    };
+    out.extend_from_slice(&tr.encode());
+    out
+}
+
+#[test]
+fn a_hostile_base_list_gives_an_error_never_wrong_bytes() {
+    use sheaf_format::reference::{encode_section, Base};
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    make_tree(&src, 0..2);
+    let path = d.path().join("r.sheaf");
+    let img = build_image(&src, &path, opts());
+    let bytes = std::fs::read(&path).unwrap();
+    let bases = img.ref_bases().to_vec();
+    assert_eq!(bases.len(), 10);
+    let a_ref = (0..img.superblock().block_count as u32)
+        .find(|&id| img.block_ref(id).unwrap().codec == Codec::ZstdRef)
+        .unwrap();
+    let open = |b: Vec<u8>| Image::open(Arc::new(MemSource::new(b, "hostile.sheaf")));
+    let later = lib_path(VERSIONS[1]);
+    // Each base's digest moved to the next base's block: every reference
+    // block finds a real block of the image, with other content.
+    let mut shifted: Vec<Base> = bases.clone();
+    for i in 0..shifted.len() {
+        shifted[i].digest = bases[(i + 1) % bases.len()].digest;
+    }
+    // A base that is a reference block itself; no base list at all.
+    let mut chained = bases.clone();
+    chained[0].id = a_ref;
+    chained.sort_by_key(|b| b.id);
+    for (what, section) in [
+        ("shifted", Some(encode_section(&shifted))),
+        ("chained", Some(encode_section(&chained))),
+        ("dropped", None),
+    ] {
+        let hostile = open(replace_section(&bytes, SectionKind::RefBases, section)).unwrap();
+        let e = read_all(&hostile, &later).expect_err(what).to_string();
+        assert!(
+            e.contains("hostile.sheaf") && e.contains("base"),
+            "{what}: {e}"
+        );
+        // The first version, which names no base, still reads.
+        assert_eq!(
+            read_all(&hostile, &lib_path(VERSIONS[0])).unwrap(),
+            version(0)
+        );
+    }
+    // A list that names a block past the end is refused at open.
+    let mut past = bases.clone();
+    past.last_mut().unwrap().id = img.superblock().block_count as u32;
+    let e = open(replace_section(
+        &bytes,
+        SectionKind::RefBases,
+        Some(encode_section(&past)),
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("reference-base section"), "{e}");
+}
+
+#[test]
+fn a_new_version_on_a_base_is_compressed_against_the_copied_one() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    make_tree(&src, 0..1);
+    let prev = d.path().join("prev.sheaf");
+    build_image(&src, &prev, opts());
+    make_tree(&src, 1..2);
+    let out = d.path().join("next.sheaf");
+    let report = build(
+        &Input::Dir(src.clone()),
+        &out,
+        &BuildOptions {
+            base: Some(prev),
+            ..opts()
+        },
+        Arc::new(Progress::default()),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    let img = sheaf_read::open_path(&out).unwrap();
+    let copied = report.base.as_ref().unwrap().copied_stored_bytes;
+    let new = img.superblock().stored_data_bytes - copied;
+    // The new version's ten blocks name the copied ones: a few hundred
+    // bytes each, where alone each would cost its 64 KiB.
+    assert_eq!(ref_blocks(&img), 10);
+    assert!(new <= LEN as u64 / 20, "{new} new bytes for {LEN}");
+    for (v, ver) in VERSIONS.iter().enumerate().take(2) {
+        assert_eq!(read_all(&img, &lib_path(ver)).unwrap(), version(v), "{ver}");
+    }
+}
