@@ -4,8 +4,10 @@
 #   sizes and build times of trees V, K and P: mksquashfs -comp zstd; sheaf
 #   default; sheaf with each lever alone (--order directory --no-group-blocks
 #   is the packing before issue 42; --no-group-blocks is the versions order
-#   alone; the default has both); sheaf archive options (--pack-size 4M
-#   -c xz:9); `tar | zstd -19 --long=31` (SOLID_TREES); mkdwarfs default and
+#   alone; --ref-window 0 turns reference blocks off, and --order directory
+#   --no-group-blocks leaves them alone; the default has all three); sheaf
+#   archive options (ARCHIVE, default --pack-size 4M -c zstd:19: reference
+#   blocks are zstd's); `tar | zstd -19 --long=31` (SOLID_TREES); mkdwarfs default and
 #   -l9 when a mkdwarfs is at hand (MKDWARFS, or DWARFS=1 builds one);
 #   5000 random files (seeded choice) of V and of K read by
 #   `xargs -P 4 -n 50 cat` on a fresh mount after drop_caches: kernel
@@ -19,7 +21,8 @@
 # Usage: bench/dedup.sh   (root; after bench/setup.sh K P V)
 # Env:   SHEAF_BENCH_DATA (default /var/tmp/sheaf-bench), TREES (default
 #        "V K P"), ARCHIVE_TREES (default "V K": the xz:9 builds are slow),
-#        SOLID_TREES (default V; both may be empty), MKDWARFS (a mkdwarfs binary),
+#        SOLID_TREES (default V; both may be empty), ARCHIVE (the archive
+#        options), MKDWARFS (a mkdwarfs binary),
 #        DWARFS=1 (build DwarFS v0.15.3 from source into $DATA/dwarfs: a long
 #        C++ build, see build_dwarfs), READS (default 1: the random reads)
 set -euo pipefail
@@ -32,6 +35,7 @@ ARCHIVE_TREES=${ARCHIVE_TREES-"V K"}
 DWARFS=${DWARFS:-0}
 MKDWARFS=${MKDWARFS:-}
 READS=${READS:-1}
+ARCHIVE=${ARCHIVE:-"--pack-size 4M -c zstd:19"}
 OUT=$ROOT/bench/results/$(date -u +%Y-%m-%d-%H%M)-dedup.md
 
 log() { printf '[dedup %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
@@ -97,10 +101,12 @@ declare -A R
 
 # Sheaf variants: key, label, flags.
 VARIANTS=(
-    "before|sheaf, packing before issue 42 (--order directory --no-group-blocks)|--order directory --no-group-blocks"
-    "order|sheaf, versions order alone (--no-group-blocks)|--no-group-blocks"
-    "default|sheaf default (versions order + group blocks)|"
-    "archive|sheaf --pack-size 4M -c xz:9|--pack-size 4M -c xz:9"
+    "before|sheaf, packing before issue 42 (--order directory --no-group-blocks --ref-window 0)|--order directory --no-group-blocks --ref-window 0"
+    "order|sheaf, versions order alone (--no-group-blocks --ref-window 0)|--no-group-blocks --ref-window 0"
+    "group|sheaf, versions order + group blocks (--ref-window 0)|--ref-window 0"
+    "refs|sheaf, reference blocks alone (--order directory --no-group-blocks)|--order directory --no-group-blocks"
+    "default|sheaf default (versions order + group blocks + reference blocks)|"
+    "archive|sheaf $ARCHIVE|$ARCHIVE"
 )
 timed() { # timed KEY CMD...: wall ns into R[KEY,build]
     local key=$1 s e; shift

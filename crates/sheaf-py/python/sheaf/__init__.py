@@ -63,6 +63,7 @@ class Info(TypedDict):
     hole_bytes: Optional[int]
     blocks: int
     blocks_by_codec: Optional[Dict[str, int]]
+    stored_by_codec: Optional[Dict[str, int]]
     block_size: int
     page_size: int
     metadata_bytes_uncompressed: int
