@@ -147,7 +147,9 @@ pub fn read_entries<W: Write + Send + 'static>(
             EntryKind::File(mut r) => {
                 // The node this file becomes.
                 let id = b.tree.nodes.len() as NodeId;
-                match packer.add_file(&mut r, None, &shown(&p.joined()), id) {
+                let rel = p.joined();
+                packer.set_group_of(&rel);
+                match packer.add_file(&mut r, None, &shown(&rel), id) {
                     Ok((size, range)) => b.tree.file_kind(size, range),
                     Err(BuildError::Input { path, cause }) if opts.skip_errors => {
                         problems.handle(Path::new(&path), cause)?;

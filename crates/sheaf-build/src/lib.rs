@@ -286,6 +286,7 @@ pub fn build(
         progress.clone(),
     );
     packer.set_pack_size(opts.pack_block_size());
+    packer.set_grouping(opts.group_blocks);
     packer.set_references(
         usize::try_from(opts.ref_window).unwrap_or(usize::MAX),
         &opts.compression,
@@ -673,8 +674,7 @@ impl DirInput<'_> {
         } else {
             scan::scan_dir(src, opts, problems, self.skip)?
         };
-        let (order, index, class) =
-            packing_order(&tree, self.prefetch, &opts.pack_boundaries, opts.order);
+        let (order, index) = packing_order(&tree, self.prefetch, &opts.pack_boundaries, opts.order);
         let size_of = |tree: &Tree, id: NodeId| match tree.nodes[id as usize].kind {
             Kind::File { size, .. } => size,
             _ => 0,
@@ -775,10 +775,9 @@ impl DirInput<'_> {
                 }
             };
             let probe = f.try_clone().ok();
-            if opts.group_blocks {
+            {
                 use std::os::unix::ffi::OsStrExt;
-                let name = rel.file_name().map_or(&[][..], |n| n.as_bytes());
-                packer.set_group(Some(order::group_key(class[parent as usize], name)));
+                packer.set_group_of(rel.as_os_str().as_bytes());
             }
             match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string(), id) {
                 Ok((size, range)) => {

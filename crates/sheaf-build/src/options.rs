@@ -146,7 +146,7 @@ pub struct BuildOptions {
     /// Files of a pack or more that are versions of one another (one
     /// similarity group, [`crate::order::group_key`]) share blocks, up to
     /// the block size, instead of getting one each ([`crate::pack::Packer::set_group`]).
-    /// Directory input only.
+    /// Every input alike: the group comes from the path.
     pub group_blocks: bool,
     /// Bytes of recent blocks the builder holds as possible bases of
     /// reference blocks (format.md §7.2, [`crate::similar`]); 0 makes none.

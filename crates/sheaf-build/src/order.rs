@@ -135,19 +135,25 @@ pub fn classes(tree: &Tree, index: &[u32], order: PackOrder) -> Vec<u32> {
     class
 }
 
-/// A file's similarity group: its directory class and normalised name.
-/// Files of one group (the versions of one file) are adjacent in the
-/// packing order, and the packer may store them in one block.
-pub fn group_key(class: u32, name: &[u8]) -> u64 {
-    fnv(&normalize(name)) ^ (class as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+/// A file's similarity group, from its path relative to the top: every
+/// component normalised, so the versions of one file (paths equal but for
+/// version runs) have one group. Files of one group are adjacent in the
+/// versions order, and the packer may store them in one block. Computed
+/// from the path alone, so a stream (tar, entry list) and a directory
+/// scan that give the same files in the same order group them alike.
+pub fn group_key(rel: &[u8]) -> u64 {
+    rel.split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .fold(0xcbf2_9ce4_8422_2325, |h: u64, c| {
+            (h ^ fnv(&normalize(c))).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 /// Order files so related content sits together: by class (see the
 /// module), then normalised stem and name, then directory, then name.
-/// Returns the file nodes in packing order, the entry index that
+/// Returns the file nodes in packing order and the entry index that
 /// [`Tree::path`] needs (paths are rebuilt one at a time so that memory
-/// stays per-entry, not per-path) and each node's directory class (for
-/// [`group_key`]).
+/// stays per-entry, not per-path).
 ///
 /// Files named in `prefetch` come first, in its order, so a workload's
 /// blocks are contiguous and fetched with few large requests; files under
@@ -157,7 +163,7 @@ pub fn packing_order(
     prefetch: &HashMap<&[u8], usize>,
     boundaries: &[Vec<u8>],
     order: PackOrder,
-) -> (Vec<NodeId>, Vec<u32>, Vec<u32>) {
+) -> (Vec<NodeId>, Vec<u32>) {
     let index = tree.entry_index();
     let name_of = |id: NodeId| tree.name_of(&index, id);
     let class = classes(tree, &index, order);
@@ -211,7 +217,7 @@ pub fn packing_order(
             .then_with(|| na.cmp(nb))
             .then_with(|| a.0.cmp(&b.0))
     });
-    (files.into_iter().map(|(id, _)| id).collect(), index, class)
+    (files.into_iter().map(|(id, _)| id).collect(), index)
 }
 
 /// Which of `boundaries` (directories) the relative path `p` lies under.

@@ -308,6 +308,7 @@ fn read_entries<W: Write + Send + 'static>(
                 let what = format!("{name}: {shown}");
                 // The node this file becomes.
                 let id = t.tree.nodes.len() as NodeId;
+                packer.set_group_of(&comps.joined());
                 let (size, range) = match (&sparse, sparse_major.as_deref()) {
                     (Some((_, real)), Some(b"1")) => {
                         let mut r = PaxSparse::new(&mut e, *real)

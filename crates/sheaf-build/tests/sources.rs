@@ -169,11 +169,10 @@ struct Item {
 
 /// `prefetch` puts the directory build's files in the streams' order; no
 /// dictionary, since a stream holds its first small files back to train
-/// one (packing them later than a directory would); no group blocks
-/// (issue 42's versions sharing a block): they are planned from the whole
-/// tree in a directory build but as files arrive from a stream, so the two
-/// images differ today (found by this test; to be made one rule).
-/// `exclude` applies to all three alike.
+/// one (packing them later than a directory would). Group blocks and
+/// reference blocks are on, as by default: both follow the files in the
+/// order they are packed, whatever the input. `exclude` applies to all
+/// three alike.
 fn opts(prefetch: &[Vec<u8>], exclude: &[String]) -> BuildOptions {
     BuildOptions {
         exclude: exclude.to_vec(),
@@ -181,7 +180,6 @@ fn opts(prefetch: &[Vec<u8>], exclude: &[String]) -> BuildOptions {
         prefetch: prefetch.to_vec(),
         block_size: 64 << 10,
         pack_size: 16 << 10,
-        group_blocks: false,
         ..BuildOptions::default()
     }
 }

@@ -143,6 +143,8 @@ pub struct Packer<W: Write + Send + 'static> {
     /// The open group block: files of a pack or more of one group, stored
     /// together ([`Packer::set_group`]).
     shared: Option<SharedBlock>,
+    /// Whether files are grouped by path ([`Packer::set_group_of`]).
+    grouping: bool,
     /// Blocks that may serve as bases of reference blocks
     /// ([`Packer::set_references`]), and those that do.
     bases: similar::Bases,
@@ -228,6 +230,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             known_dicts: Vec::new(),
             group: None,
             shared: None,
+            grouping: false,
             bases: similar::Bases::new(0),
         }
     }
@@ -249,6 +252,19 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// changes, and a read of one decodes at most one block, as any read.
     pub fn set_group(&mut self, group: Option<u64>) {
         self.group = group;
+    }
+
+    /// Set the group of the file at `rel` (relative to the top) from its
+    /// path ([`crate::order::group_key`]), when grouping is on
+    /// ([`Packer::set_grouping`]): every input does it alike.
+    pub fn set_group_of(&mut self, rel: &[u8]) {
+        self.group = self.grouping.then(|| crate::order::group_key(rel));
+    }
+
+    /// Whether [`Packer::set_group_of`] groups files (`--no-group-blocks`
+    /// turns it off).
+    pub fn set_grouping(&mut self, on: bool) {
+        self.grouping = on;
     }
 
     /// Send the open group block on, if any.
