@@ -1,12 +1,12 @@
 //! `sheaf mount`, `sheaf umount`, `sheaf stats` and the `mount.fuse.sheaf`
 //! helper that mount(8) runs for `-t fuse.sheaf` and fstab entries.
 
+pub(crate) use crate::options::absolute;
+use crate::options::MountOptions;
+use crate::serve::{serve_image, serve_mount};
 use crate::util::{human, RemoteArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-pub(crate) use sheaf_cli::options::absolute;
-use sheaf_cli::options::MountOptions;
-use sheaf_cli::serve::{serve_image, serve_mount};
 use sheaf_mount::serve::check_mountpoint;
 use sheaf_mount::{kernel, FsConfig, UnionConfig, UnionFs};
 use sheaf_read::{CountingSource, Image, ImageOptions, Source};
@@ -400,7 +400,7 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
             .unwrap_or_default();
         let remote = sheaf_net::is_url(&image.to_string_lossy());
         let fsname = fsname_of(std::slice::from_ref(image));
-        let fs = sheaf_cli::serve::image_fs(&img, r.fs, r.prefetch_metadata, r.prefetch, remote)?;
+        let fs = crate::serve::image_fs(&img, r.fs, r.prefetch_metadata, r.prefetch, remote)?;
         return Ok(Assembly {
             served: Served::Image { img, src, fs },
             fsname,
@@ -527,7 +527,7 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
             if sheaf_net::is_url(&i.to_string_lossy()) {
                 sheaf_net::redact(&i.to_string_lossy())
             } else {
-                sheaf_cli::options::local_fsname(i)
+                crate::options::local_fsname(i)
             }
         })
         .collect();
@@ -710,7 +710,7 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
 /// Entry point when run as `mount.fuse.sheaf` / `mount.sheaf` by mount(8):
 /// `mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTS] [-n] [-s] [-f] [-v] [-t TYPE]`.
 pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
-    let h = sheaf_cli::options::helper_args(args.into_iter().skip(1).collect())?;
+    let h = crate::options::helper_args(args.into_iter().skip(1).collect())?;
     let policy = sheaf_trust::Policy::load(false, None, None)?;
     // mount(8) passes no flags: the remote settings are the flags' defaults
     // (and their environment variables), changed by options.
