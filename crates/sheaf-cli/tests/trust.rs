@@ -54,20 +54,25 @@ impl Keys {
 
 /// A real ssh-agent listening on `sock`, ready when this returns.
 fn start_agent(sock: &Path) -> std::process::Child {
-    let agent = Command::new("ssh-agent")
+    let mut agent = Command::new("ssh-agent")
         .arg("-D")
         .arg("-a")
         .arg(sock)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    for _ in 0..200 {
-        if sock.exists() {
-            break;
+    // Ready when it accepts a connection: the socket file exists from its
+    // bind(2), a moment before its listen(2), and a client in between is
+    // refused (seen once in 4 runs of `make check`).
+    for _ in 0..500 {
+        if std::os::unix::net::UnixStream::connect(sock).is_ok() {
+            return agent;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    agent
+    let _ = agent.kill();
+    let _ = agent.wait();
+    panic!("ssh-agent never listened on {}", sock.display());
 }
 
 fn image(dir: &Path) -> PathBuf {
