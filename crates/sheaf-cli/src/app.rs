@@ -409,6 +409,8 @@ fn dispatch(args: Vec<std::ffi::OsString>, io: &mut Io<'_>) -> i32 {
                 if io.process {
                     // clap's own printing: coloured on a terminal.
                     let _ = e.print();
+                } else if e.use_stderr() {
+                    let _ = write!(io.stderr, "{}", e.render());
                 } else {
                     let _ = write!(io.stdout, "{}", e.render());
                 }

@@ -156,9 +156,12 @@ mod tests {
             o.one_err_line(),
             "sheaf: the following required arguments were not provided: <IMAGE> (see 'sheaf du --help')"
         );
-        // --version goes to stdout, code 0.
+        // --version and help go to stdout, code 0.
         let o = sheaf(["--version"]).ok();
         assert!(o.text().starts_with("sheaf 0."), "{}", o.text());
+        let o = sheaf(["help", "ls"]).ok();
+        assert!(o.text().contains("Usage: sheaf ls"), "{}", o.describe());
+        assert_eq!(o.stderr, "");
     }
 
     #[test]
