@@ -33,7 +33,9 @@ trees: deps
 # no root, no mounts, no servers and no real trees (those say they are skipped).
 CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test tar_input --test hostile --test roundtrip --test reader --test stack \
-	--test incremental --test dictionary --test install
+	--test incremental --test dictionary --test install \
+	--test versions --test sources --test cache_keys --test extract \
+	--test find --test layers --test trust --test unix
 check: build
 	scripts/lint-json-keys.sh
 	scripts/check-crate-graph.sh

@@ -1,8 +1,9 @@
 //! `sheaf build`.
 
-use crate::util::{cancel_flag, human, parse_size, stderr_is_tty};
+use crate::util::{human, parse_size};
 use anyhow::{bail, Context, Result};
 use sheaf_build::{BuildOptions, Compression, Input, Progress};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -190,7 +191,7 @@ impl ImageArgs {
 }
 
 /// Run `sheaf build`.
-pub fn run(a: BuildArgs) -> Result<i32> {
+pub fn run(a: BuildArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let opts = BuildOptions {
         skip_errors: a.skip_errors,
         base: a.base.clone(),
@@ -220,7 +221,14 @@ pub fn run(a: BuildArgs) -> Result<i32> {
             Err(e) => bail!("{}: {e}", a.source.display()),
         }
     };
-    write_image(&input, &a.output, &opts, &a.image, serde_json::json!({}))
+    write_image(
+        &input,
+        &a.output,
+        &opts,
+        &a.image,
+        serde_json::json!({}),
+        io,
+    )
 }
 
 /// Whether `p` begins with a sheaf image's magic.
@@ -241,6 +249,7 @@ pub fn write_image(
     opts: &BuildOptions,
     a: &ImageArgs,
     extra: serde_json::Value,
+    io: &mut crate::Io<'_>,
 ) -> Result<i32> {
     if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.is_dir() {
@@ -253,9 +262,9 @@ pub fn write_image(
         }
     }
     let progress = Arc::new(Progress::default());
-    let cancel = cancel_flag();
+    let cancel = io.cancel_flag();
     let start = Instant::now();
-    let show = !a.quiet && !a.json && stderr_is_tty();
+    let show = !a.quiet && !a.json && io.stderr_is_tty();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let bar_thread = show.then(|| {
         let (p, done) = (progress.clone(), done.clone());
@@ -270,9 +279,10 @@ pub fn write_image(
     let secs = start.elapsed().as_secs_f64();
     if a.json {
         let v = crate::util::timed_json(&rep, secs, extra)?;
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        writeln!(io.stdout, "{}", serde_json::to_string_pretty(&v)?)?;
     } else if !a.quiet {
-        eprintln!(
+        let _ = writeln!(
+            io.stderr,
             "{}: {} entries, {} of data -> {} image (ratio {}) in {:.1} s; root {}",
             rep.image.display(),
             rep.inodes,
@@ -283,7 +293,7 @@ pub fn write_image(
             &rep.root_digest[..16]
         );
         if let Some(b) = &rep.base {
-            eprintln!(
+            let _ = writeln!(io.stderr,
                 "  from {}: {} unchanged files ({}) reused in {} copied blocks, {} files ({}) packed anew",
                 b.image.display(),
                 b.reused_files,
@@ -295,9 +305,13 @@ pub fn write_image(
         }
     }
     if !rep.skipped.is_empty() {
-        eprintln!("sheaf: skipped {} unreadable entries:", rep.skipped.len());
+        let _ = writeln!(
+            io.stderr,
+            "sheaf: skipped {} unreadable entries:",
+            rep.skipped.len()
+        );
         for s in &rep.skipped {
-            eprintln!("  {s}");
+            let _ = writeln!(io.stderr, "  {s}");
         }
     }
     Ok(0)

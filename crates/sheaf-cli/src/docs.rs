@@ -235,7 +235,7 @@ mod tests {
     use super::*;
 
     fn cli() -> Command {
-        crate::command()
+        crate::app::command()
     }
 
     /// The names the added bash function uses for the commands are the

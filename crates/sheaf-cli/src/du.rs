@@ -63,7 +63,7 @@ impl Usage {
 }
 
 /// `sheaf du`.
-pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
+pub fn du(a: DuArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let img = crate::util::open_image(&a.image, remote)?;
     let start = crate::find::start_path(&a.path);
     let ino = img.resolve(&start)?;
@@ -119,7 +119,7 @@ pub fn du(a: DuArgs, remote: &RemoteArgs) -> Result<i32> {
     })
     .with_context(|| a.image.display().to_string())?;
     close(&mut open, &mut rows, 0);
-    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut o = std::io::BufWriter::new(&mut *io.stdout);
     if a.json {
         let v: Vec<_> = rows
             .iter()

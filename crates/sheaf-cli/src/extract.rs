@@ -5,6 +5,7 @@ use crate::util::human;
 use crate::util::open_image as open_path;
 use anyhow::Result;
 use sheaf_read::ExtractOptions;
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,11 @@ pub struct ExtractArgs {
 }
 
 /// `sheaf extract`.
-pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn run(
+    a: ExtractArgs,
+    remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
+) -> Result<i32> {
     let img = open_path(&a.image, remote)?;
     if a.dir == Path::new(".") {
         if let Some(p) = a.paths.iter().find(|p| meant_as_target(&img, p)) {
@@ -88,31 +93,35 @@ pub fn run(a: ExtractArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         .map(|l| serde_json::json!({"path": l.path, "error": l.error}))
         .collect();
     if a.json {
-        println!(
+        writeln!(
+            io.stdout,
             "{}",
             serde_json::json!({"directory": s.directory, "entries": s.entries, "bytes": s.bytes,
                 "unrestored_attributes": s.unrestored, "first_unrestored": s.first_unrestored,
                 "lost": lost})
-        );
+        )?;
     } else {
         for l in &s.lost {
-            eprintln!("sheaf: {}: lost: {}", l.path, l.error);
+            let _ = writeln!(io.stderr, "sheaf: {}: lost: {}", l.path, l.error);
         }
-        eprintln!(
+        let _ = writeln!(
+            io.stderr,
             "extracted {} entries ({}) into {}",
             s.entries,
             human(s.bytes),
             s.directory.display()
         );
         if s.unrestored > 0 {
-            eprintln!(
+            let _ = writeln!(
+                io.stderr,
                 "sheaf: {} attributes could not be restored (first: {})",
                 s.unrestored,
                 s.first_unrestored.as_deref().unwrap_or("?")
             );
         }
         if !s.lost.is_empty() {
-            eprintln!(
+            let _ =
+                writeln!(io.stderr,
                 "sheaf: error: {} entr{} could not be read from {} and {} left out (listed above)",
                 s.lost.len(),
                 if s.lost.len() == 1 { "y" } else { "ies" },

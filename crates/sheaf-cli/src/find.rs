@@ -51,14 +51,15 @@ pub struct FindArgs {
 }
 
 /// `sheaf find`.
-pub fn find(a: FindArgs, remote: &RemoteArgs) -> Result<i32> {
+pub fn find(a: FindArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let (path, tokens) = sheaf_read::find::split_args(&a.rest);
     let e = sheaf_read::find::parse(tokens)?;
     let img = crate::util::open_image(&a.image, remote)?;
     let start = start_path(&path);
-    let out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
-    let quote =
-        crate::util::stdout_is_tty().then_some(crate::util::terminal_name as fn(&[u8]) -> String);
+    let quote = io
+        .stdout_is_tty()
+        .then_some(crate::util::terminal_name as fn(&[u8]) -> String);
+    let out = std::io::BufWriter::with_capacity(1 << 16, &mut *io.stdout);
     // The error names the path (and the image, where the image is at fault).
     match sheaf_read::find::run(&img, &start, &e, out, quote) {
         Ok(_) => Ok(0),

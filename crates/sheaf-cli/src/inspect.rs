@@ -16,6 +16,7 @@ pub fn info(
     json: bool,
     list_whiteouts: bool,
     remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
 ) -> Result<i32> {
     let img = open_path(path, remote)?;
     let wo = if list_whiteouts {
@@ -30,10 +31,10 @@ pub fn info(
     let build = &v.build;
     let meta_bytes = v.metadata_bytes_uncompressed;
     if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        writeln!(io.stdout, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
     }
-    let mut o = std::io::stdout().lock();
+    let o = &mut *io.stdout;
     writeln!(o, "image:        {} ({})", path.display(), human(img.len()))?;
     writeln!(o, "root digest:  {}", hex(&img.root_digest()))?;
     if img.signatures().is_empty() {
@@ -218,14 +219,14 @@ struct Lister<'a> {
 }
 
 impl Lister<'_> {
-    fn new(a: &LsArgs) -> Result<Lister<'_>> {
+    fn new(a: &LsArgs, tty: bool) -> Result<Lister<'_>> {
         let style = a.time_style.as_str();
         if !matches!(style, "locale" | "full-iso" | "long-iso" | "iso") && !style.starts_with('+') {
             bail!("--time-style {style}: use locale, full-iso, long-iso, iso or +FORMAT");
         }
         Ok(Lister {
             a,
-            tty: crate::util::stdout_is_tty(),
+            tty,
             now: crate::find::now().0,
             names: crate::ident::Names::default(),
             json: Vec::new(),
@@ -399,15 +400,15 @@ fn ls_human(n: u64) -> String {
 }
 
 /// `sheaf ls`.
-pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     if crate::util::stack_layers(&a.image).is_some() {
-        return ls_stack(&a, remote);
+        return ls_stack(&a, remote, io);
     }
     let img = open_path(&a.image, remote)?;
     let path = a.path.as_bytes();
     let start = img.resolve(path)?;
-    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut l = Lister::new(&a)?;
+    let mut l = Lister::new(&a, io.stdout_is_tty())?;
+    let mut o = std::io::BufWriter::new(&mut *io.stdout);
     if start.file_type() != FileType::Directory || a.directory {
         let name = if a.directory {
             path
@@ -448,13 +449,13 @@ pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
 use sheaf_read::info::join_name;
 
 /// `sheaf ls BASE,LAYER,...`: the merged view of a stack.
-fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     use sheaf_read::Found;
     let layers = crate::util::stack_layers(&a.image).expect("ls_stack is given a stack");
     let stack = crate::util::open_stack(&layers, remote)?;
     let path = a.path.as_bytes();
-    let mut o = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut l = Lister::new(a)?;
+    let mut l = Lister::new(a, io.stdout_is_tty())?;
+    let mut o = std::io::BufWriter::new(&mut *io.stdout);
     let start = stack.resolve(path)?;
     let dir = match start {
         Found::Dir(d) if !a.directory => d,
@@ -509,6 +510,7 @@ pub fn cat(
     image: &Path,
     paths: &[std::ffi::OsString],
     remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
 ) -> Result<i32> {
     // One image, or the merged tree of a stack: each path resolves to an
     // inode of one image.
@@ -526,7 +528,7 @@ pub fn cat(
         .map(|i| i.superblock().block_size)
         .max()
         .unwrap_or(0);
-    let mut out = std::io::stdout().lock();
+    let out = &mut *io.stdout;
     let mut buf = vec![0u8; block as usize];
     // As cat(1): symlinks inside the image are followed, each file is
     // written in turn, and one that cannot be is named on stderr while the
@@ -540,7 +542,11 @@ pub fn cat(
                 e @ (sheaf_read::ReadError::NotFound(_) | sheaf_read::ReadError::TooManyLinks(_)),
             ) => {
                 let _ = out.flush();
-                eprintln!("sheaf: error: {}", sheaf_net::redact_text(&e.to_string()));
+                let _ = writeln!(
+                    io.stderr,
+                    "sheaf: error: {}",
+                    sheaf_net::redact_text(&e.to_string())
+                );
                 failed = true;
                 continue;
             }
@@ -552,7 +558,7 @@ pub fn cat(
                 FileType::Directory => "is a directory".to_string(),
                 t => format!("not a regular file (a {})", t.name()),
             };
-            eprintln!("sheaf: error: {shown}: {what}");
+            let _ = writeln!(io.stderr, "sheaf: error: {shown}: {what}");
             failed = true;
             continue;
         }
@@ -577,6 +583,7 @@ pub fn check(
     threads: Option<usize>,
     json: bool,
     remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
 ) -> Result<i32> {
     let start = Instant::now();
     let img = open_path(image, remote)?;
@@ -592,7 +599,8 @@ pub fn check(
         .unwrap_or(0);
     let logical = img.superblock().logical_bytes.saturating_sub(holes);
     if json {
-        println!(
+        writeln!(
+            io.stdout,
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "image": image.display().to_string(),
@@ -605,9 +613,9 @@ pub fn check(
                 "bad_blocks": rep.bad_blocks, "damaged_files": rep.damaged_files,
                 "root_digest": hex(&img.root_digest()),
             }))?
-        );
+        )?;
     } else if rep.errors.is_empty() {
-        println!(
+        writeln!(io.stdout,
             "{}: OK: {} pages, {} blocks ({} of data, {} stored), {} inodes, a tree of {} entries verified in {:.2} s ({:.0} MB/s of file data)",
             image.display(),
             rep.pages,
@@ -618,19 +626,21 @@ pub fn check(
             rep.entries,
             secs,
             logical as f64 / secs / 1e6
-        );
+        )?;
     } else {
         for e in &rep.errors {
-            eprintln!("sheaf: {e}");
+            let _ = writeln!(io.stderr, "sheaf: {e}");
         }
         // What the damage costs: the files whose data is in a bad block.
         for f in &rep.damaged_files {
-            eprintln!(
+            let _ = writeln!(
+                io.stderr,
                 "sheaf: {}: {f}: damaged (its data is in a bad block)",
                 sheaf_net::redact_text(&image.display().to_string())
             );
         }
-        eprintln!(
+        let _ = writeln!(
+            io.stderr,
             "sheaf: error: {}: {} problem{} found",
             image.display(),
             rep.errors.len(),

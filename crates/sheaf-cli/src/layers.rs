@@ -36,7 +36,7 @@ pub struct CommitArgs {
 }
 
 /// Run `sheaf commit`.
-pub fn commit(a: CommitArgs) -> Result<i32> {
+pub fn commit(a: CommitArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let opts = a.image.options()?;
     // Held until the layer is written: a writable mount cannot start meanwhile.
     let lock = sheaf_format::layers::lock(&a.dir, false)?;
@@ -46,6 +46,7 @@ pub fn commit(a: CommitArgs) -> Result<i32> {
         &opts,
         &a.image,
         serde_json::json!({ "upper": a.dir.display().to_string() }),
+        io,
     );
     drop(lock);
     r
@@ -74,7 +75,11 @@ pub struct MergeArgs {
 }
 
 /// Run `sheaf merge`.
-pub fn merge(a: MergeArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn merge(
+    a: MergeArgs,
+    remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
+) -> Result<i32> {
     let opts = a.image.options()?;
     let cache = stack_input::layer_options();
     // `merge A B` and `merge A,B` alike.
@@ -91,5 +96,6 @@ pub fn merge(a: MergeArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         &opts,
         &a.image,
         serde_json::json!({ "layers": names }),
+        io,
     )
 }

@@ -1,13 +1,33 @@
-//! What the two executables of the sheaf command share.
+//! The `sheaf` command line: argument parsing, help, terminals, exit codes.
 //!
-//! `sheaf` (src/bin/sheaf.rs) is small on purpose: after `drop_caches`, loading
-//! the whole tool (15 MB, read ahead 8 MiB at a time on common disks) was
-//! most of a cold mount's time. It mounts local images itself and hands
-//! every other command to `sheaf-full` (src/main.rs), the whole tool, with
-//! the same arguments. Everything both need lives here, once: the mount
-//! option language, serving a mount from a background process, path lists.
+//! Two executables: `sheaf` (src/bin/sheaf.rs) is small on purpose and
+//! links only `sheaf-front` (why: that crate's documentation): it mounts
+//! local images itself and hands every other command to `sheaf-full`
+//! (src/main.rs), the whole tool, with the same arguments. This library is
+//! the whole tool as a function, [`run`], which `sheaf-full` calls with the
+//! process's arguments and streams and tests call in-process with buffers
+//! ([`Io`]).
 
-pub mod front;
-pub mod options;
-pub mod paths;
-pub mod serve;
+/// `sheaf-front`'s modules, where the tool's commands have always found them.
+pub use sheaf_front::{front, options, paths, serve};
+
+mod app;
+mod bcast;
+mod build;
+mod docs;
+mod du;
+mod extract;
+mod find;
+mod ident;
+mod import;
+mod inspect;
+mod layers;
+mod mount;
+mod pool;
+mod remote;
+mod run;
+mod snapshotter;
+mod trust;
+mod util;
+
+pub use app::{run, Io, IO_COMMANDS};

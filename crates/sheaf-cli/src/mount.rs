@@ -1,12 +1,12 @@
 //! `sheaf mount`, `sheaf umount`, `sheaf stats` and the `mount.fuse.sheaf`
 //! helper that mount(8) runs for `-t fuse.sheaf` and fstab entries.
 
+pub(crate) use crate::options::absolute;
+use crate::options::MountOptions;
+use crate::serve::{serve_image, serve_mount};
 use crate::util::{human, RemoteArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-pub(crate) use sheaf_cli::options::absolute;
-use sheaf_cli::options::MountOptions;
-use sheaf_cli::serve::{serve_image, serve_mount};
 use sheaf_mount::serve::check_mountpoint;
 use sheaf_mount::{kernel, FsConfig, UnionConfig, UnionFs};
 use sheaf_read::{CountingSource, Image, ImageOptions, Source};
@@ -216,18 +216,28 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
 fn print_mounted(mountpoint: &Path, started: Instant) -> Result<()> {
     let mp = absolute(mountpoint);
     let r = report(&mp)?;
-    println!(
-        "{}",
-        serde_json::json!({
-            "mountpoint": mp,
-            "pid": r.pid,
-            "images": r.layers.clone().unwrap_or_else(|| vec![r.image.clone()]),
-            "roots": r.roots,
-            "writable": r.upper.unwrap_or(false),
-            "ms": started.elapsed().as_secs_f64() * 1e3,
-        })
-    );
+    let line = MountedLine {
+        images: r.layers.unwrap_or_else(|| vec![r.image]),
+        ms: started.elapsed().as_secs_f64() * 1e3,
+        mountpoint: mp,
+        pid: r.pid,
+        roots: r.roots,
+        writable: r.upper.unwrap_or(false),
+    };
+    println!("{}", serde_json::to_string(&line)?);
     Ok(())
+}
+
+/// The line `sheaf mount --json` prints (docs/json.md); fields in the
+/// order it has always printed them (sorted).
+#[derive(serde::Serialize)]
+struct MountedLine {
+    images: Vec<String>,
+    ms: f64,
+    mountpoint: PathBuf,
+    pid: u32,
+    roots: Vec<String>,
+    writable: bool,
 }
 
 /// `sheaf mount --request FILE`: the typed request of a parent process.
@@ -390,7 +400,7 @@ pub(crate) fn assemble(r: Request<'_>) -> Result<Assembly> {
             .unwrap_or_default();
         let remote = sheaf_net::is_url(&image.to_string_lossy());
         let fsname = fsname_of(std::slice::from_ref(image));
-        let fs = sheaf_cli::serve::image_fs(&img, r.fs, r.prefetch_metadata, r.prefetch, remote)?;
+        let fs = crate::serve::image_fs(&img, r.fs, r.prefetch_metadata, r.prefetch, remote)?;
         return Ok(Assembly {
             served: Served::Image { img, src, fs },
             fsname,
@@ -517,7 +527,7 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
             if sheaf_net::is_url(&i.to_string_lossy()) {
                 sheaf_net::redact(&i.to_string_lossy())
             } else {
-                sheaf_cli::options::local_fsname(i)
+                crate::options::local_fsname(i)
             }
         })
         .collect();
@@ -547,11 +557,7 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
             m.source
         );
     }
-    let pid: Option<i32> =
-        sheaf_mount::control(&mp, sheaf_mount::PID_XATTR, sheaf_mount::PID_IOCTL)
-            .ok()
-            .flatten()
-            .and_then(|v| String::from_utf8(v).ok()?.parse().ok());
+    let pid = sheaf_mount::control::Client::connect(&mp).pid().ok();
     kernel::unmount(&mp, a.lazy).map_err(|e| {
         if e.errno() == Some(libc::EBUSY) {
             anyhow!(
@@ -564,60 +570,24 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
     })?;
     // Wait for the serving process, so that a script's next step sees it gone.
     if let Some(pid) = pid {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        sheaf_mount::control::wait_exit(pid, Duration::from_secs(10));
     }
     Ok(0)
 }
 
-/// Whether process `pid` still runs (a zombie waiting for its reaper does not).
-fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(s) => s
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => false,
-    }
-}
-
-/// The statistics a mount's server reports (the hidden xattr or ioctl on
-/// its root), as JSON bytes.
-fn stats_bytes(mountpoint: &Path) -> Result<Vec<u8>> {
-    match sheaf_mount::control(
-        mountpoint,
-        sheaf_mount::STATS_XATTR,
-        sheaf_mount::STATS_IOCTL,
-    ) {
-        Ok(Some(v)) => Ok(v),
-        Ok(None) => bail!("{}: not the root of a sheaf mount", mountpoint.display()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => bail!(
-            "{}: the mount's process is gone (run `sheaf umount {}`)",
-            mountpoint.display(),
-            mountpoint.display()
-        ),
-        Err(e) => bail!("{}: {e}", mountpoint.display()),
-    }
-}
-
-/// [`stats_bytes`], typed: what `stats`, `mount --json` and a check of a
-/// mount found in place read.
+/// The statistics a mount's server reports: what `stats`, `mount --json`
+/// and a check of a mount found in place read.
 fn report(mountpoint: &Path) -> Result<sheaf_mount::stats::Report> {
-    serde_json::from_slice(&stats_bytes(mountpoint)?)
-        .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))
+    Ok(sheaf_mount::control::Client::connect(mountpoint).report()?)
 }
 
 /// `sheaf stats`.
 pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
+    let s = report(mountpoint)?;
     if json {
-        let s: serde_json::Value = serde_json::from_slice(&stats_bytes(mountpoint)?)
-            .map_err(|e| anyhow!("{}: bad statistics: {e}", mountpoint.display()))?;
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        println!("{}", s.to_json_pretty());
         return Ok(0);
     }
-    let s = report(mountpoint)?;
     println!("image             {}", s.image);
     if let Some(layers) = &s.layers {
         println!(
@@ -740,7 +710,7 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
 /// Entry point when run as `mount.fuse.sheaf` / `mount.sheaf` by mount(8):
 /// `mount.fuse.sheaf IMAGE MOUNTPOINT [-o OPTS] [-n] [-s] [-f] [-v] [-t TYPE]`.
 pub fn mount_helper(args: Vec<OsString>) -> Result<i32> {
-    let h = sheaf_cli::options::helper_args(args.into_iter().skip(1).collect())?;
+    let h = crate::options::helper_args(args.into_iter().skip(1).collect())?;
     let policy = sheaf_trust::Policy::load(false, None, None)?;
     // mount(8) passes no flags: the remote settings are the flags' defaults
     // (and their environment variables), changed by options.

@@ -6,6 +6,7 @@ use crate::build::{write_image, ImageArgs};
 use crate::util::{human, PolicyArgs, RemoteArgs};
 use anyhow::{bail, Context, Result};
 use sheaf_pool::{Config, Package};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// `sheaf pool` subcommands.
@@ -116,7 +117,7 @@ fn config() -> Result<Config> {
 }
 
 /// `sheaf pool ...`.
-pub fn run(cmd: PoolCmd, remote: &RemoteArgs) -> Result<i32> {
+pub fn run(cmd: PoolCmd, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     match cmd {
         PoolCmd::Init { dir } => {
             sheaf_pool::init(&dir)?;
@@ -127,7 +128,7 @@ pub fn run(cmd: PoolCmd, remote: &RemoteArgs) -> Result<i32> {
             );
             Ok(0)
         }
-        PoolCmd::Build(a) => build(a),
+        PoolCmd::Build(a) => build(a, io),
         PoolCmd::Load(a) => load(a, remote),
         PoolCmd::Unload { pool, sh } => unload(&pool, sh),
         PoolCmd::List { json } => list(json),
@@ -141,11 +142,12 @@ pub fn run(cmd: PoolCmd, remote: &RemoteArgs) -> Result<i32> {
     }
 }
 
-fn build(a: PoolBuildArgs) -> Result<i32> {
+fn build(a: PoolBuildArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     sheaf_pool::parse_name(&a.name)?;
     let layout = sheaf_pool::check(&a.dir)?;
     if !layout.unlisted.is_empty() && !a.image.json {
-        eprintln!(
+        let _ = writeln!(
+            io.stderr,
             "note: install directories without a modulefile (fine for dependencies): {}",
             layout.unlisted.join(", ")
         );
@@ -162,7 +164,7 @@ fn build(a: PoolBuildArgs) -> Result<i32> {
         .map(|p: &Package| format!("{}/{}", p.name, p.version))
         .collect();
     if !a.image.json && !a.image.quiet {
-        eprintln!("pool {}: {}", a.name, names.join(", "));
+        let _ = writeln!(io.stderr, "pool {}: {}", a.name, names.join(", "));
     }
     // A location's layout is NAME/VERSION.sheaf: its NAME/ is made here.
     if let Some(dir) = a.output.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -174,6 +176,7 @@ fn build(a: PoolBuildArgs) -> Result<i32> {
         &opts,
         &a.image,
         serde_json::json!({"pool": a.name, "packages": names}),
+        io,
     )
 }
 

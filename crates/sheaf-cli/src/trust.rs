@@ -230,21 +230,23 @@ pub fn parse_root(s: &str) -> Result<sheaf_format::Digest> {
 }
 
 /// Print one signature check, as text or JSON.
-fn print_checked(c: &Checked) {
+fn print_checked(c: &Checked, io: &mut crate::Io<'_>) -> std::io::Result<()> {
     if c.results.is_empty() {
-        println!("  no signature");
+        writeln!(io.stdout, "  no signature")?;
     }
     for (w, r) in &c.results {
         match r {
-            Ok(v) => println!(
+            Ok(v) => writeln!(
+                io.stdout,
                 "  {w}: good, signed by {} ({} {})",
                 v.principals.join(", "),
                 v.algorithm,
                 v.fingerprint
-            ),
-            Err(e) => println!("  {w}: rejected: {e}"),
+            )?,
+            Err(e) => writeln!(io.stdout, "  {w}: rejected: {e}")?,
         }
     }
+    Ok(())
 }
 
 fn signatures_json(c: &Checked) -> Vec<serde_json::Value> {
@@ -263,7 +265,12 @@ fn signatures_json(c: &Checked) -> Vec<serde_json::Value> {
 /// `sheaf verify` of an image record: its detached signature, then each
 /// layer found beside it must have the root the record names (a layer
 /// replaced in the repository fails here, as it would fail to mount).
-fn verify_record(a: &VerifyArgs, bytes: &[u8], remote: &crate::util::RemoteArgs) -> Result<i32> {
+fn verify_record(
+    a: &VerifyArgs,
+    bytes: &[u8],
+    remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
+) -> Result<i32> {
     let rec: sheaf_oci::ImageRecord = serde_json::from_slice(bytes)?;
     let msg = sheaf_oci::record::signed_message(bytes);
     let c = sheaf_trust::policy::check_signatures(
@@ -301,29 +308,34 @@ fn verify_record(a: &VerifyArgs, bytes: &[u8], remote: &crate::util::RemoteArgs)
             .iter()
             .map(|(l, found, ok)| serde_json::json!({"layer": l.layer, "root": l.root, "found": found, "matches": ok}))
             .collect();
-        println!(
+        writeln!(
+            io.stdout,
             "{}",
             serde_json::json!({"record": a.image.display().to_string(), "manifest": rec.manifest.to_string(),
                 "trusted": trusted, "signatures": signatures_json(&c), "layers": lj})
-        );
+        )?;
     } else {
-        println!(
+        writeln!(
+            io.stdout,
             "{}: image record of manifest {}",
             a.image.display(),
             rec.manifest
-        );
-        print_checked(&c);
+        )?;
+        print_checked(&c, io)?;
         for (l, found, ok) in &layers {
             match (found, ok, &l.root) {
-                (_, false, None) => println!(
+                (_, false, None) => writeln!(
+                    io.stdout,
                     "  {}: the record names no root (re-import to add it)",
                     l.layer
-                ),
-                (Some(f), false, Some(r)) => {
-                    println!("  {}: root {f}, but the record says {r}", l.layer)
-                }
-                (None, _, _) => println!("  {}: not in this repository", l.layer),
-                (Some(_), true, _) => println!("  {}: root matches", l.layer),
+                )?,
+                (Some(f), false, Some(r)) => writeln!(
+                    io.stdout,
+                    "  {}: root {f}, but the record says {r}",
+                    l.layer
+                )?,
+                (None, _, _) => writeln!(io.stdout, "  {}: not in this repository", l.layer)?,
+                (Some(_), true, _) => writeln!(io.stdout, "  {}: root matches", l.layer)?,
             }
         }
     }
@@ -331,7 +343,11 @@ fn verify_record(a: &VerifyArgs, bytes: &[u8], remote: &crate::util::RemoteArgs)
 }
 
 /// `sheaf verify`.
-pub fn verify(mut a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn verify(
+    mut a: VerifyArgs,
+    remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
+) -> Result<i32> {
     if a.signers.is_none() {
         // The same trusted keys as every other command: the site's.
         let site = Policy::load(false, None, None)?;
@@ -343,7 +359,7 @@ pub fn verify(mut a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32
         })?);
     }
     if let Signable::Record(bytes) = signable(&a.image)? {
-        return verify_record(&a, &bytes, remote);
+        return verify_record(&a, &bytes, remote, io);
     }
     let img = crate::util::open_image(&a.image, remote)?;
     let c = check_image(
@@ -363,21 +379,22 @@ pub fn verify(mut a: VerifyArgs, remote: &crate::util::RemoteArgs) -> Result<i32
     }
     if a.json {
         let sigs = signatures_json(&c);
-        println!(
+        writeln!(
+            io.stdout,
             "{}",
             serde_json::json!({"image": a.image.display().to_string(), "root": format!("blake3:{root}"),
                 "trusted": c.trusted().is_some(), "signatures": sigs,
                 "full": a.full, "damage": damaged})
-        );
+        )?;
     } else {
-        println!("{}: root blake3:{root}", a.image.display());
-        print_checked(&c);
+        writeln!(io.stdout, "{}: root blake3:{root}", a.image.display())?;
+        print_checked(&c, io)?;
         if let Some(p) = &damaged {
             for l in p.iter().take(20) {
-                println!("  damage: {l}");
+                writeln!(io.stdout, "  damage: {l}")?;
             }
         } else if a.full && c.trusted().is_some() {
-            println!("  every page and block matches the signed root");
+            writeln!(io.stdout, "  every page and block matches the signed root")?;
         }
     }
     Ok(if c.trusted().is_some() && damaged.is_none() {

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-pub use sheaf_cli::options::{parse_size, parse_size64};
-pub use sheaf_cli::paths::{prefetch_blocks, read_path_list};
+pub use crate::options::{parse_size, parse_size64};
+pub use crate::paths::{prefetch_blocks, read_path_list};
 
 /// An error and its causes (`source()` chain) on one line, each cause once:
 /// a message that already spells out its cause does not repeat it.
@@ -253,7 +253,7 @@ impl RemoteArgs {
     }
 
     /// These settings with those given as mount options (fstab has no flags).
-    pub fn with_options(&self, o: &sheaf_cli::options::RemoteOptions) -> RemoteArgs {
+    pub fn with_options(&self, o: &crate::options::RemoteOptions) -> RemoteArgs {
         let mut r = self.clone();
         if o.cache_dir.is_some() {
             r.cache_dir.clone_from(&o.cache_dir);
@@ -458,7 +458,7 @@ impl PolicyArgs {
 /// The path of the `sheaf` program (the small front that ran this one, when
 /// it did), for paths printed into shell functions, modulefiles and units.
 pub fn sheaf_exe() -> std::io::Result<PathBuf> {
-    match std::env::var_os(sheaf_cli::front::EXE_ENV) {
+    match std::env::var_os(crate::front::EXE_ENV) {
         Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
         _ => std::env::current_exe(),
     }

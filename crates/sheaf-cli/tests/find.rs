@@ -5,9 +5,18 @@
 mod common;
 use common::*;
 use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
+
+/// `sheaf SUB IMG ARGS...`, in-process.
+fn run_in<S: AsRef<OsStr>>(sub: &str, img: &Path, args: impl IntoIterator<Item = S>) -> Out {
+    let mut a: Vec<&OsStr> = vec![sub.as_ref(), img.as_os_str()];
+    let rest: Vec<S> = args.into_iter().collect();
+    a.extend(rest.iter().map(AsRef::as_ref));
+    sheaf_in(a)
+}
 
 fn sorted_lines(b: &[u8]) -> Vec<String> {
     let mut v: Vec<String> = String::from_utf8_lossy(b)
@@ -121,9 +130,7 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         ],
     ];
     for c in cases {
-        let mut ours = cmd();
-        ours.arg("find").arg(&img).args(&c);
-        let ours = run_cmd(&mut ours).ok();
+        let ours = run_in("find", &img, &c).ok();
         let gnu = Command::new("find")
             .arg(".")
             .args(&c)
@@ -142,13 +149,7 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         );
     }
     // A start path and the default action: paths as in the image.
-    let ours = run_cmd(
-        cmd()
-            .arg("find")
-            .arg(&img)
-            .args(["/docs", "-name", "*.txt"]),
-    )
-    .ok();
+    let ours = run_in("find", &img, ["/docs", "-name", "*.txt"]).ok();
     let gnu = Command::new("find")
         .args(["docs", "-name", "*.txt"])
         .current_dir(&out)
@@ -160,7 +161,7 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         .collect();
     assert_eq!(sorted_lines(&ours.stdout), want);
     // -print0 separates with NULs; output is in name order, parents first.
-    let o = run_cmd(cmd().arg("find").arg(&img).args(["/bin", "-print0"])).ok();
+    let o = run_in("find", &img, ["/bin", "-print0"]).ok();
     let names: Vec<&[u8]> = o
         .stdout
         .split(|&b| b == 0)
@@ -176,7 +177,7 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         ]
     );
     // -depth lists a directory after everything in it.
-    let o = run_cmd(cmd().arg("find").arg(&img).arg("-depth")).ok();
+    let o = run_in("find", &img, ["-depth"]).ok();
     let lines: Vec<String> = o.text().lines().map(String::from).collect();
     assert_eq!(
         lines.last().map(String::as_str),
@@ -211,22 +212,16 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         .lines()
         .map(|l| fields(l, true))
         .collect();
-    let o = run_cmd(cmd().arg("find").arg(&img).args(["!", "-type", "d", "-ls"])).ok();
+    let o = run_in("find", &img, ["!", "-type", "d", "-ls"]).ok();
     let mut got: Vec<Vec<String>> = o.text().lines().map(|l| fields(l, false)).collect();
     want.sort();
     got.sort();
     assert!(!got.is_empty());
     assert_eq!(got, want, "-ls");
     // -inum finds the entry whose number %i printed (all its names).
-    let o = run_cmd(
-        cmd()
-            .arg("find")
-            .arg(&img)
-            .args(["-name", "README.txt", "-printf", "%i"]),
-    )
-    .ok();
+    let o = run_in("find", &img, ["-name", "README.txt", "-printf", "%i"]).ok();
     let n = o.text();
-    let o = run_cmd(cmd().arg("find").arg(&img).args(["-inum", &n])).ok();
+    let o = run_in("find", &img, ["-inum", &n]).ok();
     assert_eq!(o.text(), "/README.txt\n", "-inum {n}");
     // -quit: the first match only (which one is first is the walk's order).
     let all_files = sorted_lines(
@@ -237,13 +232,7 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
             .unwrap()
             .stdout,
     );
-    let o = run_cmd(
-        cmd()
-            .arg("find")
-            .arg(&img)
-            .args(["-type", "f", "-print", "-quit"]),
-    )
-    .ok();
+    let o = run_in("find", &img, ["-type", "f", "-print", "-quit"]).ok();
     let got = sorted_lines(&o.stdout);
     assert_eq!(got.len(), 1, "{}", o.describe());
     assert!(all_files.contains(&got[0]), "{got:?} not in {all_files:?}");
@@ -267,18 +256,23 @@ fn find_answers_as_gnu_find_does_on_the_extracted_tree() {
         &["-printf", "%T"],
         &["-printf", "%-5"],
     ] {
-        let o = run_cmd(cmd().arg("find").arg(&img).args(bad));
+        let o = run_in("find", &img, bad);
         assert_ne!(o.code, 0, "{bad:?}");
         assert_eq!(o.err_lines().len(), 1, "{bad:?}: {}", o.describe());
     }
     // du's contradictions, refused as du(1) refuses them.
     for bad in [&["-s", "-a"][..], &["-s", "-d", "1"]] {
-        let o = run_cmd(cmd().arg("du").args(bad).arg(&img));
+        let o = sheaf_in(
+            ["du".as_ref()]
+                .into_iter()
+                .chain(bad.iter().map(OsStr::new))
+                .chain([img.as_os_str()]),
+        );
         assert_eq!(o.code, 2, "{bad:?}: {}", o.describe());
         assert_eq!(o.err_lines().len(), 1, "{bad:?}: {}", o.describe());
     }
     for sub in ["find", "du"] {
-        let o = run_cmd(cmd().arg(sub).arg(&img).args(["/nonexistent"]));
+        let o = run_in(sub, &img, ["/nonexistent"]);
         assert_eq!(o.code, 1, "{}", o.describe());
         // One line, naming the path once.
         assert_eq!(o.err_lines().len(), 1, "{}", o.describe());
@@ -334,7 +328,7 @@ fn du_totals_equal_sums_taken_from_the_source() {
         }
     }
     want.remove("/");
-    let o = run_cmd(cmd().arg("du").arg("--json").arg(&img)).ok();
+    let o = sheaf_in([OsStr::new("du"), "--json".as_ref(), img.as_os_str()]).ok();
     let v = json(&o);
     let got: BTreeMap<String, u64> = v
         .as_array()
@@ -370,7 +364,7 @@ fn du_totals_equal_sums_taken_from_the_source() {
     };
     assert_eq!(root, expected_root, "total");
     // -s: one line, the total.
-    let o = run_cmd(cmd().arg("du").arg("-s").arg(&img)).ok();
+    let o = sheaf_in([OsStr::new("du"), "-s".as_ref(), img.as_os_str()]).ok();
     assert_eq!(o.text(), format!("{expected_root}\t/\n"));
     // --inodes: per directory, as GNU du --inodes counts the source.
     let gnu = Command::new("du")
@@ -388,7 +382,7 @@ fn du_totals_equal_sums_taken_from_the_source() {
             (p.to_string(), n.parse().unwrap())
         })
         .collect();
-    let o = run_cmd(cmd().arg("du").arg("--inodes").arg(&img)).ok();
+    let o = sheaf_in([OsStr::new("du"), "--inodes".as_ref(), img.as_os_str()]).ok();
     let ours: BTreeMap<String, u64> = o
         .text()
         .lines()
@@ -399,7 +393,13 @@ fn du_totals_equal_sums_taken_from_the_source() {
         .collect();
     assert_eq!(ours, gnu, "du --inodes");
     // -a: a row for each file too, with its own size (a hardlink once).
-    let o = run_cmd(cmd().arg("du").arg("-a").arg("--json").arg(&img)).ok();
+    let o = sheaf_in([
+        OsStr::new("du"),
+        "-a".as_ref(),
+        "--json".as_ref(),
+        img.as_os_str(),
+    ])
+    .ok();
     let rows = json(&o);
     let rows = rows.as_array().unwrap();
     let file_rows = rows

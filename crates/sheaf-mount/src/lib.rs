@@ -11,8 +11,10 @@
 //! `/proc/self/mountinfo`), [`serve`] (run a session until it is unmounted or
 //! signalled), [`union`] (a stack of images, optionally writable through an
 //! upper directory), [`namespace`] (private mount namespaces for
-//! `sheaf run`) and [`request`] (the typed mount request one process hands
-//! a child `sheaf mount`, its images pinned to checked roots).
+//! `sheaf run`), [`request`] (the typed mount request one process hands
+//! a child `sheaf mount`, its images pinned to checked roots) and
+//! [`control`] (the client of the control protocol the filesystems answer
+//! on their root: statistics, the serving pid, waiting for it to exit).
 //!
 //! It must not know how images are built, where their bytes come from (that is
 //! the [`sheaf_read::Source`] behind the image) or how options are spelled on a
@@ -21,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod container;
+pub mod control;
 pub mod fs;
 pub mod kernel;
 mod listing;
@@ -32,6 +35,7 @@ pub mod serve;
 pub mod stats;
 pub mod union;
 
+pub use control::is_dead;
 pub use fs::{FsConfig, Readdirplus, SheafFs};
 /// What a mounted filesystem implements (re-exported for callers of [`serve::mount`]).
 pub use fuser::Filesystem;
@@ -59,64 +63,6 @@ const fn ior(nr: u32) -> u32 {
 pub const STATS_IOCTL: u32 = ior(1);
 /// ioctl on the root answering what [`PID_XATTR`] does.
 pub const PID_IOCTL: u32 = ior(2);
-
-/// Ask the mount at `mp` (its root) for a hidden value: the xattr `name`,
-/// or, on a mount that answers no xattrs at all (its image has none), the
-/// ioctl `cmd`. `Ok(None)`: not a sheaf mount's root. Either way the
-/// question reaches the mount's server (nothing the kernel caches), so a
-/// mount whose server is gone answers ENOTCONN here ([`is_dead`]).
-pub fn control(mp: &std::path::Path, name: &str, cmd: u32) -> std::io::Result<Option<Vec<u8>>> {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(mp.as_os_str().as_bytes())?;
-    let key = std::ffi::CString::new(name)?;
-    // The largest value an xattr may have (XATTR_SIZE_MAX).
-    let mut buf = vec![0u8; 64 << 10];
-    // SAFETY: NUL-terminated path and name; buf is buf.len() bytes.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            key.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if n >= 0 {
-        buf.truncate(n as usize);
-        return Ok(Some(buf));
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::ENODATA) => return Ok(None),
-        Some(libc::EOPNOTSUPP) => {}
-        _ => return Err(e),
-    }
-    use std::os::fd::AsRawFd;
-    let dir = std::fs::File::open(mp)?;
-    let mut buf = vec![0u8; CONTROL_LEN];
-    // SAFETY: the buffer is CONTROL_LEN bytes, the size `cmd` encodes.
-    let r = unsafe { libc::ioctl(dir.as_raw_fd(), cmd as _, buf.as_mut_ptr()) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOTTY) | Some(libc::ENOSYS) | Some(libc::EINVAL) => Ok(None),
-            _ => Err(e),
-        };
-    }
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    buf.truncate(n);
-    Ok(Some(buf))
-}
-
-/// Whether `mp` is a FUSE mount whose server is gone: still in the mount
-/// table, but what reaches it fails with "transport endpoint is not
-/// connected" (what the kernel cached, such as the root's attributes,
-/// still answers, so a `stat` does not tell).
-pub fn is_dead(mp: &std::path::Path) -> bool {
-    matches!(
-        control(mp, STATS_XATTR, STATS_IOCTL),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
-    )
-}
 
 /// Answer a control ioctl from the hidden xattr it stands for (`hidden`
 /// gives the value of a hidden name, None off the root): NUL-terminated,

@@ -416,6 +416,13 @@ impl Report {
             .to_string())
         .into_bytes()
     }
+
+    /// The report as `sheaf stats --json` prints it: indented, keys sorted
+    /// as [`Report::to_bytes`] sorts them.
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(&serde_json::to_value(self).expect("a report serializes"))
+            .expect("a JSON value prints")
+    }
 }
 
 impl CacheReport {

@@ -1,37 +1,14 @@
 //! The merged view of stacked images: whiteouts, opaque directories, and
 //! file/directory replacement across layers, on images built in-process.
 
-use sheaf_build::{build, BuildOptions, Input, Progress};
 use sheaf_read::{Found, Image, Stack};
-use std::fs;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 /// Build a layer from `(path, content)` entries; a path ending in `/` is a
 /// directory.
 fn layer(dir: &Path, name: &str, entries: &[(&str, &str)]) -> Arc<Image> {
-    let src = dir.join(name);
-    fs::create_dir_all(&src).unwrap();
-    for (p, c) in entries {
-        let at = src.join(p.trim_end_matches('/'));
-        if p.ends_with('/') {
-            fs::create_dir_all(at).unwrap();
-        } else {
-            fs::create_dir_all(at.parent().unwrap()).unwrap();
-            fs::write(at, c).unwrap();
-        }
-    }
-    let out = dir.join(format!("{name}.sheaf"));
-    build(
-        &Input::Dir(src),
-        &out,
-        &BuildOptions::default(),
-        Arc::new(Progress::default()),
-        &AtomicBool::new(false),
-    )
-    .unwrap();
-    Arc::new(sheaf_read::open_path(&out).unwrap())
+    sheaf_testkit::layer(dir, name, entries)
 }
 
 fn names(s: &Stack, path: &str) -> Vec<String> {

@@ -21,82 +21,8 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_sheaf")
 }
 
-/// What one run of a command gave.
-#[derive(Debug)]
-pub struct Out {
-    pub code: i32,
-    pub stdout: Vec<u8>,
-    pub stderr: String,
-    pub what: String,
-}
-
-impl Out {
-    /// stdout as (lossy) text.
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.stdout).into_owned()
-    }
-    /// Non-empty lines of stderr.
-    pub fn err_lines(&self) -> Vec<&str> {
-        self.stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect()
-    }
-    /// Panic with full context unless the exit code is 0.
-    #[track_caller]
-    pub fn ok(self) -> Self {
-        assert_eq!(self.code, 0, "{} failed:\n{}", self.what, self.describe());
-        self
-    }
-    /// Panic with context unless the run failed with `code`.
-    #[track_caller]
-    pub fn fails_with(self, code: i32) -> Self {
-        assert_eq!(
-            self.code,
-            code,
-            "{}: wrong exit code:\n{}",
-            self.what,
-            self.describe()
-        );
-        self
-    }
-    /// Panic unless stderr is exactly one line.
-    #[track_caller]
-    pub fn one_err_line(&self) -> &str {
-        let l = self.err_lines();
-        assert_eq!(
-            l.len(),
-            1,
-            "{}: expected exactly one stderr line:\n{}",
-            self.what,
-            self.describe()
-        );
-        l[0]
-    }
-    /// Panic if the process panicked or died from a signal.
-    #[track_caller]
-    pub fn no_panic(&self) -> &Self {
-        assert!(
-            self.code != 101 && self.code >= 0 && !self.stderr.contains("panicked at"),
-            "{}: panicked or was killed:\n{}",
-            self.what,
-            self.describe()
-        );
-        self
-    }
-    pub fn describe(&self) -> String {
-        let so = self.text();
-        let so = if so.len() > 2000 {
-            format!("{}...", so.chars().take(2000).collect::<String>())
-        } else {
-            so
-        };
-        format!(
-            "  exit code: {}\n  stderr: {}\n  stdout: {}",
-            self.code, self.stderr, so
-        )
-    }
-}
+/// What one run of a command gave (spawned, or in-process: the testkit's).
+pub use sheaf_testkit::Out;
 
 /// A `sheaf` command with stdin closed (as in CI) and, for remote images,
 /// a node cache of its own (tests that share one pass `--cache-dir`), so
@@ -167,20 +93,40 @@ where
     run_cmd(cmd().args(args))
 }
 
-/// `sheaf build SRC -o IMG EXTRA...`, asserting success.
-#[track_caller]
-pub fn build(src: &Path, img: &Path, extra: &[&str]) -> Out {
-    let mut c = cmd();
-    c.arg("build").arg(src).arg("-o").arg(img).args(extra);
-    run_cmd(&mut c).ok()
+/// Run `sheaf ARGS...` in this process (`sheaf_testkit::sheaf`): for
+/// commands whose logic and output a test checks, without a process of
+/// their own (see its documentation for which).
+pub fn sheaf_in<I, S>(args: I) -> Out
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    sheaf_testkit::sheaf(args)
 }
 
-/// `sheaf extract IMG -C DIR`, asserting success.
+/// `sheaf build SRC -o IMG EXTRA...` (in-process), asserting success.
+#[track_caller]
+pub fn build(src: &Path, img: &Path, extra: &[&str]) -> Out {
+    let mut a: Vec<&OsStr> = vec![
+        "build".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+    ];
+    a.extend(extra.iter().map(OsStr::new));
+    sheaf_in(a).ok()
+}
+
+/// `sheaf extract IMG -C DIR` (in-process), asserting success.
 #[track_caller]
 pub fn extract(img: &Path, dir: &Path) -> Out {
-    let mut c = cmd();
-    c.arg("extract").arg(img).arg("-C").arg(dir);
-    run_cmd(&mut c).ok()
+    sheaf_in([
+        "extract".as_ref(),
+        img.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+    ])
+    .ok()
 }
 
 pub fn is_root() -> bool {

@@ -5,7 +5,6 @@
 
 use super::{Caller, UnionConfig, UnionFs};
 use fuser::{BackingId, Errno, FileAttr, INodeNo, RenameFlags};
-use sheaf_build::{build, BuildOptions, Input, Progress};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -22,29 +21,9 @@ fn e(path: &str, content: impl AsRef<[u8]>) -> (String, Vec<u8>) {
     (path.to_string(), content.as_ref().to_vec())
 }
 
-/// Build layer image `name` in `dir` from `entries`.
+/// Build layer image `name` in `dir` from `entries` (in-process).
 fn layer(dir: &Path, name: &str, entries: &[(String, Vec<u8>)]) -> PathBuf {
-    let src = dir.join(name);
-    fs::create_dir_all(&src).unwrap();
-    for (p, c) in entries {
-        let at = src.join(p.trim_end_matches('/'));
-        if p.ends_with('/') {
-            fs::create_dir_all(at).unwrap();
-        } else {
-            fs::create_dir_all(at.parent().unwrap()).unwrap();
-            fs::write(at, c).unwrap();
-        }
-    }
-    let out = dir.join(format!("{name}.sheaf"));
-    build(
-        &Input::Dir(src),
-        &out,
-        &BuildOptions::default(),
-        Arc::new(Progress::default()),
-        &AtomicBool::new(false),
-    )
-    .unwrap();
-    out
+    sheaf_testkit::image(dir, name, entries)
 }
 
 /// A writable union of layers (bottom first) over an empty upper directory.
@@ -174,14 +153,7 @@ fn writing_a_lower_file_copies_it_up_whole_and_leaves_the_image_alone() {
     fs::write(src.join("dir/other"), "untouched").unwrap();
     fs::set_permissions(src.join("dir/file"), fs::Permissions::from_mode(0o640)).unwrap();
     let image = tmp.path().join("base.sheaf");
-    build(
-        &Input::Dir(src),
-        &image,
-        &BuildOptions::default(),
-        Arc::new(Progress::default()),
-        &AtomicBool::new(false),
-    )
-    .unwrap();
+    sheaf_testkit::build_dir(&src, &image, &sheaf_build::BuildOptions::default());
     let image_bytes = fs::read(&image).unwrap();
     let upper = tmp.path().join("upper");
     fs::create_dir(&upper).unwrap();
