@@ -247,11 +247,6 @@ impl Codec {
             _ => return self.decompress_with(data, ulen, out, dicts),
         }
         let zerr = |c: usize| self.error(zstd::zstd_safe::get_error_name(c).into());
-        // Room for the whole: with a stable output buffer zstd decodes each
-        // of the frame's blocks straight into it (no window buffer, no
-        // copy), and a block it cannot fit whole is an error; it stops
-        // after the block that reaches `end`.
-        ready_for(out, ulen);
         ZSTD_PREFIX_DCTX.with(|slot| {
             let mut slot = slot.borrow_mut();
             let d = match &mut *slot {
@@ -267,14 +262,37 @@ impl Codec {
                     none.insert(d)
                 }
             };
-            let mut output = zstd::zstd_safe::OutBuffer::around(out);
-            window::until(d, data, &mut output, Some(end)).map_err(zerr)?;
-            let got = output.pos();
-            if got < end || got > ulen {
-                return Err(self.expanded(got, end, ulen));
-            }
-            Ok(())
+            self.decode_stable(d, data, ulen, end, out)
         })
+    }
+
+    /// Decode zstd `frame` with `d` (set for a stable output buffer) into
+    /// `out`: the first `end` bytes at least, or the whole when `end >=
+    /// ulen`, which must then be exactly `ulen` bytes and end the frame.
+    /// Room for the whole: zstd decodes each of the frame's blocks straight
+    /// into it (no window buffer, no copy), a block it cannot fit whole is
+    /// an error, and it stops after the block that reaches `end`.
+    fn decode_stable(
+        self,
+        d: &mut zstd::zstd_safe::DCtx<'_>,
+        frame: &[u8],
+        ulen: usize,
+        end: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), FormatError> {
+        let zerr = |c: usize| self.error(zstd::zstd_safe::get_error_name(c).into());
+        ready_for(out, ulen);
+        let whole = end >= ulen;
+        let mut output = zstd::zstd_safe::OutBuffer::around(out);
+        let ended = window::until(d, frame, &mut output, (!whole).then_some(end)).map_err(zerr)?;
+        let got = output.pos();
+        if got < end.min(ulen) || got > ulen || (whole && got != ulen) {
+            return Err(self.expanded(got, end, ulen));
+        }
+        if whole && !ended {
+            return Err(self.error(format!("frame goes on past {ulen} bytes")));
+        }
+        Ok(())
     }
 
     /// A [`Codec::ZstdDict`] block's first `end` bytes at least (all when
@@ -332,20 +350,8 @@ impl Codec {
         d.set_parameter(zstd::zstd_safe::DParameter::StableOutBuffer(true))
             .map_err(zerr)?;
         d.ref_prefix(&base[..]).map_err(zerr)?;
-        ready_for(out, ulen);
-        let whole = end >= ulen;
-        let mut output = zstd::zstd_safe::OutBuffer::around(out);
         let frame = &data[crate::reference::REF_PREFIX_LEN..];
-        let ended =
-            window::until(&mut d, frame, &mut output, (!whole).then_some(end)).map_err(zerr)?;
-        let got = output.pos();
-        if got < end.min(ulen) || got > ulen || (whole && got != ulen) {
-            return Err(self.expanded(got, end, ulen));
-        }
-        if whole && !ended {
-            return Err(self.error(format!("frame goes on past {ulen} bytes")));
-        }
-        Ok(())
+        self.decode_stable(&mut d, frame, ulen, end, out)
     }
 
     /// A decode that gave `got` bytes where it needed `end` of at most
