@@ -438,12 +438,16 @@ pub fn build(
         streams: descs,
     };
     let (by_type, hardlinks) = stats;
-    let mut codecs = std::collections::BTreeMap::<&str, u64>::new();
-    let mut codec_bytes = std::collections::BTreeMap::<String, u64>::new();
+    // Blocks and stored bytes per codec name.
+    let mut codecs = std::collections::BTreeMap::<String, (u64, u64)>::new();
     for r in &block_refs {
-        *codecs.entry(r.codec.name()).or_default() += 1;
-        *codec_bytes.entry(r.codec.name().to_string()).or_default() += r.clen as u64;
+        let c = codecs.entry(r.codec.name().to_string()).or_default();
+        c.0 += 1;
+        c.1 += r.clen as u64;
     }
+    let ref_blocks = codecs
+        .get(sheaf_format::Codec::ZstdRef.name())
+        .map_or(0, |c| c.0);
     use sheaf_format::build_info::{BaseInfo, BuildInfo, BuildStats, DictionaryInfo};
     let info = BuildInfo {
         stats: Some(BuildStats {
@@ -456,13 +460,8 @@ pub fn build(
             hardlinked_inodes: Some(hardlinks),
             dedup_bytes: Some(progress.dedup_bytes.load(Ordering::Relaxed)),
             hole_bytes: Some(progress.hole_bytes.load(Ordering::Relaxed)),
-            blocks_by_codec: Some(
-                codecs
-                    .into_iter()
-                    .map(|(c, n)| (c.to_string(), n))
-                    .collect(),
-            ),
-            stored_by_codec: Some(codec_bytes),
+            blocks_by_codec: Some(codecs.iter().map(|(c, n)| (c.clone(), n.0)).collect()),
+            stored_by_codec: Some(codecs.into_iter().map(|(c, n)| (c, n.1)).collect()),
             xattr_sets: Some(xattr_sets as u64),
         }),
         builder: Some(format!("sheaf {}", env!("CARGO_PKG_VERSION"))),
@@ -477,7 +476,7 @@ pub fn build(
         order: Some(opts.order.name().to_string()),
         group_blocks: Some(opts.group_blocks),
         ref_window: Some(opts.ref_window),
-        ref_blocks: Some(ref_bases_count(&block_refs)),
+        ref_blocks: Some(ref_blocks),
         // Provenance only: which image the unchanged files' blocks came from.
         base: base.as_ref().map(|b| BaseInfo {
             root: sheaf_format::hex(&b.image.root_digest()),
@@ -523,13 +522,6 @@ pub fn build(
         skipped: problems.skipped,
         base: base_report,
     })
-}
-
-/// How many of `refs` are reference blocks (format.md §7.2).
-fn ref_bases_count(refs: &[sheaf_format::BlockRef]) -> u64 {
-    refs.iter()
-        .filter(|r| r.codec == sheaf_format::Codec::ZstdRef)
-        .count() as u64
 }
 
 /// Write the sections (empty ones are left out), the section table and the

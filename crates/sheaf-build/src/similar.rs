@@ -216,28 +216,27 @@ impl Bases {
     /// Load the candidates offered for later; one that cannot be loaded is
     /// dropped (the copy of its block fails on its own).
     fn load_held(&mut self) {
-        for h in self.recent.iter_mut() {
-            if !matches!(h, Held::Later(..)) {
-                continue;
-            }
-            let Held::Later(seq, n, load) =
-                std::mem::replace(h, Held::Later(0, 0, Box::new(|| None)))
-            else {
-                unreachable!("matched above")
-            };
-            self.held -= n;
-            if let Some(data) = load() {
-                let hash = sheaf_format::digest(&data);
-                self.seqs.entry(hash).or_insert(seq);
-                self.held += data.len();
-                *h = Held::Ready(Candidate {
-                    hash,
-                    sketch: Sketch::of(&data),
-                    data,
-                });
-            }
+        if !self.recent.iter().any(|h| matches!(h, Held::Later(..))) {
+            return;
         }
-        self.recent.retain(|h| h.len() > 0);
+        let recent = std::mem::take(&mut self.recent);
+        self.recent = recent
+            .into_iter()
+            .filter_map(|h| match h {
+                Held::Later(seq, _, load) => {
+                    let data = load()?;
+                    let hash = sheaf_format::digest(&data);
+                    self.seqs.entry(hash).or_insert(seq);
+                    Some(Held::Ready(Candidate {
+                        hash,
+                        sketch: Sketch::of(&data),
+                        data,
+                    }))
+                }
+                ready => Some(ready),
+            })
+            .collect();
+        self.held = self.recent.iter().map(Held::len).sum();
     }
 
     /// Drop the oldest candidates until the budget holds the rest.

@@ -138,10 +138,10 @@ pub struct Packer<W: Write + Send + 'static> {
     /// Every dictionary a written block may name (`dict`, and those of the
     /// `--base` image, whose blocks are copied as stored).
     known_dicts: Vec<Arc<Dictionary>>,
-    /// The similarity group of the file being added ([`Packer::set_group`]).
+    /// The similarity group of the file being added ([`Packer::set_group_of`]).
     group: Option<u64>,
     /// The open group block: files of a pack or more of one group, stored
-    /// together ([`Packer::set_group`]).
+    /// together ([`Packer::set_group_of`]).
     shared: Option<SharedBlock>,
     /// Whether files are grouped by path ([`Packer::set_group_of`]).
     grouping: bool,
@@ -244,19 +244,14 @@ impl<W: Write + Send + 'static> Packer<W> {
         self.bases.set_budget(if zstd { budget } else { 0 });
     }
 
-    /// The similarity group of the files added from now on (the versions
-    /// of one file: [`crate::order::group_key`]), or `None`. Consecutive
+    /// The similarity group of the file at `rel` (relative to the top) and
+    /// of the files added after it: from its path ([`crate::order::group_key`]:
+    /// the versions of one file), when grouping is on
+    /// ([`Packer::set_grouping`]), so every input groups alike. Consecutive
     /// files of one group that would each get a block of their own (a pack
     /// or more, shorter than a block) share one instead, as long as it has
     /// room: compressed together, a version costs little more than what it
     /// changes, and a read of one decodes at most one block, as any read.
-    pub fn set_group(&mut self, group: Option<u64>) {
-        self.group = group;
-    }
-
-    /// Set the group of the file at `rel` (relative to the top) from its
-    /// path ([`crate::order::group_key`]), when grouping is on
-    /// ([`Packer::set_grouping`]): every input does it alike.
     pub fn set_group_of(&mut self, rel: &[u8]) {
         self.group = self.grouping.then(|| crate::order::group_key(rel));
     }
@@ -409,7 +404,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                 self.chunks.push(*c);
                 continue;
             }
-            let seq = self.copy_block(img, refs, c.block, true)?;
+            let seq = self.copy_block(img, refs, c.block)?;
             self.chunks.push(Chunk { block: seq, ..*c });
         }
         self.progress.files.fetch_add(1, Ordering::Relaxed);
@@ -419,14 +414,13 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// The sequence number of block `old` of the `--base` image `img` (with
     /// block refs `refs`) in this image: copied as stored, once, unless a
     /// block with its key is here already. A reference block's base comes
-    /// first (the image must hold it, format.md §7.2); `may_ref` is false
-    /// for a base, which may not be a reference block itself.
+    /// first (the image must hold it, and it may not be a reference block
+    /// itself, format.md §7.2).
     fn copy_block(
         &mut self,
         img: &Arc<sheaf_read::Image>,
         refs: &[BlockRef],
         old: u32,
-        may_ref: bool,
     ) -> Result<u32, BuildError> {
         if let Some(&s) = self.copied.get(&old) {
             return Ok(s);
@@ -441,21 +435,20 @@ impl<W: Write + Send + 'static> Packer<W> {
         };
         let mut work = Work::Copy(img.clone(), old, r);
         if r.codec == Codec::ZstdRef && !self.by_hash.contains_key(&r.key()) {
-            if !may_ref {
-                return Err(base_err("a reference block's base is one itself".into()));
-            }
             let what = || format!("data block {old}");
             let (codec, z) = img
                 .stored(&r, img.superblock().block_size, &what, &mut Vec::new())
                 .map_err(|cause| BuildError::Base { cause })?;
             let named = reference::named_base(&z).map_err(|e| base_err(e.to_string()))?;
             let base = img
-                .ref_bases()
-                .iter()
-                .find(|b| b.digest == named)
-                .ok_or_else(|| base_err("its base is not in the image's base list".into()))?
-                .id;
-            let base_seq = self.copy_block(img, refs, base, false)?;
+                .ref_base(&named)
+                .ok_or_else(|| base_err("its base is not in the image's base list".into()))?;
+            if refs[base as usize].codec == Codec::ZstdRef {
+                return Err(base_err(format!(
+                    "its base, data block {base}, is a reference block itself"
+                )));
+            }
+            let base_seq = self.copy_block(img, refs, base)?;
             self.bases.note(base_seq, named);
             work = Work::Stored(codec, z, r.ulen);
         }

@@ -20,9 +20,8 @@ impl DictLookup for Image {
     /// block, and no chain or cycle is ever followed).
     fn reference(&self, d: &Digest) -> Result<Arc<Vec<u8>>, FormatError> {
         let missing = |why: String| FormatError::MissingReference(format!("{}: {why}", hex(d)));
-        let id = *self
-            .bases_by_digest
-            .get(d)
+        let id = self
+            .ref_base(d)
             .ok_or_else(|| missing("the image lists no block with it".into()))?;
         let r = self.block_ref(id).map_err(|e| missing(e.to_string()))?;
         if r.codec == sheaf_format::Codec::ZstdRef {
@@ -40,6 +39,11 @@ impl Image {
     /// compressed against, with their content digests.
     pub fn ref_bases(&self) -> &[sheaf_format::reference::Base] {
         &self.bases
+    }
+
+    /// The block the reference-base section lists for content digest `d`.
+    pub fn ref_base(&self, d: &Digest) -> Option<u32> {
+        self.bases_by_digest.get(d).copied()
     }
 
     /// The dictionaries this image carries (its dictionary section).
