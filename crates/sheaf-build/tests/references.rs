@@ -292,3 +292,51 @@ fn a_new_version_on_a_base_is_compressed_against_the_copied_one() {
         assert_eq!(read_all(&img, &lib_path(ver)).unwrap(), version(v), "{ver}");
     }
 }
+
+#[test]
+fn a_base_image_with_a_hostile_base_list_is_refused_by_the_build() {
+    use sheaf_format::reference::encode_section;
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    make_tree(&src, 0..2);
+    let path = d.path().join("prev.sheaf");
+    let img = build_image(&src, &path, opts());
+    let bytes = std::fs::read(&path).unwrap();
+    let a_ref = (0..img.superblock().block_count as u32)
+        .find(|&id| img.block_ref(id).unwrap().codec == Codec::ZstdRef)
+        .unwrap();
+    // A base that is a reference block itself; no base list at all.
+    let mut chained = img.ref_bases().to_vec();
+    chained[0].id = a_ref;
+    chained.sort_by_key(|b| b.id);
+    for (what, section) in [
+        ("chained", Some(encode_section(&chained))),
+        ("dropped", None),
+    ] {
+        let prev = d.path().join(format!("{what}.sheaf"));
+        std::fs::write(
+            &prev,
+            replace_section(&bytes, SectionKind::RefBases, section),
+        )
+        .unwrap();
+        let out = d.path().join("next.sheaf");
+        let e = build(
+            &Input::Dir(src.clone()),
+            &out,
+            &BuildOptions {
+                base: Some(prev),
+                ..opts()
+            },
+            Arc::new(Progress::default()),
+            &AtomicBool::new(false),
+        )
+        .expect_err(what)
+        .to_string();
+        let why = match what {
+            "chained" => "is a reference block itself",
+            _ => "not in the image's base list",
+        };
+        assert!(e.contains("base image") && e.contains(why), "{what}: {e}");
+        assert!(!out.exists(), "{what}: no image is left");
+    }
+}
