@@ -150,7 +150,8 @@ pub struct BuildOptions {
     pub group_blocks: bool,
     /// Bytes of recent blocks the builder holds as possible bases of
     /// reference blocks (format.md §7.2, [`crate::similar`]); 0 makes none.
-    /// zstd only.
+    /// Files of more than a block and up to half of it are read whole and
+    /// cut where they line up with those blocks. zstd only.
     pub ref_window: u64,
 }
 

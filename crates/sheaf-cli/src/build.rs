@@ -99,8 +99,9 @@ pub struct ImageArgs {
     no_group_blocks: bool,
     /// Memory for recent blocks that later blocks may be compressed
     /// against (a new version of a library then costs about what changed;
-    /// a read of such a block decodes its base too). 0 turns it off.
-    /// zstd only.
+    /// a read of such a block decodes its base too). Files up to half of
+    /// it are read whole and cut where they line up with those blocks.
+    /// 0 turns it off. zstd only.
     #[arg(long, default_value = "128M", value_name = "SIZE")]
     ref_window: String,
     /// Metadata page size, a power of two from 4K to 1M.

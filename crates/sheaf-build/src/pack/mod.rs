@@ -11,12 +11,16 @@
 //! blocks in different files dedup); everything shorter than a block (small
 //! files and tails) is appended to a shared *pack* block. Whole-file content
 //! hashes dedup identical files, which then share one chunk range. Aligned
-//! all-zero blocks of a file become holes and are not stored.
+//! all-zero blocks of a file become holes and are not stored. With
+//! reference blocks, a large file up to a size is read whole and cut where
+//! its content lines up with the blocks it may be compressed against
+//! (`large.rs`).
 
 use crate::content_index::ContentIndex;
 use crate::options::{BuildError, Compression};
 use crate::similar;
 
+mod large;
 mod work;
 use crate::tree::Chunk;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -148,6 +152,10 @@ pub struct Packer<W: Write + Send + 'static> {
     /// Blocks that may serve as bases of reference blocks
     /// ([`Packer::set_references`]), and those that do.
     bases: similar::Bases,
+    /// Files of a block up to this size are read whole and cut where their
+    /// content lines up with the held bases ([`similar::Bases::cuts`]); 0
+    /// without reference blocks.
+    whole_cap: usize,
 }
 
 /// A block that files of one similarity group fill, in packing order.
@@ -232,6 +240,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             shared: None,
             grouping: false,
             bases: similar::Bases::new(0),
+            whole_cap: 0,
         }
     }
 
@@ -241,7 +250,14 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// zstd makes them.
     pub fn set_references(&mut self, budget: usize, c: &Compression) {
         let zstd = c.candidates.iter().any(|(k, _)| *k == Codec::Zstd);
-        self.bases.set_budget(if zstd { budget } else { 0 });
+        let budget = if zstd { budget } else { 0 };
+        self.bases.set_budget(budget);
+        // Half the window: a file larger cannot line up with much of it.
+        self.whole_cap = if budget > 0 {
+            (budget / 2).max(self.block_size)
+        } else {
+            0
+        };
     }
 
     /// The similarity group of the file at `rel` (relative to the top) and
@@ -629,10 +645,19 @@ impl<W: Write + Send + 'static> Packer<W> {
         let mut id = blake3::Hasher::new_derive_key("sheaf 1.0 large-file identity");
         let mut size = 0u64;
         let mut buf = std::mem::take(&mut self.buf);
+        // A large file's bytes while it may still be cut whole (see
+        // `whole_cap`); `size` counts them as read.
+        let mut held: Vec<u8> = Vec::new();
+        let mut whole = self.whole_cap > 0;
         let result = (|| {
             loop {
                 if let Some(f) = sparse {
                     let skip = hole_blocks(f, size, self.block_size as u64).map_err(io)?;
+                    if skip > 0 && whole {
+                        whole = false;
+                        self.add_blocks(&held, size - held.len() as u64, first, &mut id)?;
+                        held = Vec::new();
+                    }
                     if skip > 0 {
                         self.add_hole(first, size, skip);
                         id.update(b"H").update(&skip.to_le_bytes());
@@ -676,6 +701,11 @@ impl<W: Write + Send + 'static> Packer<W> {
                         }
                         return Ok((n as u64, None));
                     }
+                    if whole {
+                        held.extend_from_slice(&buf[..n]);
+                        size += n as u64;
+                        break;
+                    }
                     id.update(b"T").update(&buf[..n]);
                     if self.own_block(n) {
                         self.add_own_block(&buf[..n], size)?;
@@ -685,20 +715,22 @@ impl<W: Write + Send + 'static> Packer<W> {
                     size += n as u64;
                     break;
                 }
-                if buf.iter().all(|&b| b == 0) {
-                    self.add_hole(first, size, n as u64);
-                    id.update(b"H").update(&(n as u64).to_le_bytes());
-                } else {
-                    let seq = self.new_seq();
-                    self.chunks.push(Chunk {
-                        file_offset: size,
-                        block: seq,
-                        block_offset: 0,
-                        len: n as u32,
-                    });
-                    let d = self.emit(seq, buf[..n].to_vec(), false)?;
-                    id.update(b"D").update(&d);
+                if whole && held.len() + n <= self.whole_cap {
+                    if held.is_empty() {
+                        if let Some(len) = sparse.and_then(|f| f.metadata().ok()).map(|m| m.len()) {
+                            held.reserve_exact((len as usize).min(self.whole_cap));
+                        }
+                    }
+                    held.extend_from_slice(&buf[..n]);
+                    size += n as u64;
+                    continue;
                 }
+                if whole {
+                    whole = false;
+                    self.add_blocks(&held, size - held.len() as u64, first, &mut id)?;
+                    held = Vec::new();
+                }
+                self.add_blocks(&buf[..n], size, first, &mut id)?;
                 size += n as u64;
             }
             Ok((size, None))
@@ -708,6 +740,9 @@ impl<W: Write + Send + 'static> Packer<W> {
         let (size, shared) = result?;
         if let Some(f) = shared {
             return Ok((size, FileRange::SameAs(f)));
+        }
+        if !held.is_empty() {
+            return self.add_whole(held, first, file);
         }
         // A large file identical to an earlier one shares its chunk range.
         let count = (self.chunks.len() - first) as u32;
