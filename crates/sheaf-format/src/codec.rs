@@ -336,14 +336,17 @@ impl Codec {
         let base = dicts.reference(&name)?;
         // Not a checksum error: the base was checked against its own ref,
         // so the image's base list, not a route, is wrong.
-        if crate::digest(&base) != name {
-            return Err(FormatError::invalid(
-                "reference block",
-                format!(
-                    "the block listed as base {} has other content",
-                    crate::hex(&name)
-                ),
-            ));
+        if !dicts.reference_known(&name) {
+            if crate::digest(&base) != name {
+                return Err(FormatError::invalid(
+                    "reference block",
+                    format!(
+                        "the block listed as base {} has other content",
+                        crate::hex(&name)
+                    ),
+                ));
+            }
+            dicts.reference_checked(&name);
         }
         let zerr = |c: usize| self.error(zstd::zstd_safe::get_error_name(c).into());
         let mut d = zstd::zstd_safe::DCtx::create();

@@ -70,6 +70,17 @@ pub trait DictLookup {
     fn reference(&self, digest: &Digest) -> Result<Arc<Vec<u8>>, FormatError> {
         Err(FormatError::MissingReference(crate::hex(digest)))
     }
+    /// Whether what [`DictLookup::reference`] gives for this digest was
+    /// checked against it before ([`DictLookup::reference_checked`]): a
+    /// lookup that always gives the same bytes for a digest (an image's
+    /// base is one block, verified by its own ref whenever it is decoded)
+    /// spares the decoder hashing up to a block for every reference block
+    /// it decodes. By default nothing is remembered.
+    fn reference_known(&self, _digest: &Digest) -> bool {
+        false
+    }
+    /// The decoder checked the base for this digest against it.
+    fn reference_checked(&self, _digest: &Digest) {}
 }
 
 /// No dictionaries: a block that needs one fails to decode.

@@ -12,7 +12,7 @@ use sheaf_format::{
     BlockRef, ChunkRecord, Digest, FileType, FormatError, Header, InodeRecord, SectionEntry,
     SectionKind, StreamId, Superblock, Trailer, XattrSet, BLOCK_REF_LEN, HEADER_LEN, TRAILER_LEN,
 };
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 mod dicts;
 mod load;
@@ -104,11 +104,14 @@ pub struct Image {
     dicts: Vec<Arc<Dictionary>>,
     /// Dictionaries not in the section that objects from a shared store or
     /// repository named, found as objects by their digest.
-    foreign: std::sync::Mutex<Vec<Arc<Dictionary>>>,
+    foreign: Mutex<Vec<Arc<Dictionary>>>,
     /// The reference-base section: which block holds the content a
     /// reference block names (format.md §7.2).
     bases: Vec<sheaf_format::reference::Base>,
     bases_by_digest: std::collections::HashMap<Digest, u32>,
+    /// Bases whose content was checked against their digest
+    /// ([`sheaf_format::DictLookup::reference_known`]).
+    bases_checked: Mutex<std::collections::HashSet<Digest>>,
 }
 
 /// The text signed for an image with root digest `root`.
@@ -319,6 +322,7 @@ impl Image {
             foreign: Default::default(),
             bases,
             bases_by_digest,
+            bases_checked: Mutex::default(),
         })
     }
 

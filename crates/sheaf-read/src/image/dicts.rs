@@ -32,6 +32,17 @@ impl DictLookup for Image {
         }
         self.block(id).map_err(|e| missing(e.to_string()))
     }
+
+    /// The base for `d` is one block, whose stored bytes are checked
+    /// against its ref whenever it is decoded: once its content was found
+    /// to have digest `d`, it always has.
+    fn reference_known(&self, d: &Digest) -> bool {
+        self.bases_checked.lock().expect("lock").contains(d)
+    }
+
+    fn reference_checked(&self, d: &Digest) {
+        self.bases_checked.lock().expect("lock").insert(*d);
+    }
 }
 
 impl Image {
