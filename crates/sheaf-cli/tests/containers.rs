@@ -635,17 +635,7 @@ fn imported_layers_and_image_records_are_signed_and_the_policy_applies() {
         o.stderr
     );
     sheaf(["sign", l0s, "-k", key.to_str().unwrap()]).ok();
-    let m = Mounted::run(
-        Command::new(bin()).args([
-            "mount",
-            l0s,
-            mp.to_str().unwrap(),
-            "--require-signature",
-            "--signers",
-            s,
-        ]),
-        &mp,
-    );
+    let m = mount(&[l0s], &mp, &["--require-signature", "--signers", s]);
     assert!(mp.join("bin/sh").exists());
     drop(m);
     let v = json_of(&sheaf(["verify", l0s, "--signers", s, "--json"]).ok());

@@ -347,20 +347,18 @@ fn tampering_is_caught_where_it_matters() {
         return;
     }
     let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
     let log = t.path().join("log");
-    sheaf([
-        "mount".as_ref(),
-        "--require-signature".as_ref(),
-        "--signers".as_ref(),
-        allowed.as_os_str(),
-        "-o".as_ref(),
-        format!("log={}", log.display()).as_ref(),
-        bad.as_os_str(),
-        mp.as_os_str(),
-    ])
-    .ok();
-    let guard = Mounted::adopt(&mp);
+    let guard = mount(
+        &[&bad],
+        &mp,
+        &[
+            "--require-signature",
+            "--signers",
+            allowed.to_str().unwrap(),
+            "-o",
+            &format!("log={}", log.display()),
+        ],
+    );
     let mut eio = 0;
     for p in walk(&t.path().join("src")) {
         let f = join(&mp, &p);
@@ -495,15 +493,10 @@ fn site_config_requires_signatures_for_everyone() {
     )
     .unwrap();
     let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
     let mount = |i: &Path| {
-        run_cmd(
-            cmd()
-                .arg("mount")
-                .arg(i)
-                .arg(&mp)
-                .env("SHEAF_CONFIG", &conf),
-        )
+        let mut c = mount_cmd(&[i], &mp, &[]);
+        c.env("SHEAF_CONFIG", &conf);
+        run_cmd(&mut c)
     };
     let o = mount(&img).fails_with(1);
     assert!(
@@ -697,31 +690,31 @@ fn a_damaged_signature_block_is_refused_cleanly() {
 /// it fail (EIO); the rest of the tree stays usable.
 #[test]
 fn a_damaged_inner_metadata_page_fails_only_what_needs_it() {
-    let t = tmpdir();
-    let src = t.path().join("src");
-    fs::create_dir(&src).unwrap();
-    // 3000 files: their inode records span three 64 KiB pages.
-    for i in 0..3000 {
-        write(&src.join(format!("f{i:04}")), format!("{i}\n").as_bytes());
-    }
     let marker: i64 = 1_234_567_891;
-    set_all_mtimes(&src, |_, p| {
-        if p == b"f2999" {
-            (marker, 0)
-        } else {
-            (1_600_000_000, 0)
+    let sc = Scenario::new(|src| {
+        // 3000 files: their inode records span three 64 KiB pages.
+        for i in 0..3000 {
+            write(&src.join(format!("f{i:04}")), format!("{i}\n").as_bytes());
         }
-    });
-    let img = t.path().join("m.sheaf");
-    build(&src, &img, &["-c", "none"]).ok();
-    let mut b = fs::read(&img).unwrap();
+        set_all_mtimes(src, |_, p| {
+            if p == b"f2999" {
+                (marker, 0)
+            } else {
+                (1_600_000_000, 0)
+            }
+        });
+    })
+    .image_name("m.sheaf")
+    .build(&["-c", "none"]);
+    let img = &sc.img;
+    let mut b = fs::read(img).unwrap();
     let needle = marker.to_le_bytes();
     let at = b
         .windows(8)
         .position(|w| w == needle)
         .expect("inode record of f2999 in a raw page");
     b[at] ^= 0x01;
-    fs::write(&img, &b).unwrap();
+    fs::write(img, &b).unwrap();
     // Read through the library (in-process): a lookup that needs the
     // damaged page fails, one that does not still reads its file.
     let o = sheaf_in(["cat".as_ref(), img.as_os_str(), "f2999".as_ref()]).fails_with(1);
@@ -736,10 +729,7 @@ fn a_damaged_inner_metadata_page_fails_only_what_needs_it() {
     if !mounts_allowed() {
         return;
     }
-    let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
-    let guard = Mounted::adopt(&mp);
+    let (mp, guard) = (&sc.mp, sc.mount(&[]));
     let e = fs::metadata(mp.join("f2999")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     assert_eq!(fs::read(mp.join("f0001")).unwrap(), b"1\n");

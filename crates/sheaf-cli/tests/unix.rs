@@ -48,13 +48,9 @@ fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
     if !mounts_allowed() {
         return;
     }
-    let t = tmpdir();
-    let src = t.path().join("src");
-    tree(&src);
-    let img = t.path().join("t.sheaf");
-    build(&src, &img, &[]);
-    let mp = t.path().join("mp");
-    let _m = Mounted::run(cmd().arg("mount").arg(&img).arg(&mp), &mp);
+    let sc = Scenario::new(tree).image_name("t.sheaf").build(&[]);
+    let (img, mp) = (&sc.img, &sc.mp);
+    let _m = sc.mount(&[]);
     for (flags, path) in [
         (vec!["-l"], "."),
         (vec!["-lh"], "."),
@@ -71,7 +67,7 @@ fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
             Command::new("ls")
                 .args(&flags)
                 .arg(path)
-                .current_dir(&mp)
+                .current_dir(mp)
                 .env("LC_ALL", "C")
                 .env("TZ", "UTC"),
         )
@@ -81,7 +77,7 @@ fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
             cmd()
                 .arg("ls")
                 .args(&flags)
-                .arg(&img)
+                .arg(img)
                 .arg(path)
                 .env("LC_ALL", "C")
                 .env("TZ", "UTC"),
@@ -490,15 +486,10 @@ fn mount_json_names_the_server_and_the_root() {
     if !mounts_allowed() {
         return;
     }
-    let t = tmpdir();
-    let src = t.path().join("src");
-    tree(&src);
-    let img = t.path().join("t.sheaf");
-    build(&src, &img, &[]);
-    let mp = t.path().join("mp");
-    fs::create_dir(&mp).unwrap();
-    let o = run_cmd(cmd().args(["mount", "--json"]).arg(&img).arg(&mp)).ok();
-    let m = Mounted::adopt(&mp);
+    let sc = Scenario::new(tree).image_name("t.sheaf").build(&[]);
+    let (img, mp) = (&sc.img, &sc.mp);
+    let o = run_cmd(&mut sc.mount_cmd(&["--json"])).ok();
+    let m = Mounted::adopt(mp);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["mountpoint"], mp.to_str().unwrap());
     assert_eq!(v["pid"].as_i64().unwrap() as i32, m.pid());
