@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -86,17 +87,19 @@ fn image(dir: &Path) -> PathBuf {
 }
 
 fn root_message(img: &Path) -> Vec<u8> {
-    sheaf(["root".as_ref(), img.as_os_str()]).ok().stdout
+    sheaf_in(["root".as_ref(), img.as_os_str()]).ok().stdout
 }
 
+/// `sheaf verify IMG --signers ALLOWED EXTRA...` (in-process).
 fn verify(img: &Path, allowed: &Path, extra: &[&str]) -> Out {
-    let mut c = cmd();
-    c.arg("verify")
-        .arg(img)
-        .arg("--signers")
-        .arg(allowed)
-        .args(extra);
-    run_cmd(&mut c)
+    let mut a: Vec<&OsStr> = vec![
+        "verify".as_ref(),
+        img.as_os_str(),
+        "--signers".as_ref(),
+        allowed.as_os_str(),
+    ];
+    a.extend(extra.iter().map(OsStr::new));
+    sheaf_in(a)
 }
 
 #[test]
@@ -127,7 +130,7 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
             o.text()
         );
         // sheaf signs, ssh-keygen verifies.
-        sheaf([
+        sheaf_in([
             "sign".as_ref(),
             img.as_os_str(),
             "-k".as_ref(),
@@ -160,9 +163,9 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
     }
     // Appended signatures: several on one image; root digest unchanged.
     fs::remove_file(&sig).unwrap();
-    let before = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+    let before = json(&sheaf_in(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
     for k in ["ed", "ec", "rsa"] {
-        sheaf([
+        sheaf_in([
             "sign".as_ref(),
             img.as_os_str(),
             "-k".as_ref(),
@@ -170,7 +173,7 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
         ])
         .ok();
     }
-    let after = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+    let after = json(&sheaf_in(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
     assert_eq!(before["root_digest"], after["root_digest"]);
     assert_eq!(after["signatures"].as_array().unwrap().len(), 3);
     let o = verify(&img, &allowed, &["--full"]).ok();
@@ -181,7 +184,7 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
         o.text()
     );
     // The image still reads as before.
-    sheaf(["check".as_ref(), img.as_os_str()]).ok();
+    sheaf_in(["check".as_ref(), img.as_os_str()]).ok();
 }
 
 #[test]
@@ -243,7 +246,7 @@ fn rejections_say_exactly_why() {
     let o = verify(&img, &allowed, &[]).fails_with(1);
     assert!(o.text().contains("no signature"), "{}", o.text());
     // Unknown key.
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -271,7 +274,7 @@ fn rejections_say_exactly_why() {
     write(&src2.join("x"), b"x");
     let other = t.path().join("other.sheaf");
     build(&src2, &other, &[]).ok();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         other.as_os_str(),
         "-k".as_ref(),
@@ -288,7 +291,7 @@ fn rejections_say_exactly_why() {
     assert!(o.text().contains("bad signature"), "{}", o.text());
     fs::remove_file(format!("{}.sig", img.display())).unwrap();
     // Expired, not yet valid, namespace not allowed, identity not trusted.
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -326,7 +329,7 @@ fn tampering_is_caught_where_it_matters() {
     let keys = Keys::new(t.path());
     let img = image(t.path());
     let allowed = keys.allowed("");
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -341,7 +344,7 @@ fn tampering_is_caught_where_it_matters() {
     verify(&bad, &allowed, &[]).ok();
     let o = verify(&bad, &allowed, &["--full"]).fails_with(1);
     assert!(o.text().contains("damage"), "{}", o.text());
-    run_cmd(cmd().arg("check").arg(&bad)).fails_with(1);
+    sheaf_in(["check".as_ref(), bad.as_os_str()]).fails_with(1);
     // Under policy it mounts, and reading the damaged file is EIO with a log line.
     if !mounts_allowed() {
         return;
@@ -418,7 +421,7 @@ fn tampering_is_caught_where_it_matters() {
         o.describe()
     );
     // A flipped byte in the superblock (the metadata root): refused too.
-    let info = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+    let info = json(&sheaf_in(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
     let sb = info["sections"]
         .as_array()
         .unwrap()
@@ -445,7 +448,7 @@ fn tampering_is_caught_where_it_matters() {
     // Replaced signature (an untrusted key's): refused.
     let replaced = t.path().join("replaced.sheaf");
     fs::copy(&stripped, &replaced).unwrap();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         replaced.as_os_str(),
         "-k".as_ref(),
@@ -504,7 +507,7 @@ fn site_config_requires_signatures_for_everyone() {
         "{}",
         o.describe()
     );
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -537,7 +540,7 @@ fn keygen_makes_a_key_and_its_allowed_signers_line() {
     let t = tmpdir();
     let img = image(t.path());
     let key = t.path().join("site_key");
-    let o = sheaf([
+    let o = sheaf_in([
         "keygen".as_ref(),
         key.as_os_str(),
         "--identity".as_ref(),
@@ -551,7 +554,7 @@ fn keygen_makes_a_key_and_its_allowed_signers_line() {
     );
     let allowed = t.path().join("allowed");
     fs::write(&allowed, &line).unwrap();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -560,7 +563,7 @@ fn keygen_makes_a_key_and_its_allowed_signers_line() {
     .ok();
     verify(&img, &allowed, &["--identity", "ops@site.org"]).ok();
     // Refuses to overwrite.
-    run_cmd(cmd().arg("keygen").arg(&key)).fails_with(1);
+    sheaf_in(["keygen".as_ref(), key.as_os_str()]).fails_with(1);
     // ssh-keygen reads the key it wrote.
     run_cmd(Command::new("ssh-keygen").arg("-y").arg("-f").arg(&key)).ok();
 }
@@ -632,7 +635,7 @@ fn a_damaged_signature_block_is_refused_cleanly() {
     let t = tmpdir();
     let keys = Keys::new(t.path());
     let img = image(t.path());
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -674,7 +677,7 @@ fn a_damaged_signature_block_is_refused_cleanly() {
         let bad = t.path().join("bad.sheaf");
         fs::write(&bad, &b).unwrap();
         for sub in ["info", "check"] {
-            let o = run_cmd(cmd().arg(sub).arg(&bad));
+            let o = sheaf_in([sub.as_ref(), bad.as_os_str()]);
             o.no_panic();
             assert_eq!(o.code, 1, "{what} ({sub}): {}", o.describe());
             assert!(
@@ -759,7 +762,7 @@ fn an_ecdsa_key_the_crate_cannot_read_still_signs() {
         .text();
     let signers = t.path().join("signers");
     fs::write(&signers, format!("bob@example.org {public}")).unwrap();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -782,7 +785,7 @@ fn an_ecdsa_key_the_crate_cannot_read_still_signs() {
         "{}",
         o.text()
     );
-    sheaf([
+    sheaf_in([
         "verify".as_ref(),
         img.as_os_str(),
         "--signers".as_ref(),
