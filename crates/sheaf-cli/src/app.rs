@@ -303,9 +303,11 @@ pub(crate) fn command() -> clap::Command {
 /// -`, `mount --request -`) read the process's.
 ///
 /// Written through it: the usage and error lines of every command, and all
-/// the output of build, commit, merge, pool build (the build summary), ls,
-/// cat, info, check, find, du, extract and verify; the other commands still
-/// print to the process's streams.
+/// the output of [`IO_COMMANDS`] (and of pool build, the build summary);
+/// the other commands (mount, run, pool, import, bcast, snapshotter: they
+/// serve, fork or report as they go) still print to the process's streams.
+/// A warning that a URL's cached index stands in for its unreachable
+/// server goes to the process's standard error whatever the command.
 pub struct Io<'a> {
     /// Standard output.
     pub stdout: Box<dyn Write + 'a>,
@@ -364,9 +366,30 @@ impl<'a> Io<'a> {
 
 /// The commands that write only through [`Io`] (all their output, errors
 /// included), which tests may run in-process with [`run`].
-pub const IO_COMMANDS: [&str; 12] = [
-    "build", "commit", "merge", "ls", "cat", "info", "check", "find", "du", "extract", "verify",
+pub const IO_COMMANDS: [&str; 23] = [
+    "build",
+    "commit",
+    "merge",
+    "ls",
+    "cat",
+    "info",
+    "check",
+    "find",
+    "du",
+    "extract",
+    "verify",
     "help",
+    "sign",
+    "root",
+    "keygen",
+    "publish",
+    "cache",
+    "optimize",
+    "stats",
+    "umount",
+    "completions",
+    "man",
+    "shell-init",
 ];
 
 /// Run the `sheaf` command line `args` (the program name first, as
@@ -435,15 +458,15 @@ fn dispatch(args: Vec<std::ffi::OsString>, io: &mut Io<'_>) -> i32 {
     }
     let r = &cli.remote;
     let r = match cli.cmd {
-        Cmd::Publish(a) => remote::publish(a, r),
-        Cmd::Cache(a) => remote::cache(a, r),
-        Cmd::Optimize(a) => remote::optimize(a, r),
+        Cmd::Publish(a) => remote::publish(a, r, io),
+        Cmd::Cache(a) => remote::cache(a, r, io),
+        Cmd::Optimize(a) => remote::optimize(a, r, io),
         Cmd::Build(a) => build::run(a, io),
         Cmd::Bcast(a) => bcast::run(a, r),
         Cmd::Import(a) => import::run(a),
         Cmd::Snapshotter(a) => snapshotter::run(a, r),
         Cmd::Pool(c) => pool::run(c, r, io),
-        Cmd::ShellInit { shell } => pool::shell_init(&shell),
+        Cmd::ShellInit { shell } => pool::shell_init(&shell, io),
         Cmd::Commit(a) => layers::commit(a, io),
         Cmd::Merge(a) => layers::merge(a, r, io),
         Cmd::Info {
@@ -463,13 +486,13 @@ fn dispatch(args: Vec<std::ffi::OsString>, io: &mut Io<'_>) -> i32 {
         } => inspect::check(&image, threads, json, r, io),
         Cmd::Mount(a) => mount::run(a, r),
         Cmd::Run(a) => run::run(a, r),
-        Cmd::Sign(a) => trust::sign(a, r),
+        Cmd::Sign(a) => trust::sign(a, r, io),
         Cmd::Verify(a) => trust::verify(a, r, io),
-        Cmd::Root { image } => trust::root(&image, r),
-        Cmd::Keygen { file, identity } => trust::keygen(&file, &identity),
+        Cmd::Root { image } => trust::root(&image, r, io),
+        Cmd::Keygen { file, identity } => trust::keygen(&file, &identity, io),
         Cmd::Umount(a) => mount::umount(a),
-        Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json),
-        Cmd::Completions { shell } => docs::completions(command(), &shell),
+        Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json, io),
+        Cmd::Completions { shell } => docs::completions(command(), &shell, io),
         Cmd::Man { dir } => docs::man(command(), &dir),
     };
     finish(r, io)

@@ -14,11 +14,11 @@ pub const SHELLS: [&str; 3] = ["bash", "zsh", "fish"];
 const BIN: &str = "sheaf";
 
 /// `sheaf completions SHELL`: the script on standard output.
-pub fn completions(cmd: Command, shell: &str) -> Result<i32> {
+pub fn completions(cmd: Command, shell: &str, io: &mut crate::Io<'_>) -> Result<i32> {
     let script = completion_script(cmd, shell)?;
-    let mut out = std::io::stdout().lock();
-    out.write_all(script.as_bytes())
-        .and_then(|()| out.flush())
+    io.stdout
+        .write_all(script.as_bytes())
+        .and_then(|()| io.stdout.flush())
         .context("writing the completion script")?;
     Ok(0)
 }

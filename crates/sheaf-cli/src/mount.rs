@@ -543,7 +543,8 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
     )
 }
 
-/// `sheaf umount`.
+/// `sheaf umount`: no output but its error (fusermount3's message comes
+/// back in it), which [`crate::run`] writes through the [`crate::Io`].
 pub fn umount(a: UmountArgs) -> Result<i32> {
     let mp = absolute(&a.mountpoint);
     let Some(m) = kernel::mount_at(&mp)? else {
@@ -582,15 +583,17 @@ fn report(mountpoint: &Path) -> Result<sheaf_mount::stats::Report> {
 }
 
 /// `sheaf stats`.
-pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
+pub fn stats(mountpoint: &Path, json: bool, io: &mut crate::Io<'_>) -> Result<i32> {
+    use std::io::Write;
     let s = report(mountpoint)?;
     if json {
-        println!("{}", s.to_json_pretty());
+        writeln!(io.stdout, "{}", s.to_json_pretty())?;
         return Ok(0);
     }
-    println!("image             {}", s.image);
+    writeln!(io.stdout, "image             {}", s.image)?;
     if let Some(layers) = &s.layers {
-        println!(
+        writeln!(
+            io.stdout,
             "layers            {} ({}){}",
             layers.len(),
             if s.upper == Some(true) {
@@ -601,24 +604,29 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
             s.copy_ups
                 .map(|n| format!("; {n} copied up"))
                 .unwrap_or_default()
-        );
+        )?;
     }
-    println!("serving pid       {}", s.pid);
-    println!("uptime            {:.1} s", s.uptime_s);
+    writeln!(io.stdout, "serving pid       {}", s.pid)?;
+    writeln!(io.stdout, "uptime            {:.1} s", s.uptime_s)?;
     if s.io_uring_requests > 0 {
-        println!(
+        writeln!(
+            io.stdout,
             "transport         FUSE over io_uring ({} requests)",
             s.io_uring_requests
-        );
+        )?;
     } else {
-        println!("transport         /dev/fuse");
+        writeln!(io.stdout, "transport         /dev/fuse")?;
     }
     if let (Some(bytes), Some(reads)) = (s.image_bytes_read, s.image_reads) {
-        println!("read from image   {} in {reads} requests", human(bytes));
+        writeln!(
+            io.stdout,
+            "read from image   {} in {reads} requests",
+            human(bytes)
+        )?;
     }
-    println!("served to readers {}", human(s.bytes_served));
+    writeln!(io.stdout, "served to readers {}", human(s.bytes_served))?;
     let b = &s.block_cache;
-    println!(
+    writeln!(io.stdout,
         "block cache       {} of {}; {} hits, {} misses (blocks decompressed: {}, {} of them a prefix decoded further), {} waits, {} evictions",
         human(b.size),
         human(b.capacity.unwrap_or(0)),
@@ -628,27 +636,28 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
         b.extensions,
         b.waits,
         b.evictions.unwrap_or(0)
-    );
+    )?;
     if let Some(p) = &s.prefetch {
-        println!(
+        writeln!(io.stdout,
             "readahead         {} blocks queued, {} dropped, {} read in part finished on a spare CPU; background prefetch {}",
             p.queued,
             p.dropped,
             p.completions,
             human(p.background_bytes)
-        );
+        )?;
     }
     if let Some(n) = s.nodes {
-        println!("nodes held        {n}");
+        writeln!(io.stdout, "nodes held        {n}")?;
     }
     if let Some(r) = &s.remote {
         match &r.transport {
-            None if r.offline => {
-                println!("network           offline: serving from the node cache only")
-            }
+            None if r.offline => writeln!(
+                io.stdout,
+                "network           offline: serving from the node cache only"
+            )?,
             t => {
                 let t = t.as_ref().map(|t| t.summary()).unwrap_or_default();
-                println!(
+                writeln!(io.stdout,
                     "network           {} fetched in {} requests; {} retries ({:.1} s waiting), {} failovers, {} errors",
                     human(t.bytes),
                     t.requests,
@@ -656,10 +665,10 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
                     t.wait_ms as f64 / 1000.0,
                     t.failovers,
                     t.errors
-                );
-                println!("route             {}", t.route);
+                )?;
+                writeln!(io.stdout, "route             {}", t.route)?;
                 if !t.last_error.is_empty() {
-                    println!("last net error    {}", t.last_error);
+                    writeln!(io.stdout, "last net error    {}", t.last_error)?;
                 }
             }
         }
@@ -673,36 +682,40 @@ pub fn stats(mountpoint: &Path, json: bool) -> Result<i32> {
                 ..Default::default()
             },
         };
-        println!(
+        writeln!(
+            io.stdout,
             "node cache        {}: {} hits, {} misses, {} stored, {} bad dropped, {} write errors",
             c.dir, c.hits, c.misses, c.stored, c.bad, c.write_errors
-        );
+        )?;
     }
-    println!("image errors      {}", s.image_errors);
+    writeln!(io.stdout, "image errors      {}", s.image_errors)?;
     if let Some(l) = &s.log {
-        println!("log               {l}");
+        writeln!(io.stdout, "log               {l}")?;
     }
     if !s.recent_errors.is_empty() {
-        println!("recent errors (oldest first):");
+        writeln!(io.stdout, "recent errors (oldest first):")?;
         for e in &s.recent_errors {
-            println!(
+            writeln!(
+                io.stdout,
                 "  {} {} {}: {}",
                 crate::find::local_time(e.unix_time as i64, "%F %T"),
                 e.op,
                 e.path.as_deref().unwrap_or("?"),
                 e.error
-            );
+            )?;
         }
     }
-    println!(
+    writeln!(
+        io.stdout,
         "{:<12} {:>10} {:>7} {:>9} {:>9} {:>9} {:>9}",
         "op", "count", "errors", "mean µs", "p50 µs≤", "p99 µs≤", "max µs"
-    );
+    )?;
     for (name, o) in &s.ops {
-        println!(
+        writeln!(
+            io.stdout,
             "{:<12} {:>10} {:>7} {:>9.1} {:>9} {:>9} {:>9.0}",
             name, o.count, o.errors, o.mean_us, o.p50_us_le, o.p99_us_le, o.max_us
-        );
+        )?;
     }
     Ok(0)
 }

@@ -612,10 +612,14 @@ fn gc(keep: usize, dry_run: bool, json: bool) -> Result<i32> {
 }
 
 /// `sheaf shell-init SHELL`.
-pub fn shell_init(shell: &str) -> Result<i32> {
+pub fn shell_init(shell: &str, io: &mut crate::Io<'_>) -> Result<i32> {
     let exe = crate::util::sheaf_exe().context("the sheaf executable")?;
     match shell {
-        "bash" | "zsh" | "sh" => print!("{}", sheaf_pool::shell_init(&exe.display().to_string())),
+        "bash" | "zsh" | "sh" => write!(
+            io.stdout,
+            "{}",
+            sheaf_pool::shell_init(&exe.display().to_string())
+        )?,
         other => bail!("shell-init: {other}: supported shells are bash and zsh"),
     }
     Ok(0)

@@ -4,6 +4,7 @@ use crate::util::{disk_cache, human, open_image, RemoteArgs};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
+use std::io::Write;
 use std::path::PathBuf;
 
 /// Arguments of `sheaf publish`.
@@ -40,7 +41,7 @@ pub struct PublishArgs {
 }
 
 /// `sheaf publish`.
-pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
+pub fn publish(a: PublishArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let name = match a.name {
         Some(n) => n,
         None => {
@@ -53,7 +54,7 @@ pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
         }
     };
     let img = open_image(&a.image, remote)?;
-    let bar = crate::util::stderr_is_tty().then(|| {
+    let bar = io.stderr_is_tty().then(|| {
         let b = indicatif::ProgressBar::new(0);
         b.set_style(
             indicatif::ProgressStyle::with_template("publishing {bar:30} {pos}/{len} objects")
@@ -80,7 +81,8 @@ pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
         b.finish_and_clear();
     }
     if a.json {
-        println!(
+        writeln!(
+            io.stdout,
             "{}",
             json!({
                 "index": index,
@@ -89,9 +91,10 @@ pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
                 "objects_reused": r.reused,
                 "index_bytes": r.index_bytes,
             })
-        );
+        )?;
     } else {
-        println!(
+        writeln!(
+            io.stdout,
             "published {} as {}: {} new objects ({}), {} already there, index {}",
             img.name(),
             index,
@@ -99,7 +102,7 @@ pub fn publish(a: PublishArgs, remote: &RemoteArgs) -> Result<i32> {
             human(r.written_bytes),
             r.reused,
             human(r.index_bytes)
-        );
+        )?;
     }
     Ok(0)
 }
@@ -148,7 +151,7 @@ enum CacheCmd {
 }
 
 /// `sheaf cache`.
-pub fn cache(a: CacheArgs, remote: &RemoteArgs) -> Result<i32> {
+pub fn cache(a: CacheArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let Some(c) = disk_cache(remote)? else {
         bail!("no node cache (--no-cache given, or no --cache-dir and no HOME)");
     };
@@ -156,7 +159,8 @@ pub fn cache(a: CacheArgs, remote: &RemoteArgs) -> Result<i32> {
         CacheCmd::Stats { json } => {
             let u = c.usage()?;
             if json {
-                println!(
+                writeln!(
+                    io.stdout,
                     "{}",
                     json!({
                         "dir": c.root().display().to_string(),
@@ -166,18 +170,19 @@ pub fn cache(a: CacheArgs, remote: &RemoteArgs) -> Result<i32> {
                         "indexes": u.indexes,
                         "temp_files": u.temp_files,
                     })
-                );
+                )?;
             } else {
-                println!("node cache {}", c.root().display());
-                println!(
+                writeln!(io.stdout, "node cache {}", c.root().display())?;
+                writeln!(
+                    io.stdout,
                     "  objects  {} ({} of {} quota)",
                     u.objects,
                     human(u.bytes),
                     human(c.quota())
-                );
-                println!("  images   {} cached indexes", u.indexes);
+                )?;
+                writeln!(io.stdout, "  images   {} cached indexes", u.indexes)?;
                 if u.temp_files > 0 {
-                    println!("  temp     {} files being written or left by killed writers (gc removes those over 1 h old)", u.temp_files);
+                    writeln!(io.stdout, "  temp     {} files being written or left by killed writers (gc removes those over 1 h old)", u.temp_files)?;
                 }
             }
         }
@@ -187,11 +192,11 @@ pub fn cache(a: CacheArgs, remote: &RemoteArgs) -> Result<i32> {
                 None => c.quota(),
             };
             let (n, left) = c.gc(target)?;
-            println!("evicted {n} objects; {} held", human(left));
+            writeln!(io.stdout, "evicted {n} objects; {} held", human(left))?;
         }
         CacheCmd::Clear => {
             let n = c.clear()?;
-            println!("removed {n} objects from {}", c.root().display());
+            writeln!(io.stdout, "removed {n} objects from {}", c.root().display())?;
         }
         CacheCmd::Fetch {
             image,
@@ -213,19 +218,21 @@ pub fn cache(a: CacheArgs, remote: &RemoteArgs) -> Result<i32> {
             };
             let data = img.prefetch_blocks(&blocks, parallel)?;
             if json {
-                println!(
+                writeln!(
+                    io.stdout,
                     "{}",
                     json!({"image": image.display().to_string(), "blocks": blocks.len(),
                         "metadata_bytes_fetched": meta, "data_bytes_fetched": data})
-                );
+                )?;
             } else {
-                println!(
+                writeln!(
+                    io.stdout,
                     "{}: {} blocks in the node cache; fetched {} of metadata and {} of data",
                     image.display(),
                     blocks.len(),
                     human(meta),
                     human(data)
-                );
+                )?;
             }
         }
     }
@@ -254,7 +261,7 @@ pub struct OptimizeArgs {
 
 /// `sheaf optimize`: the same tree with the listed files' blocks first and
 /// listed in a prefetch section; data is copied as stored, not recompressed.
-pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
+pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     use sheaf_format::StreamId;
     let img = open_image(&a.image, remote)?;
     let first = crate::util::prefetch_blocks(&img, &a.prefetch)?;
@@ -307,7 +314,8 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
     if a.json {
         // The new root, read back from what was written.
         let out = sheaf_read::open_path(&a.output)?;
-        println!(
+        writeln!(
+            io.stdout,
             "{}",
             json!({
                 "output": a.output.display().to_string(),
@@ -317,15 +325,16 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs) -> Result<i32> {
                 "prefetch_blocks": first.len(),
                 "blocks": sb.block_count,
             })
-        );
+        )?;
         return Ok(0);
     }
-    println!(
+    writeln!(
+        io.stdout,
         "wrote {} ({}): {} of {} blocks placed first and listed for prefetch",
         a.output.display(),
         human(len),
         first.len(),
         sb.block_count
-    );
+    )?;
     Ok(0)
 }

@@ -122,7 +122,7 @@ fn write_detached(image: &Path, pem: &str, force: bool) -> Result<PathBuf> {
 }
 
 /// `sheaf sign`.
-pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let who = a.identity.as_deref().unwrap_or("key");
     let kind = signable(&a.image)?;
     if let Signable::Record(bytes) = &kind {
@@ -130,11 +130,12 @@ pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
         let msg = sheaf_oci::record::signed_message(bytes);
         let pem = sheaf_trust::sign(&a.key, msg.as_bytes())?;
         let d = write_detached(&a.image, &pem, a.force)?;
-        println!(
+        writeln!(
+            io.stdout,
             "{}: {who} signed image record {}",
             d.display(),
             msg.trim_end()
-        );
+        )?;
         return Ok(0);
     }
     if sheaf_net::is_url(&a.image.to_string_lossy()) {
@@ -149,12 +150,20 @@ pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
     let root = sheaf_format::hex(&img.root_digest());
     if a.detached {
         let d = write_detached(&a.image, &pem, a.force)?;
-        println!("{}: {who} signed root blake3:{root}", d.display());
+        writeln!(
+            io.stdout,
+            "{}: {who} signed root blake3:{root}",
+            d.display()
+        )?;
         return Ok(0);
     }
     let mut sigs = img.signatures().to_vec();
     if sigs.iter().any(|s| s == pem.as_bytes()) {
-        println!("{}: already carries this signature", a.image.display());
+        writeln!(
+            io.stdout,
+            "{}: already carries this signature",
+            a.image.display()
+        )?;
         return Ok(0);
     }
     sigs.push(pem.into_bytes());
@@ -180,12 +189,13 @@ pub fn sign(a: SignArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
             .and_then(|()| f.sync_all())
             .with_context(|| format!("{}: appending the signature", a.image.display()))?;
     }
-    println!(
+    writeln!(
+        io.stdout,
         "{}: {who} signed root blake3:{root} ({} signature{})",
         a.image.display(),
         sigs.len(),
         if sigs.len() == 1 { "" } else { "s" }
-    );
+    )?;
     Ok(0)
 }
 
@@ -405,20 +415,21 @@ pub fn verify(
 }
 
 /// `sheaf root`: the exact message a signature signs.
-pub fn root(image: &Path, remote: &crate::util::RemoteArgs) -> Result<i32> {
+pub fn root(image: &Path, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let img = crate::util::open_image(image, remote)?;
-    print!("{}", img.signed_message());
+    write!(io.stdout, "{}", img.signed_message())?;
     Ok(0)
 }
 
 /// `sheaf keygen`.
-pub fn keygen(path: &Path, identity: &str) -> Result<i32> {
+pub fn keygen(path: &Path, identity: &str, io: &mut crate::Io<'_>) -> Result<i32> {
     let line = sheaf_trust::keygen(path, identity)?;
-    eprintln!(
+    writeln!(
+        io.stderr,
         "wrote {} and {}.pub; the allowed_signers line:",
         path.display(),
         path.display()
-    );
-    println!("{line}");
+    )?;
+    writeln!(io.stdout, "{line}")?;
     Ok(0)
 }

@@ -254,7 +254,7 @@ fn optimize_and_base_carry_the_dictionary_and_a_damaged_one_is_refused() {
     let list = t.path().join("list");
     fs::write(&list, "src/d03/f0170.c\nmedium.bin\n").unwrap();
     let opt = t.path().join("opt.sheaf");
-    sheaf([
+    sheaf_in([
         "optimize".as_ref(),
         img.as_os_str(),
         "--prefetch".as_ref(),
@@ -351,7 +351,7 @@ fn images_with_different_dictionaries_share_a_repository() {
         let img = t.path().join(format!("{name}.sheaf"));
         build(src, &img, &[]).ok();
         digests.push(*open(&img).dictionaries()[0].digest());
-        sheaf([
+        sheaf_in([
             "publish".as_ref(),
             img.as_os_str(),
             repo.as_os_str(),

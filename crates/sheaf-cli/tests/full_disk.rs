@@ -59,17 +59,7 @@ fn an_overlay_upper_on_a_full_disk_gives_enospc_and_shows_no_half_copy() {
     let up = small.0.join("upper");
     fs::create_dir(&up).unwrap();
     let mp = t.path().join("mp");
-    fs::create_dir(&mp).unwrap();
-    run_cmd(
-        cmd()
-            .arg("mount")
-            .arg(&img)
-            .arg(&mp)
-            .arg("--upper")
-            .arg(&up),
-    )
-    .ok();
-    let _m = Mounted::adopt(&mp);
+    let _m = mount(&[&img], &mp, &["--upper", up.to_str().unwrap()]);
     // Appending to the 8 MiB lower file needs a copy-up into 4 MiB.
     let r = fs::OpenOptions::new()
         .append(true)

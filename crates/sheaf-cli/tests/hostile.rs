@@ -297,19 +297,10 @@ fn a_mount_of_a_hostile_tree_answers_eio_on_bad_entries_and_serves_the_rest() {
         let img = t.path().join("hostile.sheaf");
         craft(&good, &img, |s, _| edit(s));
         let mp = t.path().join("mp");
-        fs::create_dir_all(&mp).unwrap();
         // Listings with attributes for every entry: a bad one is still
         // listed by name (node 0, but its dirent keeps its inode number,
         // which glibc's readdir needs to show it).
-        sheaf([
-            "mount".as_ref(),
-            "-o".as_ref(),
-            "readdirplus=always".as_ref(),
-            img.as_os_str(),
-            mp.as_os_str(),
-        ])
-        .ok();
-        let _m = Mounted::adopt(&mp);
+        let _m = mount(&[&img], &mp, &["-o", "readdirplus=always"]);
         // A whole-tree walk ends (GNU find, bounded by a timeout).
         let t0 = Instant::now();
         let st = std::process::Command::new("timeout")

@@ -69,16 +69,8 @@ fn every_command_reads_a_url_like_a_file() {
 fn a_mount_over_http_equals_the_source() {
     let t = tmpdir();
     let (ng, src, _img) = served(t.path());
-    let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    sheaf([
-        "mount".as_ref(),
-        ng.url("img.sheaf").as_ref(),
-        mp.as_os_str(),
-    ])
-    .ok();
-    let guard = Mounted::adopt(&mp);
-    assert_same_tree(&src, &mp, Cmp::all());
+    let guard = mount(&[ng.url("img.sheaf")], &t.path().join("mnt"), &[]);
+    assert_tree_eq(&guard.mp, &src);
     let s = guard.stats();
     assert!(s["image"].as_str().unwrap().starts_with("http://"));
     assert!(s["image_reads"].as_u64().unwrap() > 0);
@@ -117,16 +109,7 @@ fn missing_dead_and_lying_servers_are_clear_errors() {
     // The server dies under a mount: once --timeout has passed, readers get
     // EIO, not a hang.
     let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    sheaf([
-        "mount".as_ref(),
-        ng.url("img.sheaf").as_ref(),
-        mp.as_os_str(),
-        "--timeout".as_ref(),
-        "5".as_ref(),
-    ])
-    .ok();
-    let guard = Mounted::adopt(&mp);
+    let guard = mount(&[ng.url("img.sheaf")], &mp, &["--timeout", "5"]);
     let big_before = fs::metadata(mp.join("big.bin")).unwrap().len();
     ng.stop();
     let (tx, rx) = std::sync::mpsc::channel();

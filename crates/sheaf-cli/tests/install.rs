@@ -245,7 +245,7 @@ fn bash_completes_commands_options_and_image_paths() {
 
 #[test]
 fn completions_for_each_shell_and_a_one_line_error_for_others() {
-    let zsh = sheaf(["completions", "zsh"]).ok().text();
+    let zsh = sheaf_in(["completions", "zsh"]).ok().text();
     assert!(
         zsh.starts_with("#compdef sheaf"),
         "{}",
@@ -255,12 +255,12 @@ fn completions_for_each_shell_and_a_one_line_error_for_others() {
         zsh.contains("_files") && zsh.contains("'mount:"),
         "zsh: no files or commands"
     );
-    let fish = sheaf(["completions", "fish"]).ok().text();
+    let fish = sheaf_in(["completions", "fish"]).ok().text();
     assert!(
         fish.contains("complete -c sheaf") && fish.contains("-a \"mount\""),
         "fish"
     );
-    let bash = sheaf(["completions", "bash"]).ok().text();
+    let bash = sheaf_in(["completions", "bash"]).ok().text();
     assert!(bash.contains("complete -F _sheaf") && bash.contains("_sheaf()"));
     for (sh, text) in [("zsh", &zsh), ("fish", &fish), ("bash", &bash)] {
         if on_path(sh) {
@@ -270,7 +270,7 @@ fn completions_for_each_shell_and_a_one_line_error_for_others() {
             run_cmd(Command::new(sh).arg("-n").arg(&p)).ok();
         }
     }
-    let o = sheaf(["completions", "tcsh"]).fails_with(2);
+    let o = sheaf_in(["completions", "tcsh"]).fails_with(2);
     let l = o.one_err_line();
     assert!(
         l.contains("'tcsh'") && l.contains("bash, zsh, fish"),

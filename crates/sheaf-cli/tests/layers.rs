@@ -579,11 +579,8 @@ fn a_writable_mount_commits_to_the_tree_it_showed() {
     let bi = t.path().join("base.sheaf");
     build(&base, &bi, &[]);
     let (mp, up) = (t.path().join("mp"), t.path().join("upper"));
-    fs::create_dir_all(&mp).unwrap();
     fs::create_dir_all(&up).unwrap();
-    let mut c = cmd();
-    c.arg("mount").arg(&bi).arg(&mp).arg("--upper").arg(&up);
-    let guard = Mounted::run(&mut c, &mp);
+    let guard = mount(&[&bi], &mp, &["--upper", up.to_str().unwrap()]);
     // Change, add, delete, replace a directory, chmod, link.
     sh(
         r#"cd "$1" && printf 'edited\n' >> README.txt && echo new > docs/new.txt \

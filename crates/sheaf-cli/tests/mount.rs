@@ -8,113 +8,44 @@
 //! fast tier, `make check`, skips them).
 
 mod common;
+#[path = "mount/procs.rs"]
+mod procs;
+#[path = "mount/uring.rs"]
+mod uring;
 
 use common::*;
+use procs::{named, servers};
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn mount(img: &Path, mp: &Path, opts: &[&str]) -> Mounted {
-    fs::create_dir_all(mp).unwrap();
-    let mut c = cmd();
-    c.arg("mount").arg(img).arg(mp);
-    for o in opts {
-        c.arg("-o").arg(o);
-    }
-    Mounted::run(&mut c, mp)
-}
-
-/// A process as /proc shows it: pid, parent, name (`comm`), arguments,
-/// whether a zombie.
-struct Proc {
-    pid: u32,
-    ppid: u32,
-    comm: String,
-    args: Vec<Vec<u8>>,
-    zombie: bool,
-}
-
-fn procs() -> impl Iterator<Item = Proc> {
-    fs::read_dir("/proc").unwrap().flatten().filter_map(|e| {
-        let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
-        let cl = fs::read(e.path().join("cmdline")).ok()?;
-        let args = cl
-            .split(|&b| b == 0)
-            .filter(|a| !a.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect();
-        let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        // "pid (comm) state ...": comm may hold spaces and parentheses.
-        let (head, rest) = stat.rsplit_once(')')?;
-        let comm = head.split_once('(')?.1.to_string();
-        let zombie = rest.trim_start().starts_with('Z');
-        let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
-        Some(Proc {
-            pid,
-            ppid,
-            comm,
-            args,
-            zombie,
-        })
-    })
-}
-
-/// Process ids of `sheaf mount` processes serving `mp`.
-fn servers(mp: &Path) -> Vec<u32> {
-    let mp_s = mp.as_os_str().as_encoded_bytes();
-    let found: Vec<Proc> = procs()
-        .filter(|p| {
-            // A root mount's watchdog is a fork of its server (same command
-            // line); it names itself just after the fork, so a fresh one is
-            // known by its parent below.
-            !p.zombie
-                && p.comm != "sheaf-watchdog"
-                && p.args.iter().any(|a| a == b"mount")
-                && p.args
-                    .iter()
-                    .any(|a| a.ends_with(mp_s) || mp_s.ends_with(a))
-                && p.args.first().is_some_and(|a| a.ends_with(b"sheaf"))
-        })
-        .collect();
-    found
-        .iter()
-        .filter(|p| !found.iter().any(|q| q.pid == p.ppid))
-        .map(|p| p.pid)
-        .collect()
-}
 
 fn stats(mp: &Path) -> serde_json::Value {
     json(&sheaf(["stats".as_ref(), "--json".as_ref(), mp.as_os_str()]).ok())
 }
 
 /// A packed copy of `small_tree` plus a few larger files, shared by tests.
-fn sample(dir: &Path) -> (PathBuf, PathBuf) {
-    let src = dir.join("src");
-    fs::create_dir_all(&src).unwrap();
-    small_tree(&src, 11);
-    let mut r = Rng::new(5);
-    for i in 0..6 {
-        write(
-            &src.join(format!("big{i}.bin")),
-            &r.bytes((3 << 20) + i * 77_777),
-        );
-    }
-    let img = dir.join("img.sheaf");
-    build(&src, &img, &[]).ok();
-    (src, img)
+fn sample() -> Scenario {
+    Scenario::new(|src| {
+        small_tree(src, 11);
+        let mut r = Rng::new(5);
+        for i in 0..6 {
+            write(
+                &src.join(format!("big{i}.bin")),
+                &r.bytes((3 << 20) + i * 77_777),
+            );
+        }
+    })
+    .build(&[])
 }
 
-/// An image of a tree holding one file `name` with `data`.
-fn one_file_image(dir: &Path, name: &str, data: &[u8], extra: &[&str]) -> PathBuf {
-    let src = dir.join("src");
-    fs::create_dir(&src).unwrap();
-    write(&src.join(name), data);
-    let img = dir.join("one.sheaf");
-    build(&src, &img, extra).ok();
-    img
+/// An image (`one.sheaf`) of a tree holding one file `name` with `data`.
+fn one_file(name: &str, data: &[u8], extra: &[&str]) -> Scenario {
+    Scenario::new(|src| write(&src.join(name), data))
+        .image_name("one.sheaf")
+        .build(extra)
 }
 
 /// Mount an image of a real tree and compare every entry with the source
@@ -122,12 +53,12 @@ fn one_file_image(dir: &Path, name: &str, data: &[u8], extra: &[&str]) -> PathBu
 /// symlink targets, hardlink identity, contents), then `diff -r`.
 fn real_tree_mounts_identically(name: &str) {
     let Some(src) = real_tree(name) else { return };
-    let t = tmpdir();
-    let img = t.path().join(format!("{name}.sheaf"));
-    build(&src, &img, &[]).ok();
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &[]);
-    assert_same_tree(&src, &mp, Cmp::all());
+    let sc = Scenario::of(&src)
+        .image_name(&format!("{name}.sheaf"))
+        .build(&[]);
+    let mp = sc.mp.clone();
+    let _m = sc.mount(&[]);
+    assert_tree_eq(&mp, &src);
     let d = Command::new("diff")
         .arg("-r")
         .arg("--no-dereference")
@@ -154,10 +85,9 @@ fn tree_p_mounts_identically() {
 
 #[test]
 fn sixteen_concurrent_random_readers_see_the_source() {
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &["cache_size=8M"]);
+    let sc = sample();
+    let (src, mp) = (sc.src.clone(), sc.mp.clone());
+    let _m = sc.mount(&["-o", "cache_size=8M"]);
     let files: Vec<Vec<u8>> = walk(&src)
         .into_iter()
         .filter(|p| fs::symlink_metadata(join(&src, p)).unwrap().is_file())
@@ -197,10 +127,9 @@ fn sixteen_concurrent_random_readers_see_the_source() {
 
 #[test]
 fn posix_view_is_read_only_and_complete() {
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &[]);
+    let sc = sample();
+    let (src, img, mp) = (sc.src.clone(), sc.img.clone(), sc.mp.clone());
+    let _m = sc.mount(&[]);
     // Writes of every kind fail with EROFS.
     let f = mp.join("big0.bin");
     let erofs = |r: std::io::Result<()>, what: &str| {
@@ -252,11 +181,10 @@ fn posix_view_is_read_only_and_complete() {
 
 #[test]
 fn uid_gid_options_present_another_owner() {
-    let t = tmpdir();
-    let (_src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &["uid=4321,gid=8765"]);
-    let (src, shown) = (walk(&_src), walk(&mp));
+    let sc = sample();
+    let mp = sc.mp.clone();
+    let _m = sc.mount(&["-o", "uid=4321,gid=8765"]);
+    let (src, shown) = (walk(&sc.src), walk(&mp));
     // The mount shows every entry of the source (an empty mount would pass
     // the owner check below vacuously); the root counts too.
     assert!(src.len() > 10);
@@ -269,11 +197,10 @@ fn uid_gid_options_present_another_owner() {
 
 #[test]
 fn sequential_reads_decompress_ahead() {
-    let t = tmpdir();
     let data = Rng::new(3).text(24 << 20);
-    let img = one_file_image(t.path(), "stream.txt", &data, &[]);
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &[]);
+    let sc = one_file("stream.txt", &data, &[]);
+    let mp = sc.mp.clone();
+    let _m = sc.mount(&[]);
     let mut got = Vec::new();
     fs::File::open(mp.join("stream.txt"))
         .unwrap()
@@ -295,20 +222,19 @@ fn sequential_reads_decompress_ahead() {
 
 #[test]
 fn mount_umount_100_times_leaks_nothing() {
-    let t = tmpdir();
-    let (_src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
+    let sc = sample();
+    let mp = sc.mp.clone();
     fs::create_dir(&mp).unwrap();
     let fds = || fs::read_dir("/proc/self/fd").unwrap().count();
     let before = fds();
     let start = Instant::now();
     for i in 0..100 {
-        sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
+        let m = sc.mount(&[]);
         assert!(
             mp.join("big1.bin").exists(),
             "cycle {i}: not ready on return"
         );
-        sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
+        m.umount();
         assert!(!is_mounted(&mp), "cycle {i}: still mounted");
         assert!(servers(&mp).is_empty(), "cycle {i}: server still running");
     }
@@ -328,10 +254,9 @@ fn mount_umount_100_times_leaks_nothing() {
 
 #[test]
 fn kill_9_gives_an_error_not_a_hang_and_the_mountpoint_recovers() {
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &[]);
+    let sc = sample();
+    let (src, mp) = (sc.src.clone(), sc.mp.clone());
+    let _m = sc.mount(&[]);
     let mut f = fs::File::open(mp.join("big2.bin")).unwrap();
     let pids = servers(&mp);
     assert_eq!(pids.len(), 1, "{pids:?}");
@@ -362,17 +287,8 @@ fn kill_9_gives_an_error_not_a_hang_and_the_mountpoint_recovers() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!is_mounted(&mp), "mount left behind after kill -9");
-    let _m2 = mount(&img, &mp, &[]);
+    let _m2 = sc.mount(&[]);
     same_content(&src.join("big2.bin"), &mp.join("big2.bin")).unwrap();
-}
-
-/// Pids of processes named `comm` whose command line mentions `mp`.
-fn named(comm: &str, mp: &Path) -> Vec<u32> {
-    let mp = mp.as_os_str().as_encoded_bytes();
-    procs()
-        .filter(|p| p.comm == comm && p.args.iter().any(|a| a == mp))
-        .map(|p| p.pid)
-        .collect()
 }
 
 #[test]
@@ -380,9 +296,8 @@ fn root_mounts_without_fusermount3_and_its_watchdog_spares_later_mounts() {
     if !prerequisite(is_root(), "root, to mount with mount(2)") {
         return;
     }
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
+    let sc = sample();
+    let (src, img, mp) = (sc.src.clone(), sc.img.clone(), sc.mp.clone());
     fs::create_dir(&mp).unwrap();
     let up = || sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
     up();
@@ -427,11 +342,10 @@ fn root_mounts_without_fusermount3_and_its_watchdog_spares_later_mounts() {
 
 #[test]
 fn sigterm_and_sigint_unmount_cleanly() {
-    let t = tmpdir();
-    let (_src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
+    let sc = sample();
+    let mp = sc.mp.clone();
     for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-        let _m = mount(&img, &mp, &[]);
+        let _m = sc.mount(&[]);
         let pids = servers(&mp);
         assert_eq!(pids.len(), 1);
         unsafe { libc::kill(pids[0] as i32, sig) };
@@ -449,9 +363,8 @@ fn sigterm_and_sigint_unmount_cleanly() {
 
 #[test]
 fn foreground_mode_logs_to_stderr_and_stops_on_umount() {
-    let t = tmpdir();
-    let (_src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
+    let sc = sample();
+    let (img, mp) = (sc.img.clone(), sc.mp.clone());
     fs::create_dir(&mp).unwrap();
     let child = cmd()
         .arg("mount")
@@ -475,10 +388,9 @@ fn foreground_mode_logs_to_stderr_and_stops_on_umount() {
 
 #[test]
 fn busy_mount_refuses_plain_umount_and_takes_lazy() {
-    let t = tmpdir();
-    let (_src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &[]);
+    let sc = sample();
+    let mp = sc.mp.clone();
+    let _m = sc.mount(&[]);
     let mut busy = Command::new("sleep")
         .arg("30")
         .current_dir(&mp)
@@ -496,15 +408,14 @@ fn busy_mount_refuses_plain_umount_and_takes_lazy() {
 /// Each refusal: exit 1, one line naming the thing, nothing mounted, no server.
 #[test]
 fn every_refusal_is_one_line_and_leaves_nothing() {
-    let t = tmpdir();
-    let (_src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
+    let sc = sample();
+    let (img, mp) = (sc.img.clone(), sc.mp.clone());
     fs::create_dir(&mp).unwrap();
-    let notdir = t.path().join("file");
+    let notdir = sc.dir().join("file");
     write(&notdir, b"x");
-    let short = t.path().join("short.sheaf");
+    let short = sc.dir().join("short.sheaf");
     fs::write(&short, &fs::read(&img).unwrap()[..4000]).unwrap();
-    let flipped = t.path().join("flipped.sheaf");
+    let flipped = sc.dir().join("flipped.sheaf");
     let mut b = fs::read(&img).unwrap();
     let n = b.len();
     b[n - 100] ^= 0x40; // inside the section table / trailer area
@@ -512,11 +423,11 @@ fn every_refusal_is_one_line_and_leaves_nothing() {
     let s = |p: &Path| p.to_string_lossy().into_owned();
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
-            vec![s(&img), s(&t.path().join("absent"))],
+            vec![s(&img), s(&sc.dir().join("absent"))],
             "no such directory",
         ),
         (vec![s(&img), s(&notdir)], "not a directory"),
-        (vec![s(&t.path().join("none.sheaf")), s(&mp)], "none.sheaf"),
+        (vec![s(&sc.dir().join("none.sheaf")), s(&mp)], "none.sheaf"),
         (vec![s(&notdir), s(&mp)], "file"),
         (vec![s(&short), s(&mp)], "short.sheaf"),
         (vec![s(&flipped), s(&mp)], "flipped.sheaf"),
@@ -535,7 +446,7 @@ fn every_refusal_is_one_line_and_leaves_nothing() {
         assert!(servers(&mp).is_empty(), "{args:?}: left a server");
     }
     // Already mounted.
-    let _m = mount(&img, &mp, &[]);
+    let _m = sc.mount(&[]);
     let o = sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).fails_with(1);
     assert!(
         o.one_err_line().contains("already a mount point"),
@@ -560,8 +471,8 @@ fn every_refusal_is_one_line_and_leaves_nothing() {
 /// it, local mounts still work and everything else names what is missing.
 #[test]
 fn the_small_sheaf_mounts_local_images_and_hands_the_rest_over() {
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
+    let sc = sample();
+    let (src, img) = (sc.src.clone(), sc.img.clone());
     let full = Path::new(bin()).with_file_name("sheaf-full");
     assert!(full.is_file(), "{} is not built", full.display());
     let exe_of = |mp: &Path| -> String {
@@ -570,23 +481,21 @@ fn the_small_sheaf_mounts_local_images_and_hands_the_rest_over() {
         let exe = fs::read_link(format!("/proc/{}/exe", pids[0])).unwrap();
         exe.file_name().unwrap().to_string_lossy().into_owned()
     };
-    let mp = t.path().join("mnt");
+    let mp = sc.mp.clone();
     {
-        let _m = mount(&img, &mp, &["mem_cache=32M"]);
+        let _m = sc.mount(&["-o", "mem_cache=32M"]);
         assert_eq!(exe_of(&mp), "sheaf");
         same_content(&src.join("big2.bin"), &mp.join("big2.bin")).unwrap();
     }
     {
-        let mut c = cmd();
-        c.arg("mount").arg(&img).arg(&img).arg(&mp);
-        let _m = Mounted::run(&mut c, &mp);
+        let _m = mount(&[&img, &img], &mp, &[]);
         assert_eq!(exe_of(&mp), "sheaf-full");
         same_content(&src.join("big1.bin"), &mp.join("big1.bin")).unwrap();
     }
     // The same refusal, word for word, from either program.
-    let bad = t.path().join("bad.sheaf");
+    let bad = sc.dir().join("bad.sheaf");
     fs::write(&bad, &fs::read(&img).unwrap()[..5000]).unwrap();
-    let nowhere = t.path().join("nowhere");
+    let nowhere = sc.dir().join("nowhere");
     for args in [
         vec![bad.as_os_str(), mp.as_os_str()],
         vec![img.as_os_str(), nowhere.as_os_str()],
@@ -603,7 +512,7 @@ fn the_small_sheaf_mounts_local_images_and_hands_the_rest_over() {
         assert!(!is_mounted(&mp));
     }
     // Alone: a local mount still works; other commands say what is missing.
-    let alone = t.path().join("alone");
+    let alone = sc.dir().join("alone");
     fs::create_dir(&alone).unwrap();
     fs::copy(bin(), alone.join("sheaf")).unwrap();
     let mut c = Command::new(alone.join("sheaf"));
@@ -632,9 +541,8 @@ fn no_fuse_device_is_refused_clearly() {
     if !prerequisite(is_root(), "root, to hide /dev/fuse in a private namespace") {
         return;
     }
-    let t = tmpdir();
-    let (_src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
+    let sc = sample();
+    let (img, mp) = (sc.img.clone(), sc.mp.clone());
     fs::create_dir(&mp).unwrap();
     // A private mount namespace whose /dev is an empty tmpfs.
     let script = format!(
@@ -680,8 +588,8 @@ fn a_non_root_user_mounts_and_unmounts() {
         run_cmd(Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", user]))
             .ok();
     }
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
+    let sc = sample();
+    let (src, img) = (sc.src.clone(), sc.img.clone());
     // The user owns the tree, so it can walk the source to compare.
     run_cmd(
         Command::new("chown")
@@ -691,9 +599,9 @@ fn a_non_root_user_mounts_and_unmounts() {
     )
     .ok();
     build(&src, &img, &["--force"]).ok();
-    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(sc.dir(), fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&img, fs::Permissions::from_mode(0o644)).unwrap();
-    let mp = t.path().join("umnt");
+    let mp = sc.dir().join("umnt");
     fs::create_dir(&mp).unwrap();
     run_cmd(Command::new("chown").arg(user).arg(&mp)).ok();
     let as_user = |args: &[&std::ffi::OsStr]| {
@@ -778,9 +686,8 @@ fn mount_8_and_fstab_use_the_helper() {
     if installed_here {
         std::os::unix::fs::symlink(fs::canonicalize(bin()).unwrap(), helper).unwrap();
     }
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
+    let sc = sample();
+    let (src, img, mp) = (sc.src.clone(), sc.img.clone(), sc.mp.clone());
     fs::create_dir(&mp).unwrap();
     let r = std::panic::catch_unwind(|| {
         run_cmd(
@@ -794,7 +701,7 @@ fn mount_8_and_fstab_use_the_helper() {
         same_content(&src.join("big3.bin"), &mp.join("big3.bin")).unwrap();
         run_cmd(Command::new("umount").arg(&mp)).ok();
         assert!(!is_mounted(&mp));
-        let fstab = t.path().join("fstab");
+        let fstab = sc.dir().join("fstab");
         fs::write(
             &fstab,
             format!(
@@ -823,15 +730,14 @@ fn mount_8_and_fstab_use_the_helper() {
 /// names the image and the block, other files still read correctly.
 #[test]
 fn a_corrupt_block_is_eio_with_a_log_line() {
-    let t = tmpdir();
     let a = Rng::new(1).text(6 << 20);
-    let img = one_file_image(t.path(), "a.txt", &a, &["-c", "none"]);
+    let sc = one_file("a.txt", &a, &["-c", "none"]);
+    let (img, mp) = (sc.img.clone(), sc.mp.clone());
     let mut b = fs::read(&img).unwrap();
     b[64 + 1000] ^= 1; // the first data block starts right after the 64-byte header
     fs::write(&img, &b).unwrap();
-    let log = t.path().join("mount.log");
-    let mp = t.path().join("mnt");
-    let _m = mount(&img, &mp, &[&format!("log={}", log.display())]);
+    let log = sc.dir().join("mount.log");
+    let _m = sc.mount(&["-o", &format!("log={}", log.display())]);
     let e = fs::read(mp.join("a.txt")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     // The second block is intact.
@@ -866,21 +772,16 @@ fn a_corrupt_block_is_eio_with_a_log_line() {
 /// `sheaf stats` names; stats lists the last errors with the file's path.
 #[test]
 fn a_background_mount_without_syslog_logs_to_a_file_and_stats_names_the_failing_path() {
-    let t = tmpdir();
     let a = Rng::new(2).text(2 << 20);
-    let img = one_file_image(t.path(), "a.txt", &a, &["-c", "none"]);
+    let sc = one_file("a.txt", &a, &["-c", "none"]);
+    let (img, mp) = (sc.img.clone(), sc.mp.clone());
     let mut b = fs::read(&img).unwrap();
     b[64 + 1000] ^= 1;
     fs::write(&img, &b).unwrap();
-    let mp = t.path().join("mnt");
-    let state = t.path().join("state");
+    let state = sc.dir().join("state");
     // A user's state directory, when not root.
-    let mut c = cmd();
-    c.arg("mount")
-        .arg(&img)
-        .arg(&mp)
-        .env("XDG_STATE_HOME", &state);
-    fs::create_dir_all(&mp).unwrap();
+    let mut c = sc.mount_cmd(&[]);
+    c.env("XDG_STATE_HOME", &state);
     let _m = Mounted::run(&mut c, &mp);
     let e = fs::read(mp.join("a.txt")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
@@ -933,16 +834,16 @@ fn a_background_mount_without_syslog_logs_to_a_file_and_stats_names_the_failing_
 /// keeps answering, exactly.
 #[test]
 fn an_image_without_xattrs_lets_the_kernel_stop_asking_for_them() {
-    let t = tmpdir();
-    let plain = t.path().join("plain");
-    fs::create_dir_all(plain.join("d")).unwrap();
-    for i in 0..200 {
-        write(&plain.join(format!("d/f{i}")), format!("{i}\n").as_bytes());
-    }
-    let img = t.path().join("plain.sheaf");
-    build(&plain, &img, &[]).ok();
-    let mp = t.path().join("mp");
-    let m = mount(&img, &mp, &[]);
+    let sc = Scenario::new(|plain| {
+        fs::create_dir_all(plain.join("d")).unwrap();
+        for i in 0..200 {
+            write(&plain.join(format!("d/f{i}")), format!("{i}\n").as_bytes());
+        }
+    })
+    .image_name("plain.sheaf")
+    .build(&[]);
+    let (img, mp) = (sc.img.clone(), sc.mp.clone());
+    let m = sc.mount(&[]);
     for _ in 0..3 {
         run_cmd(Command::new("ls").arg("-lR").arg(&mp)).ok();
     }
@@ -956,9 +857,7 @@ fn an_image_without_xattrs_lets_the_kernel_stop_asking_for_them() {
     assert!(servers(&mp).is_empty(), "umount waited for the server");
     // A read-only stack of such images does the same; a writable one keeps
     // answering (its upper may get xattrs).
-    let mut c = cmd();
-    c.arg("mount").arg(&img).arg(&img).arg(&mp);
-    let m = Mounted::run(&mut c, &mp);
+    let m = mount(&[&img, &img], &mp, &[]);
     for _ in 0..3 {
         run_cmd(Command::new("ls").arg("-lR").arg(&mp)).ok();
     }
@@ -968,11 +867,9 @@ fn an_image_without_xattrs_lets_the_kernel_stop_asking_for_them() {
         "{s}"
     );
     m.umount();
-    let upper = t.path().join("upper");
+    let upper = sc.dir().join("upper");
     fs::create_dir(&upper).unwrap();
-    let mut c = cmd();
-    c.arg("mount").arg(&img).arg(&mp).arg("--upper").arg(&upper);
-    let m = Mounted::run(&mut c, &mp);
+    let m = mount(&[&img], &mp, &["--upper", upper.to_str().unwrap()]);
     xattr::set(mp.join("d/f1"), "user.k", b"w").unwrap();
     assert_eq!(
         xattr::get(mp.join("d/f1"), "user.k").unwrap(),
@@ -980,13 +877,13 @@ fn an_image_without_xattrs_lets_the_kernel_stop_asking_for_them() {
     );
     m.umount();
 
-    let attrs = t.path().join("attrs");
+    let attrs = sc.dir().join("attrs");
     fs::create_dir_all(&attrs).unwrap();
     write(&attrs.join("f"), b"x");
     xattr::set(attrs.join("f"), "user.k", b"v").unwrap();
-    let img = t.path().join("attrs.sheaf");
+    let img = sc.dir().join("attrs.sheaf");
     build(&attrs, &img, &[]).ok();
-    let m = mount(&img, &mp, &[]);
+    let m = mount(&[&img], &mp, &[]);
     for _ in 0..3 {
         assert_eq!(
             xattr::get(mp.join("f"), "user.k").unwrap(),
@@ -1007,26 +904,25 @@ fn an_image_without_xattrs_lets_the_kernel_stop_asking_for_them() {
 /// what the source has.
 #[test]
 fn find_lists_files_without_attributes_and_stat_still_sees_them() {
-    let t = tmpdir();
-    let src = t.path().join("src");
     let mut expect = vec![String::new()];
-    for d in 0..20 {
-        fs::create_dir_all(src.join(format!("d{d}/sub"))).unwrap();
-        expect.push(format!("/d{d}"));
-        expect.push(format!("/d{d}/sub"));
-        for f in 0..30 {
-            let p = format!("/d{d}/f{f}");
-            write(&src.join(&p[1..]), p.as_bytes());
-            expect.push(p);
+    let sc = Scenario::new(|src| {
+        for d in 0..20 {
+            fs::create_dir_all(src.join(format!("d{d}/sub"))).unwrap();
+            expect.push(format!("/d{d}"));
+            expect.push(format!("/d{d}/sub"));
+            for f in 0..30 {
+                let p = format!("/d{d}/f{f}");
+                write(&src.join(&p[1..]), p.as_bytes());
+                expect.push(p);
+            }
+            symlink(b"f0", &src.join(format!("d{d}/sub/link")));
+            expect.push(format!("/d{d}/sub/link"));
         }
-        symlink(b"f0", &src.join(format!("d{d}/sub/link")));
-        expect.push(format!("/d{d}/sub/link"));
-    }
+    })
+    .build(&[]);
     expect.sort();
-    let img = t.path().join("img.sheaf");
-    build(&src, &img, &[]).ok();
-    let mp = t.path().join("mp");
-    let m = mount(&img, &mp, &[]);
+    let (src, mp) = (sc.src.clone(), sc.mp.clone());
+    let m = sc.mount(&[]);
 
     // `find` from its own process: every name, and no lookup per file.
     let out = run_cmd(Command::new("find").arg(&mp)).ok();
@@ -1069,177 +965,6 @@ fn find_lists_files_without_attributes_and_stat_still_sees_them() {
             );
         }
     }
-    assert_same_tree(&src, &mp, Cmp::all());
+    assert_tree_eq(&mp, &src);
     drop(m);
-}
-
-/// The `fuse` module's switch for FUSE over io_uring (Linux 6.14+).
-const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
-
-/// The `kernel.io_uring_disabled` sysctl (2: nobody may set up a ring).
-const URING_DISABLED: &str = "/proc/sys/kernel/io_uring_disabled";
-
-/// A kernel setting changed for a test's duration, restored when dropped.
-/// The settings used here are global: mounts that other tests make
-/// meanwhile may also use (or lose) io_uring, which they must survive.
-struct KernelSetting(&'static str, String);
-
-impl KernelSetting {
-    fn set(path: &'static str, value: &str) -> Self {
-        let was = fs::read_to_string(path).unwrap();
-        fs::write(path, value).unwrap();
-        KernelSetting(path, was.trim().to_string())
-    }
-}
-
-impl Drop for KernelSetting {
-    fn drop(&mut self) {
-        let _ = fs::write(self.0, &self.1);
-    }
-}
-
-/// How many of the serving process's threads have a name starting with
-/// `prefix`.
-fn thread_count(pid: i32, prefix: &str) -> usize {
-    fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter(|t| fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix)))
-        .count()
-}
-
-#[test]
-fn io_uring_serves_requests_when_the_kernel_offers_it() {
-    if !mounts_allowed()
-        || !prerequisite(is_root(), "root (to switch fuse.enable_uring)")
-        || !prerequisite(
-            Path::new(ENABLE_URING).exists(),
-            "a kernel with FUSE over io_uring (6.14+, CONFIG_FUSE_IO_URING)",
-        )
-        || !prerequisite(
-            Path::new(URING_DISABLED).exists(),
-            "kernel.io_uring_disabled",
-        )
-    {
-        return;
-    }
-    let t = tmpdir();
-    let (src, img) = sample(t.path());
-    let mp = t.path().join("mnt");
-    let _on = KernelSetting::set(ENABLE_URING, "Y");
-    let m = mount(&img, &mp, &[]);
-    let pid = m.pid();
-    let rings = thread_count(pid, "fuser-ring-");
-    assert!(rings > 0, "no io_uring threads");
-    assert!(
-        thread_count(pid, "fuser-") > rings,
-        "the /dev/fuse threads are gone"
-    );
-    // Concurrent random reads across threads (and so across CPU queues) on
-    // the fresh mount, then every entry and byte.
-    let reads = |s: &serde_json::Value| s["ops"]["read"]["count"].as_u64().unwrap_or(0);
-    let before = m.stats();
-    let files: Vec<Vec<u8>> = walk(&src)
-        .into_iter()
-        .filter(|p| fs::symlink_metadata(join(&src, p)).unwrap().is_file())
-        .collect();
-    std::thread::scope(|s| {
-        for th in 0..4u64 {
-            let (files, src, mp) = (&files, &src, &mp);
-            s.spawn(move || {
-                let mut r = Rng::new(700 + th);
-                for _ in 0..100 {
-                    let p = &files[r.below(files.len() as u64) as usize];
-                    let want = fs::read(join(src, p)).unwrap();
-                    let mut f = fs::File::open(join(mp, p)).unwrap();
-                    let off = r.below(want.len() as u64 + 1);
-                    f.seek(SeekFrom::Start(off)).unwrap();
-                    let mut got = Vec::new();
-                    f.read_to_end(&mut got).unwrap();
-                    assert!(got == want[off as usize..], "{} @{off}", lossy(p));
-                }
-            });
-        }
-    });
-    // The rings did the work: at least as many requests came through them
-    // as reads were served meanwhile (plus the lookups).
-    let after = m.stats();
-    let ring = after["io_uring_requests"].as_u64().unwrap()
-        - before["io_uring_requests"].as_u64().unwrap();
-    let read = reads(&after) - reads(&before);
-    assert!(
-        read > 0 && ring >= read,
-        "{ring} ring requests, {read} reads"
-    );
-    assert_same_tree(&src, &mp, Cmp::all());
-    assert_eq!(m.stats()["image_errors"], 0);
-    let text = sheaf(["stats".as_ref(), mp.as_os_str()]).ok();
-    let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("FUSE over io_uring"), "{text}");
-    // Unmounting ends the ring threads and the process.
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !servers(&mp).is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(servers(&mp).is_empty(), "server still running after umount");
-
-    // io_uring=off: no rings, same bytes.
-    let m = mount(&img, &mp, &["io_uring=off"]);
-    assert_eq!(thread_count(m.pid(), "fuser-ring-"), 0);
-    same_content(&src.join("big3.bin"), &mp.join("big3.bin")).unwrap();
-    assert_eq!(m.stats()["io_uring_requests"], 0);
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-
-    // kill -9 of a server with armed rings: readers get an error, the
-    // mount goes away.
-    let _m = mount(&img, &mp, &[]);
-    let pids = servers(&mp);
-    assert_eq!(pids.len(), 1, "{pids:?}");
-    unsafe { libc::kill(pids[0] as i32, libc::SIGKILL) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while is_mounted(&mp) && Instant::now() < deadline {
-        let _ = cmd().arg("umount").arg(&mp).output();
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(!is_mounted(&mp), "mount left behind after kill -9");
-
-    // io_uring itself refused (sysctl kernel.io_uring_disabled=2): the
-    // mount serves through /dev/fuse and says so once in its log.
-    let off = KernelSetting::set(URING_DISABLED, "2");
-    let log = t.path().join("uring.log");
-    let logopt = format!("log={}", log.display());
-    let m = mount(&img, &mp, &[&logopt]);
-    // In a thread: a server that asked for rings it cannot make would leave
-    // this read held by the kernel forever.
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (a, b) = (src.join("big4.bin"), mp.join("big4.bin"));
-    std::thread::spawn(move || tx.send(same_content(&a, &b)));
-    let served = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("a read hung with io_uring refused");
-    let st = m.stats();
-    drop(off);
-    served.unwrap();
-    assert_eq!(st["io_uring_requests"], 0);
-    sheaf(["umount".as_ref(), mp.as_os_str()]).ok();
-    let text = fs::read_to_string(&log).unwrap();
-    assert_eq!(
-        text.matches("FUSE over io_uring unavailable").count(),
-        1,
-        "{text}"
-    );
-    assert!(text.contains("serving through /dev/fuse"), "{text}");
-
-    // A bad value is refused in one line.
-    let o = cmd()
-        .args(["mount", "-o", "io_uring=maybe"])
-        .arg(&img)
-        .arg(&mp)
-        .output()
-        .unwrap();
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("io_uring=maybe: use auto or off"), "{err}");
-    assert!(!is_mounted(&mp));
 }

@@ -11,17 +11,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `sheaf mount IMAGES... MP [EXTRA...]`, asserting success.
-fn mount(images: &[&Path], mp: &Path, extra: &[&str]) -> Mounted {
-    mount_env(images, mp, extra, &[])
-}
-
-/// The same with environment variables for the mount's process.
+/// `sheaf mount IMAGES... MP [EXTRA...]` (common's [`mount`]) with
+/// environment variables for the mount's process.
 fn mount_env(images: &[&Path], mp: &Path, extra: &[&str], env: &[(&str, &str)]) -> Mounted {
-    fs::create_dir_all(mp).unwrap();
-    let mut c = cmd();
+    let mut c = mount_cmd(images, mp, extra);
     c.envs(env.iter().copied());
-    c.arg("mount").args(images).arg(mp).args(extra);
     let m = Mounted::run(&mut c, mp);
     assert!(is_mounted(mp));
     m
@@ -172,13 +166,12 @@ fn a_union_of_three_layers_follows_the_oci_rules() {
     assert_eq!(e.raw_os_error(), Some(libc::EROFS));
     // `--upper` writes nothing into a directory that does not exist.
     m.umount();
-    let o = sheaf([
-        "mount".as_ref(),
-        imgs[0].as_os_str(),
-        mp.as_os_str(),
-        "--upper".as_ref(),
-        t.path().join("missing").as_os_str(),
-    ])
+    let missing = t.path().join("missing");
+    let o = run_cmd(&mut mount_cmd(
+        &[&imgs[0]],
+        &mp,
+        &["--upper", missing.to_str().unwrap()],
+    ))
     .fails_with(1);
     assert!(o.one_err_line().contains("missing"), "{}", o.describe());
     assert!(!is_mounted(&mp));
@@ -278,14 +271,11 @@ for bad in (".wh.x", ".wh..wh..opq"):
     let before = listing(&mp);
     // One writer per upper directory; readers of the images are welcome.
     let mp2 = t.path().join("mp2");
-    fs::create_dir_all(&mp2).unwrap();
-    let o = sheaf([
-        "mount".as_ref(),
-        img.as_os_str(),
-        mp2.as_os_str(),
-        "--upper".as_ref(),
-        up.as_os_str(),
-    ])
+    let o = run_cmd(&mut mount_cmd(
+        &[&img],
+        &mp2,
+        &["--upper", up.to_str().unwrap()],
+    ))
     .fails_with(1);
     assert!(o.one_err_line().contains("in use"), "{}", o.describe());
     assert!(!is_mounted(&mp2));

@@ -701,7 +701,7 @@ fn pool_load_never_uses_a_foreign_or_different_mount_at_its_mount_point() {
         run_cmd(&mut c)
     };
     // 1. A different image, mounted there by this user.
-    let m = Mounted::run(cmd().arg("mount").arg(&evil).arg(&mp), &mp);
+    let m = mount(&[&evil], &mp, &[]);
     let o = load();
     o.no_panic();
     assert_ne!(o.code, 0, "{}", o.describe());

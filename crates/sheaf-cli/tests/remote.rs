@@ -14,13 +14,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// `sheaf mount URL MP ARGS...`, asserting success.
-fn mnt(url: &str, mp: &Path, args: &[&str]) -> Mounted {
-    let mut c = cmd();
-    c.arg("mount").arg(url).arg(mp).args(args);
-    Mounted::run(&mut c, mp)
-}
-
 /// A source tree of small files plus two large random ones, built with
 /// 256 KiB blocks (many objects) into `www/img.sheaf`, published as
 /// `www/repo/img`.
@@ -69,8 +62,8 @@ fn a_published_repository_mounts_like_the_image_and_a_new_version_adds_only_new_
     let cache = t.path().join("cache");
     let ca = cache_arg(&cache);
     for url in [ng.url("img.sheaf"), ng.url("repo/img")] {
-        let m = mnt(&url, &t.path().join("m1"), &[&ca]);
-        assert_same_tree(&src, &m.mp, Cmp::all());
+        let m = mount(&[&url], &t.path().join("m1"), &[&ca]);
+        assert_tree_eq(&m.mp, &src);
         let s = m.stats();
         let form = if url.ends_with("img") {
             "repository"
@@ -95,11 +88,11 @@ fn a_published_repository_mounts_like_the_image_and_a_new_version_adds_only_new_
         "v2 ({image_len} bytes) rewrote too much: {v2}"
     );
     // Read v1 fully into the cache, then v2: v2 fetches about its new objects.
-    let m = mnt(&ng.url("repo/img"), &t.path().join("m1"), &[&ca]);
+    let m = mount(&[&ng.url("repo/img")], &t.path().join("m1"), &[&ca]);
     let _ = compare_trees(&src, &m.mp, Cmp::all());
     drop(m);
-    let m = mnt(&ng.url("repo/img2"), &t.path().join("m2"), &[&ca]);
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    let m = mount(&[&ng.url("repo/img2")], &t.path().join("m2"), &[&ca]);
+    assert_tree_eq(&m.mp, &src);
     let fetched = http_bytes(&m.stats());
     let budget = v2["bytes_written"].as_u64().unwrap() + v2["index_bytes"].as_u64().unwrap();
     assert!(
@@ -115,8 +108,8 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
     let cache = t.path().join("cache");
     let ca = cache_arg(&cache);
     let url = ng.url("img.sheaf");
-    let m = mnt(&url, &t.path().join("m"), &[&ca]);
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    let m = mount(&[&url], &t.path().join("m"), &[&ca]);
+    assert_tree_eq(&m.mp, &src);
     drop(m);
     // Damage every cached object: each is caught, dropped and fetched again.
     let mut damaged = 0;
@@ -131,8 +124,8 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
         }
     }
     assert!(damaged > 10);
-    let m = mnt(&url, &t.path().join("m"), &[&ca]);
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    let m = mount(&[&url], &t.path().join("m"), &[&ca]);
+    assert_tree_eq(&m.mp, &src);
     let s = m.stats();
     assert!(
         s["disk_cache"]["disk_cache_bad"].as_u64().unwrap() >= damaged - 1,
@@ -141,8 +134,8 @@ fn a_warm_cache_drops_damaged_objects_and_remounts_offline() {
     drop(m);
     // The server goes away: the cache alone serves a new mount.
     ng.stop();
-    let m = mnt(&url, &t.path().join("m"), &[&ca]);
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    let m = mount(&[&url], &t.path().join("m"), &[&ca]);
+    assert_tree_eq(&m.mp, &src);
     assert_eq!(m.stats()["remote"]["offline"], true);
     drop(m);
     // Without that cache, offline is one clear line once --timeout has
@@ -233,8 +226,8 @@ fn mirrors_take_over_from_a_missing_or_dead_primary() {
     }
     // The primary dies under a mount: reads go on from the mirror.
     let ca = cache_arg(&t.path().join("cache"));
-    let m = mnt(
-        &twin.url("repo/img"),
+    let m = mount(
+        &[&twin.url("repo/img")],
         &t.path().join("m"),
         &["--mirror", &ng.url("repo/img"), &ca],
     );
@@ -243,14 +236,14 @@ fn mirrors_take_over_from_a_missing_or_dead_primary() {
         fs::read(src.join("text.txt")).unwrap()
     );
     twin.stop();
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    assert_tree_eq(&m.mp, &src);
     let s = m.stats();
     assert!(s["remote"]["http_failovers"].as_u64().unwrap() >= 1, "{s}");
     assert_eq!(s["remote"]["http_url"], ng.url("repo/img"), "{s}");
     drop(m);
     // After --failback seconds the first route is used again.
-    let m = mnt(
-        &empty.url("repo/img"),
+    let m = mount(
+        &[&empty.url("repo/img")],
         &t.path().join("m"),
         &[
             "--mirror",
@@ -302,8 +295,8 @@ fn signatures_travel_with_a_published_image() {
         let mut c = cmd();
         c.args(["verify", &url, "--signers"]).arg(&signers);
         run_cmd(&mut c).ok();
-        let m = mnt(
-            &url,
+        let m = mount(
+            &[&url],
             &t.path().join("m"),
             &[
                 "--require-signature",
@@ -349,12 +342,12 @@ fn a_corrupting_proxy_never_changes_a_byte() {
         let o = run_cmd(&mut c).ok();
         assert!(o.stdout == big, "{name}");
     }
-    let m = mnt(
-        &ng.url("repo/img"),
+    let m = mount(
+        &[&ng.url("repo/img")],
         &t.path().join("m"),
         &[&proxies, &cache_arg(&t.path().join("cache"))],
     );
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    assert_tree_eq(&m.mp, &src);
     assert!(bad.count() > 0, "the proxy was not used");
 }
 
@@ -393,8 +386,8 @@ fn faults_end_in_a_clear_error_within_the_timeout_never_wrong_bytes() {
     assert!(o.ok().stdout == big);
     // Faults under a mount: EIO within the timeout, then recovery.
     fp.set_mode("pass");
-    let m = mnt(
-        &fp.url("repo/img"),
+    let m = mount(
+        &[&fp.url("repo/img")],
         &t.path().join("m"),
         &[
             "--timeout",
@@ -423,8 +416,8 @@ fn an_outage_shorter_than_the_timeout_is_only_a_wait_and_a_longer_one_is_eio_and
     let big = fs::read(src.join("big.bin")).unwrap();
     let text = fs::read(src.join("text.txt")).unwrap();
     let log = t.path().join("mount.log");
-    let m = mnt(
-        &ng.url("repo/img"),
+    let m = mount(
+        &[&ng.url("repo/img")],
         &t.path().join("m"),
         &[
             "--timeout",
@@ -461,8 +454,8 @@ fn an_outage_shorter_than_the_timeout_is_only_a_wait_and_a_longer_one_is_eio_and
     // An outage longer than the timeout: EIO once it has passed (not
     // before), and the reason in the mount's log.
     drop(m);
-    let m = mnt(
-        &ng.url("repo/img"),
+    let m = mount(
+        &[&ng.url("repo/img")],
         &t.path().join("m2"),
         &[
             "--timeout",
@@ -501,8 +494,8 @@ fn a_cache_deleted_or_unusable_under_a_mount_costs_only_refetches() {
     let (_ng, src) = setup(t.path());
     let cache = t.path().join("cache");
     let log = t.path().join("mount.log");
-    let m = mnt(
-        &_ng.url("repo/img"),
+    let m = mount(
+        &[&_ng.url("repo/img")],
         &t.path().join("m"),
         &[&cache_arg(&cache), "-o", &format!("log={}", log.display())],
     );
@@ -528,7 +521,7 @@ fn a_cache_deleted_or_unusable_under_a_mount_costs_only_refetches() {
     // warning in the log however many writes fail.
     gone("trash2");
     fs::write(&cache, b"not a directory").unwrap();
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    assert_tree_eq(&m.mp, &src);
     let s = m.stats();
     assert!(
         s["disk_cache"]["disk_cache_write_errors"].as_u64().unwrap() > 1,
@@ -562,7 +555,7 @@ fn eight_mounts_share_one_cache_through_kill_9() {
                 ("repo/img2", &src2)
             };
             (
-                mnt(&ng.url(name), &t.path().join(format!("m{i}")), &[&ca]),
+                mount(&[&ng.url(name)], &t.path().join(format!("m{i}")), &[&ca]),
                 s.clone(),
             )
         })
@@ -600,7 +593,7 @@ fn eight_mounts_share_one_cache_through_kill_9() {
     assert_eq!(st["objects"].as_u64().unwrap(), files, "{st}");
     ng.stop();
     for (name, s) in [("repo/img", &src), ("repo/img2", &src2)] {
-        let m = mnt(&ng.url(name), &t.path().join("offline"), &[&ca]);
+        let m = mount(&[&ng.url(name)], &t.path().join("offline"), &[&ca]);
         assert_same_tree(s, &m.mp, Cmp::all());
     }
     sheaf(["cache", "gc", "1", &ca]).ok();
@@ -614,8 +607,8 @@ fn a_recorded_workload_is_prefetched_at_mount() {
     let (ng, src) = setup(t.path());
     let list = t.path().join("workload.list");
     let url = ng.url("img.sheaf");
-    let m = mnt(
-        &url,
+    let m = mount(
+        &[&url],
         &t.path().join("m"),
         &["-o", &format!("record={}", list.display()), "--no-cache"],
     );
@@ -657,8 +650,8 @@ fn a_recorded_workload_is_prefetched_at_mount() {
             "reads went to the network after the prefetch:\n{s0}\n{s1}"
         );
     };
-    let m = mnt(
-        &url,
+    let m = mount(
+        &[&url],
         &t.path().join("m"),
         &[
             "-o",
@@ -676,13 +669,13 @@ fn a_recorded_workload_is_prefetched_at_mount() {
         &["--block-size", "256K", "--prefetch", list.to_str().unwrap()],
     )
     .ok();
-    let m = mnt(
-        &ng.url("pf.sheaf"),
+    let m = mount(
+        &[&ng.url("pf.sheaf")],
         &t.path().join("m"),
         &["-o", "readahead=0", &cache_arg(&t.path().join("c2"))],
     );
     check(&m);
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    assert_tree_eq(&m.mp, &src);
     drop(m);
     // Or rewritten from the published image (data copied, not recompressed).
     let opt = ng.www.join("opt.sheaf");
@@ -693,13 +686,13 @@ fn a_recorded_workload_is_prefetched_at_mount() {
         .arg(&opt);
     run_cmd(&mut c).ok();
     sheaf(["check".as_ref(), opt.as_os_str()]).ok();
-    let m = mnt(
-        &ng.url("opt.sheaf"),
+    let m = mount(
+        &[&ng.url("opt.sheaf")],
         &t.path().join("m"),
         &["-o", "readahead=0", &cache_arg(&t.path().join("c3"))],
     );
     check(&m);
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    assert_tree_eq(&m.mp, &src);
 }
 
 /// `openssl` with arguments, which must succeed.
@@ -823,8 +816,12 @@ fn fstab_style_mount_options_set_the_cache_mirrors_and_timeout() {
         cache.display(),
         ng.url("repo/img")
     );
-    let m = mnt(&empty.url("repo/img"), &t.path().join("m"), &["-o", &opts]);
-    assert_same_tree(&src, &m.mp, Cmp::all());
+    let m = mount(
+        &[&empty.url("repo/img")],
+        &t.path().join("m"),
+        &["-o", &opts],
+    );
+    assert_tree_eq(&m.mp, &src);
     let s = m.stats();
     assert_eq!(
         s["disk_cache"]["disk_cache"],

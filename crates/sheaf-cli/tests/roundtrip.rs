@@ -335,11 +335,8 @@ fn mounted_tree_matches_source_in_every_attribute() {
         return;
     }
     let (f, _done) = fixture();
-    let mp = f.dir.join("mnt");
-    fs::create_dir_all(&mp).unwrap();
-    sheaf(["mount".as_ref(), f.img.as_os_str(), mp.as_os_str()]).ok();
-    let guard = Mounted::adopt(&mp);
-    assert_same_tree(&f.src, &mp, Cmp::all());
+    let guard = mount(&[&f.img], &f.dir.join("mnt"), &[]);
+    assert_tree_eq(&guard.mp, &f.src);
     guard.umount();
 }
 

@@ -21,6 +21,12 @@ use std::time::{Duration, Instant};
 /// setting of the machine's: HOME is a directory without `.aws`).
 fn s3cmd(w: &SeaweedS3, home: &Path) -> Command {
     let mut c = cmd();
+    s3env(&mut c, w, home);
+    c
+}
+
+/// The environment of a `sheaf` that reaches `w` as its only S3 service.
+fn s3env(c: &mut Command, w: &SeaweedS3, home: &Path) {
     for v in [
         "AWS_PROFILE",
         "AWS_DEFAULT_PROFILE",
@@ -39,7 +45,6 @@ fn s3cmd(w: &SeaweedS3, home: &Path) -> Command {
         .env("AWS_SECRET_ACCESS_KEY", SeaweedS3::SECRET_KEY)
         .env("AWS_ENDPOINT_URL", w.endpoint())
         .env("AWS_REGION", "us-east-1");
-    c
 }
 
 fn run(mut c: Command, args: &[&str]) -> Out {
@@ -114,6 +119,14 @@ impl Fixture {
     fn cmd(&self) -> Command {
         s3cmd(&self.w, &self.home)
     }
+
+    /// `sheaf mount URL MP ARGS...` reaching this fixture's service
+    /// (common's [`mount`]).
+    fn mount(&self, url: &str, mp: &Path, args: &[&str]) -> Mounted {
+        let mut c = mount_cmd(&[url], mp, args);
+        s3env(&mut c, &self.w, &self.home);
+        Mounted::run(&mut c, mp)
+    }
 }
 
 const WHOLE: &str = "s3://sheaf/images/img.sheaf";
@@ -158,11 +171,8 @@ fn a_whole_image_and_a_published_repository_read_back_equal_to_the_source() {
         let o = run(f.cmd(), &["run", "-m", &spec, "--", "cat", "/data/big.bin"]).ok();
         assert!(o.stdout == big, "{url}: sheaf run read other bytes");
         let mp = f.t.path().join(format!("m-{form}"));
-        fs::create_dir_all(&mp).unwrap();
-        let mut c = f.cmd();
-        c.arg("mount").arg(url).arg(&mp);
-        let m = Mounted::run(&mut c, &mp);
-        assert_same_tree(&f.src, &m.mp, Cmp::all());
+        let m = f.mount(url, &mp, &[]);
+        assert_tree_eq(&m.mp, &f.src);
         let s = m.stats();
         assert_eq!(s["remote"]["remote_form"], form, "{s}");
         assert!(s["remote"]["s3_bytes"].as_u64().unwrap() > 0, "{s}");
@@ -267,15 +277,17 @@ fn a_server_restart_during_a_read_is_only_a_wait() {
     }
     let big = fs::read(f.src.join("big.bin")).unwrap();
     let mp = f.t.path().join("m");
-    let mut c = f.cmd();
-    c.arg("mount").arg(REPO).arg(&mp).args([
-        "--timeout",
-        "90",
-        "--no-cache",
-        "-o",
-        "prefetch_metadata=off",
-    ]);
-    let m = Mounted::run(&mut c, &mp);
+    let m = f.mount(
+        REPO,
+        &mp,
+        &[
+            "--timeout",
+            "90",
+            "--no-cache",
+            "-o",
+            "prefetch_metadata=off",
+        ],
+    );
     f.w.stop();
     let p = m.mp.join("big.bin");
     let reader = std::thread::spawn(move || fs::read(p));
@@ -525,9 +537,7 @@ fn tree_p_over_s3_reads_what_http_reads_and_waits_out_an_outage() {
     let cold_import = |url: &str, server: &str, tag: &str| -> u64 {
         let counter = PortCounter::new(port_of(server));
         let mp = f.t.path().join(format!("m-{tag}"));
-        let mut c = f.cmd();
-        c.arg("mount").arg(url).arg(&mp).arg("--no-cache");
-        let m = Mounted::run(&mut c, &mp);
+        let m = f.mount(url, &mp, &["--no-cache"]);
         let before = counter.bytes();
         let o = run_cmd(
             Command::new("python3")

@@ -32,6 +32,13 @@ fn image_over_ssh(t: &Path, sshd: &Sshd) -> (std::path::PathBuf, std::path::Path
     (src, img, url)
 }
 
+/// `sheaf mount URL MP ARGS...` reaching `sshd` (common's [`mount`]).
+fn ssh_mount(sshd: &Sshd, url: &str, mp: &Path, args: &[&str]) -> Mounted {
+    let mut c = mount_cmd(&[url], mp, args);
+    c.env("SHEAF_SSH", sshd.ssh_command());
+    Mounted::run(&mut c, mp)
+}
+
 fn with_ssh(sshd: &Sshd, args: &[&str]) -> Out {
     let mut c = cmd();
     c.args(args).env("SHEAF_SSH", sshd.ssh_command());
@@ -67,12 +74,8 @@ fn commands_and_a_mount_over_ssh_read_exactly_the_source() {
         return;
     }
     let mp = t.path().join("mp");
-    let mut c = cmd();
-    c.args(["mount", "--no-cache", &url])
-        .arg(&mp)
-        .env("SHEAF_SSH", sshd.ssh_command());
-    let m = Mounted::run(&mut c, &mp);
-    assert_same_tree(&src, &mp, Cmp::all());
+    let m = ssh_mount(&sshd, &url, &mp, &["--no-cache"]);
+    assert_tree_eq(&mp, &src);
     let st = m.stats();
     assert!(st["remote"]["ssh_bytes"].as_u64().unwrap() > 0, "{st}");
     m.umount();
@@ -101,11 +104,7 @@ fn an_sshd_restart_is_a_wait_and_a_long_outage_is_eio_past_the_timeout() {
     let mut sshd = Sshd::start(t.path());
     let (src, _img, url) = image_over_ssh(t.path(), &sshd);
     let mp = t.path().join("mp");
-    let mut c = cmd();
-    c.args(["mount", "--no-cache", "--timeout", "20", &url])
-        .arg(&mp)
-        .env("SHEAF_SSH", sshd.ssh_command());
-    let m = Mounted::run(&mut c, &mp);
+    let m = ssh_mount(&sshd, &url, &mp, &["--no-cache", "--timeout", "20"]);
     // A first read works; then sshd (and the session) goes away for 3 s.
     same_content(&src.join("many/f000"), &mp.join("many/f000")).unwrap();
     sshd.stop();
@@ -121,7 +120,7 @@ fn an_sshd_restart_is_a_wait_and_a_long_outage_is_eio_past_the_timeout() {
             m.stats()
         );
     }
-    assert_same_tree(&src, &mp, Cmp::all());
+    assert_tree_eq(&mp, &src);
     let st = m.stats();
     assert!(
         st["remote"]["ssh_reconnects"].as_u64().unwrap() >= 1,
@@ -131,11 +130,7 @@ fn an_sshd_restart_is_a_wait_and_a_long_outage_is_eio_past_the_timeout() {
 
     // --timeout 3 and sshd gone for good: EIO within the timeout (and a
     // margin), not a hang.
-    let mut c = cmd();
-    c.args(["mount", "--no-cache", "--timeout", "3", &url])
-        .arg(&mp)
-        .env("SHEAF_SSH", sshd.ssh_command());
-    let m = Mounted::run(&mut c, &mp);
+    let m = ssh_mount(&sshd, &url, &mp, &["--no-cache", "--timeout", "3"]);
     sshd.stop();
     let t0 = Instant::now();
     let e = std::fs::read(mp.join("many/f123")).unwrap_err();
@@ -251,11 +246,7 @@ fn an_hdf5_hyperslab_over_ssh_moves_only_the_blocks_holding_it() {
         img.display()
     );
     let mp = t.path().join("mp");
-    let mut c = cmd();
-    c.args(["mount", "--no-cache", "-o", "readahead=0", &url])
-        .arg(&mp)
-        .env("SHEAF_SSH", sshd.ssh_command());
-    let m = Mounted::run(&mut c, &mp);
+    let m = ssh_mount(&sshd, &url, &mp, &["--no-cache", "-o", "readahead=0"]);
     let before = m.stats()["remote"]["ssh_bytes"].as_u64().unwrap();
     let (r0, r1) = (1000u64, 1100u64);
     let sum = |file: &Path| -> String {

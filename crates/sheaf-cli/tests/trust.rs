@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -86,17 +87,19 @@ fn image(dir: &Path) -> PathBuf {
 }
 
 fn root_message(img: &Path) -> Vec<u8> {
-    sheaf(["root".as_ref(), img.as_os_str()]).ok().stdout
+    sheaf_in(["root".as_ref(), img.as_os_str()]).ok().stdout
 }
 
+/// `sheaf verify IMG --signers ALLOWED EXTRA...` (in-process).
 fn verify(img: &Path, allowed: &Path, extra: &[&str]) -> Out {
-    let mut c = cmd();
-    c.arg("verify")
-        .arg(img)
-        .arg("--signers")
-        .arg(allowed)
-        .args(extra);
-    run_cmd(&mut c)
+    let mut a: Vec<&OsStr> = vec![
+        "verify".as_ref(),
+        img.as_os_str(),
+        "--signers".as_ref(),
+        allowed.as_os_str(),
+    ];
+    a.extend(extra.iter().map(OsStr::new));
+    sheaf_in(a)
 }
 
 #[test]
@@ -127,7 +130,7 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
             o.text()
         );
         // sheaf signs, ssh-keygen verifies.
-        sheaf([
+        sheaf_in([
             "sign".as_ref(),
             img.as_os_str(),
             "-k".as_ref(),
@@ -160,9 +163,9 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
     }
     // Appended signatures: several on one image; root digest unchanged.
     fs::remove_file(&sig).unwrap();
-    let before = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+    let before = json(&sheaf_in(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
     for k in ["ed", "ec", "rsa"] {
-        sheaf([
+        sheaf_in([
             "sign".as_ref(),
             img.as_os_str(),
             "-k".as_ref(),
@@ -170,7 +173,7 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
         ])
         .ok();
     }
-    let after = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+    let after = json(&sheaf_in(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
     assert_eq!(before["root_digest"], after["root_digest"]);
     assert_eq!(after["signatures"].as_array().unwrap().len(), 3);
     let o = verify(&img, &allowed, &["--full"]).ok();
@@ -181,7 +184,7 @@ fn ssh_keygen_and_sheaf_accept_each_others_signatures() {
         o.text()
     );
     // The image still reads as before.
-    sheaf(["check".as_ref(), img.as_os_str()]).ok();
+    sheaf_in(["check".as_ref(), img.as_os_str()]).ok();
 }
 
 #[test]
@@ -243,7 +246,7 @@ fn rejections_say_exactly_why() {
     let o = verify(&img, &allowed, &[]).fails_with(1);
     assert!(o.text().contains("no signature"), "{}", o.text());
     // Unknown key.
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -271,7 +274,7 @@ fn rejections_say_exactly_why() {
     write(&src2.join("x"), b"x");
     let other = t.path().join("other.sheaf");
     build(&src2, &other, &[]).ok();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         other.as_os_str(),
         "-k".as_ref(),
@@ -288,7 +291,7 @@ fn rejections_say_exactly_why() {
     assert!(o.text().contains("bad signature"), "{}", o.text());
     fs::remove_file(format!("{}.sig", img.display())).unwrap();
     // Expired, not yet valid, namespace not allowed, identity not trusted.
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -326,7 +329,7 @@ fn tampering_is_caught_where_it_matters() {
     let keys = Keys::new(t.path());
     let img = image(t.path());
     let allowed = keys.allowed("");
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -341,26 +344,24 @@ fn tampering_is_caught_where_it_matters() {
     verify(&bad, &allowed, &[]).ok();
     let o = verify(&bad, &allowed, &["--full"]).fails_with(1);
     assert!(o.text().contains("damage"), "{}", o.text());
-    run_cmd(cmd().arg("check").arg(&bad)).fails_with(1);
+    sheaf_in(["check".as_ref(), bad.as_os_str()]).fails_with(1);
     // Under policy it mounts, and reading the damaged file is EIO with a log line.
     if !mounts_allowed() {
         return;
     }
     let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
     let log = t.path().join("log");
-    sheaf([
-        "mount".as_ref(),
-        "--require-signature".as_ref(),
-        "--signers".as_ref(),
-        allowed.as_os_str(),
-        "-o".as_ref(),
-        format!("log={}", log.display()).as_ref(),
-        bad.as_os_str(),
-        mp.as_os_str(),
-    ])
-    .ok();
-    let guard = Mounted::adopt(&mp);
+    let guard = mount(
+        &[&bad],
+        &mp,
+        &[
+            "--require-signature",
+            "--signers",
+            allowed.to_str().unwrap(),
+            "-o",
+            &format!("log={}", log.display()),
+        ],
+    );
     let mut eio = 0;
     for p in walk(&t.path().join("src")) {
         let f = join(&mp, &p);
@@ -420,7 +421,7 @@ fn tampering_is_caught_where_it_matters() {
         o.describe()
     );
     // A flipped byte in the superblock (the metadata root): refused too.
-    let info = json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
+    let info = json(&sheaf_in(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok());
     let sb = info["sections"]
         .as_array()
         .unwrap()
@@ -447,7 +448,7 @@ fn tampering_is_caught_where_it_matters() {
     // Replaced signature (an untrusted key's): refused.
     let replaced = t.path().join("replaced.sheaf");
     fs::copy(&stripped, &replaced).unwrap();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         replaced.as_os_str(),
         "-k".as_ref(),
@@ -495,15 +496,10 @@ fn site_config_requires_signatures_for_everyone() {
     )
     .unwrap();
     let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
     let mount = |i: &Path| {
-        run_cmd(
-            cmd()
-                .arg("mount")
-                .arg(i)
-                .arg(&mp)
-                .env("SHEAF_CONFIG", &conf),
-        )
+        let mut c = mount_cmd(&[i], &mp, &[]);
+        c.env("SHEAF_CONFIG", &conf);
+        run_cmd(&mut c)
     };
     let o = mount(&img).fails_with(1);
     assert!(
@@ -511,7 +507,7 @@ fn site_config_requires_signatures_for_everyone() {
         "{}",
         o.describe()
     );
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -544,7 +540,7 @@ fn keygen_makes_a_key_and_its_allowed_signers_line() {
     let t = tmpdir();
     let img = image(t.path());
     let key = t.path().join("site_key");
-    let o = sheaf([
+    let o = sheaf_in([
         "keygen".as_ref(),
         key.as_os_str(),
         "--identity".as_ref(),
@@ -558,7 +554,7 @@ fn keygen_makes_a_key_and_its_allowed_signers_line() {
     );
     let allowed = t.path().join("allowed");
     fs::write(&allowed, &line).unwrap();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -567,7 +563,7 @@ fn keygen_makes_a_key_and_its_allowed_signers_line() {
     .ok();
     verify(&img, &allowed, &["--identity", "ops@site.org"]).ok();
     // Refuses to overwrite.
-    run_cmd(cmd().arg("keygen").arg(&key)).fails_with(1);
+    sheaf_in(["keygen".as_ref(), key.as_os_str()]).fails_with(1);
     // ssh-keygen reads the key it wrote.
     run_cmd(Command::new("ssh-keygen").arg("-y").arg("-f").arg(&key)).ok();
 }
@@ -639,7 +635,7 @@ fn a_damaged_signature_block_is_refused_cleanly() {
     let t = tmpdir();
     let keys = Keys::new(t.path());
     let img = image(t.path());
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -681,7 +677,7 @@ fn a_damaged_signature_block_is_refused_cleanly() {
         let bad = t.path().join("bad.sheaf");
         fs::write(&bad, &b).unwrap();
         for sub in ["info", "check"] {
-            let o = run_cmd(cmd().arg(sub).arg(&bad));
+            let o = sheaf_in([sub.as_ref(), bad.as_os_str()]);
             o.no_panic();
             assert_eq!(o.code, 1, "{what} ({sub}): {}", o.describe());
             assert!(
@@ -697,31 +693,31 @@ fn a_damaged_signature_block_is_refused_cleanly() {
 /// it fail (EIO); the rest of the tree stays usable.
 #[test]
 fn a_damaged_inner_metadata_page_fails_only_what_needs_it() {
-    let t = tmpdir();
-    let src = t.path().join("src");
-    fs::create_dir(&src).unwrap();
-    // 3000 files: their inode records span three 64 KiB pages.
-    for i in 0..3000 {
-        write(&src.join(format!("f{i:04}")), format!("{i}\n").as_bytes());
-    }
     let marker: i64 = 1_234_567_891;
-    set_all_mtimes(&src, |_, p| {
-        if p == b"f2999" {
-            (marker, 0)
-        } else {
-            (1_600_000_000, 0)
+    let sc = Scenario::new(|src| {
+        // 3000 files: their inode records span three 64 KiB pages.
+        for i in 0..3000 {
+            write(&src.join(format!("f{i:04}")), format!("{i}\n").as_bytes());
         }
-    });
-    let img = t.path().join("m.sheaf");
-    build(&src, &img, &["-c", "none"]).ok();
-    let mut b = fs::read(&img).unwrap();
+        set_all_mtimes(src, |_, p| {
+            if p == b"f2999" {
+                (marker, 0)
+            } else {
+                (1_600_000_000, 0)
+            }
+        });
+    })
+    .image_name("m.sheaf")
+    .build(&["-c", "none"]);
+    let img = &sc.img;
+    let mut b = fs::read(img).unwrap();
     let needle = marker.to_le_bytes();
     let at = b
         .windows(8)
         .position(|w| w == needle)
         .expect("inode record of f2999 in a raw page");
     b[at] ^= 0x01;
-    fs::write(&img, &b).unwrap();
+    fs::write(img, &b).unwrap();
     // Read through the library (in-process): a lookup that needs the
     // damaged page fails, one that does not still reads its file.
     let o = sheaf_in(["cat".as_ref(), img.as_os_str(), "f2999".as_ref()]).fails_with(1);
@@ -736,10 +732,7 @@ fn a_damaged_inner_metadata_page_fails_only_what_needs_it() {
     if !mounts_allowed() {
         return;
     }
-    let mp = t.path().join("mnt");
-    fs::create_dir(&mp).unwrap();
-    sheaf(["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).ok();
-    let guard = Mounted::adopt(&mp);
+    let (mp, guard) = (&sc.mp, sc.mount(&[]));
     let e = fs::metadata(mp.join("f2999")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     assert_eq!(fs::read(mp.join("f0001")).unwrap(), b"1\n");
@@ -769,7 +762,7 @@ fn an_ecdsa_key_the_crate_cannot_read_still_signs() {
         .text();
     let signers = t.path().join("signers");
     fs::write(&signers, format!("bob@example.org {public}")).unwrap();
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -792,7 +785,7 @@ fn an_ecdsa_key_the_crate_cannot_read_still_signs() {
         "{}",
         o.text()
     );
-    sheaf([
+    sheaf_in([
         "verify".as_ref(),
         img.as_os_str(),
         "--signers".as_ref(),

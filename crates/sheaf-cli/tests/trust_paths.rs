@@ -311,7 +311,7 @@ fn credentials_in_urls_stay_out_of_mounts_errors_and_stats() {
         }
     };
     let mp = t.path().join("mp");
-    let m = Mounted::run(cmd().arg("mount").arg(&url).arg(&mp), &mp);
+    let m = mount(&[&url], &mp, &[]);
     assert_eq!(fs::read(mp.join("f")).unwrap(), b"secret-free\n");
     clean("/proc/mounts", &fs::read_to_string("/proc/mounts").unwrap());
     clean(
@@ -413,7 +413,7 @@ fn a_pinned_mount_refuses_any_other_root() {
     // Pinned to what it serves, or not pinned ('-'): mounted.
     for pin in [root_a.as_str(), "-"] {
         let file = if pin == "-" { &b } else { &a };
-        let m = Mounted::run(cmd().args(["mount", "--pin", pin]).arg(file).arg(&mp), &mp);
+        let m = mount(&[file], &mp, &["--pin", pin]);
         assert!(fs::read(mp.join("f")).is_ok());
         m.umount();
     }

@@ -48,13 +48,9 @@ fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
     if !mounts_allowed() {
         return;
     }
-    let t = tmpdir();
-    let src = t.path().join("src");
-    tree(&src);
-    let img = t.path().join("t.sheaf");
-    build(&src, &img, &[]);
-    let mp = t.path().join("mp");
-    let _m = Mounted::run(cmd().arg("mount").arg(&img).arg(&mp), &mp);
+    let sc = Scenario::new(tree).image_name("t.sheaf").build(&[]);
+    let (img, mp) = (&sc.img, &sc.mp);
+    let _m = sc.mount(&[]);
     for (flags, path) in [
         (vec!["-l"], "."),
         (vec!["-lh"], "."),
@@ -71,7 +67,7 @@ fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
             Command::new("ls")
                 .args(&flags)
                 .arg(path)
-                .current_dir(&mp)
+                .current_dir(mp)
                 .env("LC_ALL", "C")
                 .env("TZ", "UTC"),
         )
@@ -81,7 +77,7 @@ fn ls_prints_what_gnu_ls_prints_on_the_mounted_image() {
             cmd()
                 .arg("ls")
                 .args(&flags)
-                .arg(&img)
+                .arg(img)
                 .arg(path)
                 .env("LC_ALL", "C")
                 .env("TZ", "UTC"),
@@ -336,7 +332,7 @@ fn verify_uses_the_site_signers_as_mount_does() {
     let img = t.path().join("t.sheaf");
     build(&src, &img, &[]);
     let (key, signers) = ssh_signer(t.path());
-    sheaf([
+    sheaf_in([
         "sign".as_ref(),
         img.as_os_str(),
         "-k".as_ref(),
@@ -490,19 +486,14 @@ fn mount_json_names_the_server_and_the_root() {
     if !mounts_allowed() {
         return;
     }
-    let t = tmpdir();
-    let src = t.path().join("src");
-    tree(&src);
-    let img = t.path().join("t.sheaf");
-    build(&src, &img, &[]);
-    let mp = t.path().join("mp");
-    fs::create_dir(&mp).unwrap();
-    let o = run_cmd(cmd().args(["mount", "--json"]).arg(&img).arg(&mp)).ok();
-    let m = Mounted::adopt(&mp);
+    let sc = Scenario::new(tree).image_name("t.sheaf").build(&[]);
+    let (img, mp) = (&sc.img, &sc.mp);
+    let o = run_cmd(&mut sc.mount_cmd(&["--json"])).ok();
+    let m = Mounted::adopt(mp);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["mountpoint"], mp.to_str().unwrap());
     assert_eq!(v["pid"].as_i64().unwrap() as i32, m.pid());
-    let root = sheaf(["root".as_ref(), img.as_os_str()]).ok().text();
+    let root = sheaf_in(["root".as_ref(), img.as_os_str()]).ok().text();
     let hex = root.trim().rsplit(':').next().unwrap().to_string();
     assert_eq!(v["roots"], serde_json::json!([hex]));
     assert_eq!(v["writable"], false);
@@ -515,6 +506,30 @@ fn mount_json_names_the_server_and_the_root() {
         mp.to_str().unwrap(),
     ]);
     assert_eq!(o.code, 2, "{}", o.describe());
+}
+
+/// `umount` and `stats` of what is not a sheaf mount: one line each,
+/// exit 1, decided without a mount (in-process; mount.rs checks the same
+/// after a real mount is gone).
+#[test]
+fn umount_and_stats_refuse_what_is_not_a_sheaf_mount() {
+    let t = tmpdir();
+    let d = t.path().as_os_str();
+    let o = sheaf_in(["umount".as_ref(), d]).fails_with(1);
+    assert!(o.one_err_line().contains("not mounted"), "{}", o.describe());
+    let o = sheaf_in(["umount", "/proc"]).fails_with(1);
+    assert!(
+        o.one_err_line().contains("not a sheaf mount"),
+        "{}",
+        o.describe()
+    );
+    let o = sheaf_in(["stats".as_ref(), d]).fails_with(1);
+    assert!(
+        o.one_err_line().contains("not the root of a sheaf mount"),
+        "{}",
+        o.describe()
+    );
+    assert!(o.stdout.is_empty(), "{}", o.describe());
 }
 
 /// `sheaf help remote` explains the remote flags; `check` and `info` say
@@ -564,7 +579,7 @@ fn optimize_json_names_the_new_root() {
     fs::write(&list, "big.bin\n").unwrap();
     let out = t.path().join("o.sheaf");
     let j = json(
-        &sheaf([
+        &sheaf_in([
             "optimize".as_ref(),
             img.as_os_str(),
             "--prefetch".as_ref(),
@@ -575,7 +590,7 @@ fn optimize_json_names_the_new_root() {
         ])
         .ok(),
     );
-    let root = sheaf(["root".as_ref(), out.as_os_str()]).ok().text();
+    let root = sheaf_in(["root".as_ref(), out.as_os_str()]).ok().text();
     // `sheaf root` prints "sheaf-root-v1 blake3:HEX".
     assert_eq!(
         root.trim().rsplit(':').next().unwrap(),
@@ -647,7 +662,7 @@ fn cat_and_merge_take_a_stack_and_single_image_commands_say_merge() {
         m2.as_os_str(),
     ])
     .ok();
-    let root = |p: &Path| sheaf(["root".as_ref(), p.as_os_str()]).ok().text();
+    let root = |p: &Path| sheaf_in(["root".as_ref(), p.as_os_str()]).ok().text();
     assert_eq!(root(&m1), root(&m2));
     let o = sheaf(["cat".as_ref(), m1.as_os_str(), "etc/motd".as_ref()]).ok();
     assert_eq!(o.text(), "high\n");

@@ -167,6 +167,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "does not write through sheaf_cli::Io")]
     fn a_command_that_prints_to_the_process_is_refused() {
-        sheaf(["stats", "/nonexistent"]);
+        sheaf(["run", "-m", "/nonexistent:/x", "--", "true"]);
     }
 }

@@ -5,7 +5,11 @@
 
 pub mod hostile;
 pub mod oci;
+mod scenario;
 pub mod servers;
+
+#[allow(unused_imports)] // each test binary uses its part
+pub use scenario::{assert_tree_eq, mount, mount_cmd, Scenario};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{CString, OsStr, OsString};
