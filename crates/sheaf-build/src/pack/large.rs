@@ -4,10 +4,24 @@
 use super::{FileRange, Packer};
 use crate::options::BuildError;
 use crate::tree::Chunk;
+use sheaf_format::Digest;
 use std::io::Write;
 use std::sync::atomic::Ordering;
 
 impl<W: Write + Send + 'static> Packer<W> {
+    /// Store `data`, the piece of a file at file offset `at`, as a block
+    /// of its own (not a pack); returns its digest.
+    pub(super) fn add_block_at(&mut self, data: &[u8], at: u64) -> Result<Digest, BuildError> {
+        let seq = self.new_seq();
+        self.chunks.push(Chunk {
+            file_offset: at,
+            block: seq,
+            block_offset: 0,
+            len: data.len() as u32,
+        });
+        self.emit(seq, data.to_vec(), false)
+    }
+
     /// Store `data`, full blocks of a file starting at file offset `at`,
     /// one block each (an all-zero one as a hole), and add each to the
     /// file's identity `id`. `first` is the file's first chunk.
@@ -24,14 +38,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                 self.add_hole(first, at, n);
                 id.update(b"H").update(&n.to_le_bytes());
             } else {
-                let seq = self.new_seq();
-                self.chunks.push(Chunk {
-                    file_offset: at,
-                    block: seq,
-                    block_offset: 0,
-                    len: n as u32,
-                });
-                let d = self.emit(seq, b.to_vec(), false)?;
+                let d = self.add_block_at(b, at)?;
                 id.update(b"D").update(&d);
             }
             at += n;
@@ -76,14 +83,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             } else if end == data.len() && piece.len() < self.pack_size.min(self.block_size / 4) {
                 self.append_packed(piece, at)?;
             } else {
-                let seq = self.new_seq();
-                self.chunks.push(Chunk {
-                    file_offset: at,
-                    block: seq,
-                    block_offset: 0,
-                    len: piece.len() as u32,
-                });
-                self.emit(seq, piece.to_vec(), false)?;
+                self.add_block_at(piece, at)?;
             }
             start = end;
         }

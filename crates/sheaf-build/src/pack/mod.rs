@@ -569,14 +569,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             return Ok(());
         }
         self.flush_shared()?;
-        let seq = self.new_seq();
-        self.chunks.push(Chunk {
-            file_offset,
-            block: seq,
-            block_offset: 0,
-            len: data.len() as u32,
-        });
-        self.emit(seq, data.to_vec(), false)?;
+        self.add_block_at(data, file_offset)?;
         Ok(())
     }
 
