@@ -75,11 +75,6 @@ fn anchors(data: &[u8], mut f: impl FnMut(usize, u64)) {
 pub struct Sketch(Vec<u64>);
 
 impl Sketch {
-    /// The sketch of `data`.
-    pub fn of(data: &[u8]) -> Sketch {
-        Sketch::with_index(data).0
-    }
-
     /// The sketch of `data`, and its index anchors ([`INDEX_MASK`]) in
     /// order, for [`Bases::cuts`].
     fn with_index(data: &[u8]) -> (Sketch, Vec<u64>) {
@@ -197,7 +192,7 @@ impl Bases {
         if self.budget == 0 {
             return None;
         }
-        let sketch = Sketch::of(data);
+        let (sketch, index) = Sketch::with_index(data);
         self.load_held();
         let best = self
             .recent
@@ -221,7 +216,7 @@ impl Bases {
                 shared: n,
             });
         }
-        self.add(seq, hash, data.clone());
+        self.add(seq, hash, data.clone(), sketch, index);
         None
     }
 
@@ -232,17 +227,23 @@ impl Bases {
         self.evict();
     }
 
-    fn add(&mut self, seq: u32, hash: Digest, data: Arc<Vec<u8>>) {
+    fn add(&mut self, seq: u32, hash: Digest, data: Arc<Vec<u8>>, sketch: Sketch, index: Vec<u64>) {
         self.seqs.entry(hash).or_insert(seq);
         self.held += data.len();
-        let c = self.candidate(hash, data);
+        let c = self.candidate(hash, data, sketch, index);
         self.recent.push_back(Held::Ready(c));
         self.evict();
     }
 
-    /// A new candidate, its index anchors entered.
-    fn candidate(&mut self, hash: Digest, data: Arc<Vec<u8>>) -> Candidate {
-        let (sketch, index) = Sketch::with_index(&data);
+    /// A new candidate with this sketch and these index anchors
+    /// ([`Sketch::with_index`] of `data`), its anchors entered.
+    fn candidate(
+        &mut self,
+        hash: Digest,
+        data: Arc<Vec<u8>>,
+        sketch: Sketch,
+        index: Vec<u64>,
+    ) -> Candidate {
         let serial = self.serial;
         self.serial += 1;
         for &a in &index {
@@ -284,7 +285,8 @@ impl Bases {
                     let data = load()?;
                     let hash = sheaf_format::digest(&data);
                     self.seqs.entry(hash).or_insert(seq);
-                    Some(Held::Ready(self.candidate(hash, data)))
+                    let (sketch, index) = Sketch::with_index(&data);
+                    Some(Held::Ready(self.candidate(hash, data, sketch, index)))
                 }
                 ready => Some(ready),
             })
@@ -438,7 +440,8 @@ mod tests {
             b[i..i + 1000].copy_from_slice(&noise(i as u64 + 3, 1000));
         }
         let unrelated = noise(99, 1 << 20);
-        let (sa, sb, su) = (Sketch::of(&a), Sketch::of(&b), Sketch::of(&unrelated));
+        let of = |d: &[u8]| Sketch::with_index(d).0;
+        let (sa, sb, su) = (of(&a), of(&b), of(&unrelated));
         assert_eq!(sa.0.len(), K);
         assert_eq!(sa.shared(&sa), K);
         let n = sa.shared(&sb);
@@ -446,7 +449,7 @@ mod tests {
         assert!(n > K / 2, "shared {n}");
         assert!(sa.shared(&su) < MIN_SHARED, "{}", sa.shared(&su));
         // Deterministic.
-        assert_eq!(Sketch::of(&a), sa);
+        assert_eq!(of(&a), sa);
     }
 
     #[test]

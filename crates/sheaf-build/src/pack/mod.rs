@@ -646,12 +646,12 @@ impl<W: Write + Send + 'static> Packer<W> {
             loop {
                 if let Some(f) = sparse {
                     let skip = hole_blocks(f, size, self.block_size as u64).map_err(io)?;
-                    if skip > 0 && whole {
-                        whole = false;
-                        self.add_blocks(&held, size - held.len() as u64, first, &mut id)?;
-                        held = Vec::new();
-                    }
                     if skip > 0 {
+                        if whole {
+                            whole = false;
+                            self.add_blocks(&held, size - held.len() as u64, first, &mut id)?;
+                            held = Vec::new();
+                        }
                         self.add_hole(first, size, skip);
                         id.update(b"H").update(&skip.to_le_bytes());
                         size += skip;
