@@ -8,7 +8,7 @@
 //! to another (block dedup finds nothing) and each resembles one block of
 //! the first version closely.
 
-use sheaf_build::{build, BuildOptions, Input, Progress};
+use sheaf_build::{build, BuildError, BuildOptions, BuildReport, Input, Progress};
 use sheaf_format::{Codec, SectionEntry, SectionKind, Trailer, TRAILER_LEN};
 use sheaf_read::{Image, MemSource};
 use std::path::Path;
@@ -63,7 +63,8 @@ fn opts() -> BuildOptions {
     }
 }
 
-fn build_image(src: &Path, out: &Path, opts: BuildOptions) -> Image {
+/// Build `src` into `out` with `opts`.
+fn try_build(src: &Path, out: &Path, opts: BuildOptions) -> Result<BuildReport, BuildError> {
     build(
         &Input::Dir(src.to_path_buf()),
         out,
@@ -71,7 +72,10 @@ fn build_image(src: &Path, out: &Path, opts: BuildOptions) -> Image {
         Arc::new(Progress::default()),
         &AtomicBool::new(false),
     )
-    .unwrap();
+}
+
+fn build_image(src: &Path, out: &Path, opts: BuildOptions) -> Image {
+    try_build(src, out, opts).unwrap();
     sheaf_read::open_path(out).unwrap()
 }
 
@@ -302,15 +306,13 @@ fn a_new_version_on_a_base_is_compressed_against_the_copied_one() {
     build_image(&src, &prev, opts());
     make_tree(&src, 1..2);
     let out = d.path().join("next.sheaf");
-    let report = build(
-        &Input::Dir(src.clone()),
+    let report = try_build(
+        &src,
         &out,
-        &BuildOptions {
+        BuildOptions {
             base: Some(prev),
             ..opts()
         },
-        Arc::new(Progress::default()),
-        &AtomicBool::new(false),
     )
     .unwrap();
     let img = sheaf_read::open_path(&out).unwrap();
@@ -352,15 +354,13 @@ fn a_base_image_with_a_hostile_base_list_is_refused_by_the_build() {
         )
         .unwrap();
         let out = d.path().join("next.sheaf");
-        let e = build(
-            &Input::Dir(src.clone()),
+        let e = try_build(
+            &src,
             &out,
-            &BuildOptions {
+            BuildOptions {
                 base: Some(prev),
                 ..opts()
             },
-            Arc::new(Progress::default()),
-            &AtomicBool::new(false),
         )
         .expect_err(what)
         .to_string();
