@@ -244,7 +244,11 @@ row() { # row KEY LABEL TREE
         d=$(ratio "${R[default,V,size]}" "${R[sqfs,V,size]}")
         echo "| V default ≤ 0.5× mksquashfs | $d× | $(verdict "$d" 0.5) |"
         echo "| V default ≤ 120 MB (mkdwarfs default 127.6 MB) | $(mb "${R[default,V,size]}") MB | $(verdict "$(mb "${R[default,V,size]}")" 120) |"
-        echo "| V archive ≤ 101.3 MB (mkdwarfs -l9) | $(mb "${R[archive,V,size]}") MB | $(verdict "$(mb "${R[archive,V,size]}")" 101.3) |"
+        if [ -n "${R[archive,V,size]:-}" ]; then
+            echo "| V archive ≤ 101.3 MB (mkdwarfs -l9) | $(mb "${R[archive,V,size]}") MB | $(verdict "$(mb "${R[archive,V,size]}")" 101.3) |"
+        else
+            echo "| V archive ≤ 101.3 MB (mkdwarfs -l9) | not built (ARCHIVE_TREES) | — |"
+        fi
         b=$(ratio "${R[default,V,build]}" "${R[sqfs,V,build]}")
         echo "| V default build ≤ 1.0× mksquashfs | $b× | $(verdict "$b" 1.0) |"
         for t in K P; do

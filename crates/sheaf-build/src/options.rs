@@ -145,7 +145,8 @@ pub struct BuildOptions {
     pub order: crate::order::PackOrder,
     /// Files of a pack or more that are versions of one another (one
     /// similarity group, [`crate::order::group_key`]) share blocks, up to
-    /// the block size, instead of getting one each ([`crate::pack::Packer::set_group_of`]).
+    /// the block size, instead of getting one each ([`crate::pack::Packer::set_group_of`]),
+    /// and a pack that holds versions grows to four packs.
     /// Every input alike: the group comes from the path.
     pub group_blocks: bool,
     /// Bytes of recent blocks the builder holds as possible bases of

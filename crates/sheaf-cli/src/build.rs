@@ -77,7 +77,9 @@ pub struct ImageArgs {
     /// two from 4K to the block size (default: 256K, or the block size if
     /// smaller). Smaller makes a cold or remote read of one small file
     /// cheaper; larger compresses better. Files of a pack or more get blocks
-    /// of their own. For archives that are read whole: --pack-size 4M -c xz:9.
+    /// of their own. A pack holding versions of one file (a pool's
+    /// NAME/1.2.3/... trees side by side) grows to four times this size.
+    /// For archives that are read whole: --pack-size 4M -c xz:9.
     #[arg(long, value_name = "SIZE")]
     pack_size: Option<String>,
     /// Do not train a zstd dictionary on the input's small files. By default
@@ -94,7 +96,8 @@ pub struct ImageArgs {
     #[arg(long, default_value = "versions", value_name = "ORDER", hide = true)]
     order: String,
     /// Give every file of a pack or more a block of its own, even when the
-    /// next is another version of it. For measurements.
+    /// next is another version of it, and keep packs of versions at the
+    /// pack size. For measurements.
     #[arg(long, hide = true)]
     no_group_blocks: bool,
     /// Memory for recent blocks that later blocks may be compressed
