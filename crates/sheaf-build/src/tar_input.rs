@@ -54,8 +54,9 @@ struct HeldBack {
     holding: bool,
     /// The files' bytes, one after another.
     data: Vec<u8>,
-    /// Each file's node and the end of its bytes in `data`.
-    files: Vec<(NodeId, u32)>,
+    /// Each file's node, the end of its bytes in `data`, and its
+    /// similarity group ([`Packer::group`]).
+    files: Vec<(NodeId, u32, Option<u64>)>,
 }
 
 impl HeldBack {
@@ -107,7 +108,8 @@ impl HeldBack {
             .map(bytes)
             .collect();
         packer.set_dictionary(dict::train(&samples));
-        for (i, &(id, _)) in files.iter().enumerate() {
+        for (i, &(id, _, group)) in files.iter().enumerate() {
+            packer.set_group(group);
             // Read from memory: `name` (the archive) is only for messages.
             let (size, range) = packer.add_file(&mut bytes(i), None, name, id)?;
             tree.nodes[id as usize].kind = tree.file_kind(size, range);
@@ -321,7 +323,8 @@ fn read_entries<W: Write + Send + 'static>(
                     (None, _) if held.takes(etype, e.size(), pack_size) => {
                         e.read_to_end(&mut held.data).map_err(io)?;
                         // Its kind is set when it is packed (HeldBack::release).
-                        held.files.push((id, held.data.len() as u32));
+                        held.files
+                            .push((id, held.data.len() as u32, packer.group()));
                         t.put(parent, &comps, meta, kind, xattrs, None)
                             .expect("not the root");
                         if held.full() {

@@ -197,6 +197,14 @@ fn a_tar_stream_gets_a_dictionary_from_its_first_small_files() {
     let refs = blocks(&d);
     let dict_blocks = refs.iter().filter(|r| r.codec == Codec::ZstdDict).count();
     assert!(dict_blocks >= 100, "packs use it: {dict_blocks}");
+    // No two of these files are versions of one another, so no pack grows
+    // past the pack size: held files keep their own similarity group.
+    let largest = refs
+        .iter()
+        .filter(|r| r.codec == Codec::ZstdDict)
+        .map(|r| r.ulen)
+        .max();
+    assert_eq!(largest, Some(256 << 10), "packs of the default size");
     sheaf(["check".as_ref(), with.as_os_str()]).ok();
     let out = t.path().join("x");
     extract(&with, &out).ok();

@@ -278,6 +278,17 @@ impl<W: Write + Send + 'static> Packer<W> {
         self.group = self.grouping.then(|| crate::order::group_key(rel));
     }
 
+    /// The similarity group [`Packer::set_group_of`] last set, for an input
+    /// that adds a file later than it names it (a tar stream's held files).
+    pub fn group(&self) -> Option<u64> {
+        self.group
+    }
+
+    /// Set the similarity group [`Packer::group`] returned.
+    pub fn set_group(&mut self, group: Option<u64>) {
+        self.group = group;
+    }
+
     /// Whether [`Packer::set_group_of`] groups files (`--no-group-blocks`
     /// turns it off).
     pub fn set_grouping(&mut self, on: bool) {
