@@ -705,6 +705,22 @@ impl DirInput<'_> {
         // Reused files PREV stored once (identical content) share one new
         // chunk range too.
         let mut shared: HashMap<(u64, u32), (u64, u32)> = HashMap::new();
+        // The pack of the `--base` image holding a reused small file, by
+        // the file's similarity group: a new file of that group is a new
+        // version, and its pack is compressed against that one
+        // (Packer::set_version_in).
+        let mut versions_in: HashMap<u64, u32> = HashMap::new();
+        if let Some(b) = self.base.filter(|_| opts.group_blocks) {
+            use std::os::unix::ffi::OsStrExt;
+            for &id in &order {
+                let Some((pf, 1)) = reused(id) else { continue };
+                let c = b.chunks(pf, 1)[0];
+                if !c.is_hole() && (size_of(&tree, id) as usize) < opts.pack_block_size() as usize {
+                    let g = order::group_key(tree.path(&index, id).as_os_str().as_bytes());
+                    versions_in.insert(g, c.block);
+                }
+            }
+        }
         let mut unreadable = Vec::new();
         // Files come grouped by directory: keep the current one's handle.
         let mut dir: Option<(NodeId, PathBuf, Option<File>)> = None;
@@ -770,6 +786,10 @@ impl DirInput<'_> {
             {
                 use std::os::unix::ffi::OsStrExt;
                 packer.set_group_of(rel.as_os_str().as_bytes());
+                if let Some(b) = self.base {
+                    let old = packer.group().and_then(|g| versions_in.get(&g).copied());
+                    packer.set_version_in(&b.image, &b.refs, old)?;
+                }
             }
             match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string(), id) {
                 Ok((size, range)) => {

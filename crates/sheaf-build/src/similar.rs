@@ -227,6 +227,11 @@ impl Bases {
         self.evict();
     }
 
+    /// Whether reference blocks are made (a budget was set).
+    pub fn enabled(&self) -> bool {
+        self.budget > 0
+    }
+
     fn add(&mut self, seq: u32, hash: Digest, data: Arc<Vec<u8>>, sketch: Sketch, index: Vec<u64>) {
         self.seqs.entry(hash).or_insert(seq);
         self.held += data.len();

@@ -327,6 +327,59 @@ fn a_new_version_on_a_base_is_compressed_against_the_copied_one() {
     }
 }
 
+/// Small file `i` of version `v` (0 or 1): 2,000 incompressible bytes,
+/// version 1 with one byte changed.
+fn small(i: usize, v: usize) -> Vec<u8> {
+    let mut b = noise(&format!("small{i}"), 2000);
+    b[i % 2000] ^= v as u8;
+    b
+}
+
+#[test]
+fn new_versions_of_small_files_on_a_base_are_compressed_against_their_pack() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    let write = |v: usize| {
+        let dir = src.join(format!("pkg/{}", ["1.0", "1.1"][v]));
+        std::fs::create_dir_all(&dir).unwrap();
+        for i in 0..200 {
+            std::fs::write(dir.join(format!("f{i:03}.txt")), small(i, v)).unwrap();
+        }
+    };
+    write(0);
+    let prev = d.path().join("prev.sheaf");
+    build_image(&src, &prev, opts());
+    write(1);
+    let out = d.path().join("next.sheaf");
+    let report = try_build(
+        &src,
+        &out,
+        BuildOptions {
+            base: Some(prev),
+            ..opts()
+        },
+    )
+    .unwrap();
+    let img = sheaf_read::open_path(&out).unwrap();
+    let copied = report.base.as_ref().unwrap().copied_stored_bytes;
+    let new = img.superblock().stored_data_bytes - copied;
+    // 400,000 new bytes that do not compress alone; each new pack names the
+    // copied pack holding the first versions of its files, and costs what
+    // changed: a byte per file and the frames.
+    assert!(
+        ref_blocks(&img) >= 20,
+        "{} reference blocks",
+        ref_blocks(&img)
+    );
+    assert!(new <= 400_000 / 10, "{new} new bytes for 400,000");
+    for i in 0..200 {
+        for (v, ver) in ["1.0", "1.1"].iter().enumerate() {
+            let got = read_all(&img, &format!("pkg/{ver}/f{i:03}.txt")).unwrap();
+            assert_eq!(got, small(i, v), "{ver} {i}");
+        }
+    }
+}
+
 #[test]
 fn a_base_image_with_a_hostile_base_list_is_refused_by_the_build() {
     use sheaf_format::reference::encode_section;

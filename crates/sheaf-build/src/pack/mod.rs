@@ -20,6 +20,7 @@ use crate::content_index::ContentIndex;
 use crate::options::{BuildError, Compression};
 use crate::similar;
 
+mod copy;
 mod large;
 mod work;
 use crate::tree::Chunk;
@@ -160,6 +161,23 @@ pub struct Packer<W: Write + Send + 'static> {
     /// content lines up with the held bases ([`similar::Bases::cuts`]); 0
     /// without reference blocks.
     whole_cap: usize,
+    /// The pack of the `--base` image that holds an earlier version of the
+    /// file being added ([`Packer::set_version_in`]).
+    copied_pack: Option<CopiedPack>,
+    /// The copied pack the open pack is compressed against: it holds earlier
+    /// versions of the open pack's files ([`Packer::version_base`]).
+    pack_base: Option<CopiedPack>,
+    /// The base the next pack block emitted is compressed against.
+    pack_against: Option<similar::Chosen>,
+}
+
+/// A pack block copied from a `--base` image.
+#[derive(Clone)]
+struct CopiedPack {
+    /// Its sequence number here, and its id in the `--base` image.
+    seq: u32,
+    old: u32,
+    img: Arc<sheaf_read::Image>,
 }
 
 /// A block that files of one similarity group fill, in packing order.
@@ -247,6 +265,9 @@ impl<W: Write + Send + 'static> Packer<W> {
             grouping: false,
             bases: similar::Bases::new(0),
             whole_cap: 0,
+            copied_pack: None,
+            pack_base: None,
+            pack_against: None,
         }
     }
 
@@ -389,7 +410,10 @@ impl<W: Write + Send + 'static> Packer<W> {
     fn compress_work(&mut self, seq: u32, hash: Digest, data: Vec<u8>, pack: bool) -> Work {
         let data = Arc::new(data);
         if pack {
-            return Work::Compress(data, self.dict.clone());
+            return match self.pack_against.take() {
+                Some(base) => Work::Against(data, base),
+                None => Work::Compress(data, self.dict.clone()),
+            };
         }
         match self.bases.choose(seq, hash, &data) {
             Some(base) => Work::Against(data, base),
@@ -420,93 +444,6 @@ impl<W: Write + Send + 'static> Packer<W> {
         Ok(())
     }
 
-    /// Store a file whose data is `chunks` of the `--base` image `img`
-    /// (checked by the caller against `refs`): each block they use is
-    /// copied as stored, once, unless a block with its digest is already in
-    /// the image. Nothing is read from the source. Returns (first chunk,
-    /// chunk count).
-    pub fn add_copied(
-        &mut self,
-        img: &Arc<sheaf_read::Image>,
-        refs: &[BlockRef],
-        chunks: &[Chunk],
-    ) -> Result<(u64, u32), BuildError> {
-        let first = self.chunks.len();
-        for c in chunks {
-            if c.is_hole() {
-                self.chunks.push(*c);
-                continue;
-            }
-            let seq = self.copy_block(img, refs, c.block)?;
-            self.chunks.push(Chunk { block: seq, ..*c });
-        }
-        self.progress.files.fetch_add(1, Ordering::Relaxed);
-        Ok((first as u64, (self.chunks.len() - first) as u32))
-    }
-
-    /// The sequence number of block `old` of the `--base` image `img` (with
-    /// block refs `refs`) in this image: copied as stored, once, unless a
-    /// block with its key is here already. A reference block's base comes
-    /// first (the image must hold it, and it may not be a reference block
-    /// itself, format.md §7.2).
-    fn copy_block(
-        &mut self,
-        img: &Arc<sheaf_read::Image>,
-        refs: &[BlockRef],
-        old: u32,
-    ) -> Result<u32, BuildError> {
-        if let Some(&s) = self.copied.get(&old) {
-            return Ok(s);
-        }
-        let r = refs[old as usize];
-        let base_err = |why: String| BuildError::Base {
-            cause: sheaf_read::ReadError::format(
-                img.name(),
-                &format!("data block {old}"),
-                sheaf_format::FormatError::invalid("reference block", why),
-            ),
-        };
-        let mut work = Work::Copy(img.clone(), old, r);
-        if r.codec == Codec::ZstdRef && !self.by_hash.contains_key(&r.key()) {
-            let what = || format!("data block {old}");
-            let (codec, z) = img
-                .stored(&r, img.superblock().block_size, &what, &mut Vec::new())
-                .map_err(|cause| BuildError::Base { cause })?;
-            let named = reference::named_base(&z).map_err(|e| base_err(e.to_string()))?;
-            let base = img
-                .ref_base(&named)
-                .ok_or_else(|| base_err("its base is not in the image's base list".into()))?;
-            if refs[base as usize].codec == Codec::ZstdRef {
-                return Err(base_err(format!(
-                    "its base, data block {base}, is a reference block itself"
-                )));
-            }
-            let base_seq = self.copy_block(img, refs, base)?;
-            self.bases.note(base_seq, named);
-            work = Work::Stored(codec, z, r.ulen);
-        }
-        let s = self.new_seq();
-        match self.by_hash.get(&r.key()) {
-            Some(&id) => self.seq_to_id[s as usize] = id,
-            None => {
-                self.copied_blocks.0 += 1;
-                self.copied_blocks.1 += r.clen as u64;
-                // A block of its own, stored alone, may be the base of a
-                // new version's block that follows (read only if one does).
-                if r.ulen as usize > self.pack_size
-                    && !matches!(r.codec, Codec::ZstdRef | Codec::ZstdDict)
-                {
-                    let img = img.clone();
-                    let load = Box::new(move || img.block(old).ok());
-                    self.bases.offer_later(s, r.ulen as usize, load);
-                }
-                self.send(s, r.key(), r.hash, work)?;
-            }
-        }
-        self.copied.insert(old, s);
-        Ok(s)
-    }
-
     /// The writer's error, once it has stopped.
     fn writer_failed(&mut self) -> BuildError {
         self.jobs = None;
@@ -532,6 +469,10 @@ impl<W: Write + Send + 'static> Packer<W> {
             };
             let room = self.pack_room();
             if room == 0 {
+                self.flush_pack()?;
+                continue;
+            }
+            if self.version_base() {
                 self.flush_pack()?;
                 continue;
             }
@@ -628,11 +569,47 @@ impl<W: Write + Send + 'static> Packer<W> {
     fn flush_pack(&mut self) -> Result<(), BuildError> {
         self.pack_has_versions = false;
         self.pack_group = None;
+        let base = self.pack_base.take();
         if let Some(seq) = self.pack_seq.take() {
             let data = self.shortest_first();
-            self.emit(seq, data, true)?;
+            self.pack_against = base.and_then(|b| {
+                // One that cannot be read is left out: copying it fails on
+                // its own.
+                let content = b.img.block(b.old).ok()?;
+                let hash = sheaf_format::digest(&content);
+                self.bases.note(b.seq, hash);
+                Some(similar::Chosen {
+                    data: content,
+                    hash,
+                    shared: 0,
+                })
+            });
+            let r = self.emit(seq, data, true);
+            self.pack_against = None;
+            r?;
         }
         Ok(())
+    }
+
+    /// Whether the open pack has to be cut before the file being added
+    /// goes into it, having noted the file's base: a new file whose
+    /// previous version was just copied from the `--base` image in a pack
+    /// makes that pack the base of the open one, which is compressed
+    /// against it (a new version costs what it changes, not what it
+    /// shares with the pack's other files); a file of another base pack
+    /// starts a new pack, so that each pack has one base.
+    fn version_base(&mut self) -> bool {
+        let Some(c) = self.copied_pack.as_ref().filter(|_| self.bases.enabled()) else {
+            return false;
+        };
+        match &self.pack_base {
+            Some(b) => b.seq != c.seq,
+            None if self.pack.is_empty() => {
+                self.pack_base = Some(c.clone());
+                false
+            }
+            None => true,
+        }
     }
 
     /// The current pack's bytes laid out shortest piece first (ties in
@@ -950,100 +927,4 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pack_holds_its_pieces_shortest_first() {
-        let out = Out::new(Vec::new(), 0, "test".into());
-        let mut p = Packer::new(out, 1 << 20, Compression::default(), 1, Arc::default());
-        p.set_pack_size(64 << 10);
-        // Appended long, short, middle, short, then a file that fills the
-        // pack and goes on into the next (its head is a piece of this one).
-        let files: Vec<Vec<u8>> = [9000usize, 10, 3000, 7, 60000]
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| (0..n).map(|j| (i * 31 + j % 251) as u8).collect())
-            .collect();
-        let mut ranges = Vec::new();
-        for (i, f) in files.iter().enumerate() {
-            let r = p.add_file(&mut &f[..], None, "f", i as u32).unwrap();
-            ranges.push(r);
-        }
-        let (out, refs, chunks, _, _) = p.finish().unwrap();
-        let image = out.into_inner();
-        let first_pack = |c: &Chunk| c.block == chunks[0].block;
-        let mut in_pack: Vec<&Chunk> = chunks.iter().filter(|c| first_pack(c)).collect();
-        in_pack.sort_by_key(|c| c.block_offset);
-        // Contiguous from 0, and each piece no longer than the next.
-        let mut at = 0;
-        for w in in_pack.windows(2) {
-            assert!(w[0].len <= w[1].len, "{:?}", in_pack);
-        }
-        for c in &in_pack {
-            assert_eq!(c.block_offset, at);
-            at += c.len;
-        }
-        assert_eq!(in_pack.len(), 5);
-        // Every file reads back whole through its chunks.
-        for (f, range) in files.iter().zip(&ranges) {
-            let (first, n) = match range.1 {
-                FileRange::Chunks(a, n) => (a as usize, n as usize),
-                FileRange::SameAs(_) => unreachable!("contents differ"),
-            };
-            let mut got = Vec::new();
-            for c in &chunks[first..first + n] {
-                let b = refs[c.block as usize];
-                let s = &image[b.offset as usize..b.offset as usize + b.clen as usize];
-                let block = b.codec.decompress(s, b.ulen as usize).unwrap();
-                let o = c.block_offset as usize;
-                got.extend_from_slice(&block[o..o + c.len as usize]);
-            }
-            assert_eq!(&got, f);
-        }
-    }
-
-    /// Packs of `files` files of 8 KiB, each added under the path `path(i)`,
-    /// with 64 KiB packs and grouping on: how many pack blocks they fill.
-    fn packs_of(files: usize, path: impl Fn(usize) -> String) -> usize {
-        let out = Out::new(Vec::new(), 0, "test".into());
-        let mut p = Packer::new(out, 1 << 20, Compression::default(), 1, Arc::default());
-        p.set_pack_size(64 << 10);
-        p.set_grouping(true);
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut n = 0;
-        while n < files {
-            let f: Vec<u8> = (0..8192)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            // Leave out contents whose digest ends a pack early (the
-            // content-defined cut), so only the pack size decides.
-            let h = sheaf_format::digest(&f);
-            if u32::from_le_bytes([h[0], h[1], h[2], h[3]])
-                .is_multiple_of(Packer::<Vec<u8>>::PACK_CUT_ONE_IN)
-            {
-                continue;
-            }
-            p.set_group_of(path(n).as_bytes());
-            p.add_file(&mut &f[..], None, "f", n as u32).unwrap();
-            n += 1;
-        }
-        let (_, _, chunks, _, _) = p.finish().unwrap();
-        let blocks: std::collections::BTreeSet<u32> = chunks.iter().map(|c| c.block).collect();
-        blocks.len()
-    }
-
-    #[test]
-    fn a_pack_of_versions_grows_to_four_packs() {
-        // 40 files of 8 KiB: 320 KiB, five packs of 64 KiB.
-        assert_eq!(packs_of(40, |i| format!("src/f{i}.c")), 5);
-        // The same as two versions of 20 files, each file's versions next
-        // to each other: packs of up to 256 KiB, so two.
-        assert_eq!(packs_of(40, |i| format!("pkg/1.{}/f{}.c", i % 2, i / 2)), 2);
-    }
-}
+mod tests;
