@@ -335,21 +335,23 @@ fn small(i: usize, v: usize) -> Vec<u8> {
     b
 }
 
+/// Version `v` of 200 small files under `src/pkg/1.v`.
+fn write_small(src: &Path, v: usize) {
+    let dir = src.join(format!("pkg/{}", ["1.0", "1.1"][v]));
+    std::fs::create_dir_all(&dir).unwrap();
+    for i in 0..200 {
+        std::fs::write(dir.join(format!("f{i:03}.txt")), small(i, v)).unwrap();
+    }
+}
+
 #[test]
 fn new_versions_of_small_files_on_a_base_are_compressed_against_their_pack() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
-    let write = |v: usize| {
-        let dir = src.join(format!("pkg/{}", ["1.0", "1.1"][v]));
-        std::fs::create_dir_all(&dir).unwrap();
-        for i in 0..200 {
-            std::fs::write(dir.join(format!("f{i:03}.txt")), small(i, v)).unwrap();
-        }
-    };
-    write(0);
+    write_small(&src, 0);
     let prev = d.path().join("prev.sheaf");
     build_image(&src, &prev, opts());
-    write(1);
+    write_small(&src, 1);
     let out = d.path().join("next.sheaf");
     let report = try_build(
         &src,
@@ -378,6 +380,40 @@ fn new_versions_of_small_files_on_a_base_are_compressed_against_their_pack() {
             assert_eq!(got, small(i, v), "{ver} {i}");
         }
     }
+}
+
+/// A pack of the base image that a new pack would be compressed against
+/// is damaged: the build refuses the base image, naming it, and writes no
+/// image; it never compresses against or copies bytes that fail their ref.
+#[test]
+fn a_damaged_pack_of_a_base_image_is_refused_by_the_build() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    write_small(&src, 0);
+    let prev = d.path().join("prev.sheaf");
+    let img = build_image(&src, &prev, opts());
+    let r = img.block_ref(0).unwrap();
+    drop(img);
+    let mut bytes = std::fs::read(&prev).unwrap();
+    bytes[r.offset as usize + r.clen as usize / 2] ^= 0x20;
+    std::fs::write(&prev, &bytes).unwrap();
+    write_small(&src, 1);
+    let out = d.path().join("next.sheaf");
+    let e = try_build(
+        &src,
+        &out,
+        BuildOptions {
+            base: Some(prev),
+            ..opts()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("prev.sheaf") && e.contains("data block 0"),
+        "{e}"
+    );
+    assert!(!out.exists(), "no image is left");
 }
 
 #[test]
