@@ -79,6 +79,19 @@ fn build_image(src: &Path, out: &Path, opts: BuildOptions) -> Image {
     sheaf_read::open_path(out).unwrap()
 }
 
+/// Build `src` into `out` on the base image `prev`: the image, and the
+/// bytes it stores that were not copied from `prev`.
+fn build_on(src: &Path, prev: &Path, out: &Path) -> Result<(Image, u64), BuildError> {
+    let opts = BuildOptions {
+        base: Some(prev.to_path_buf()),
+        ..opts()
+    };
+    let copied = try_build(src, out, opts)?.base.unwrap().copied_stored_bytes;
+    let img = sheaf_read::open_path(out).unwrap();
+    let new = img.superblock().stored_data_bytes - copied;
+    Ok((img, new))
+}
+
 fn read_all(img: &Image, path: &str) -> Result<Vec<u8>, sheaf_read::ReadError> {
     let ino = img.resolve(path.as_bytes())?;
     let mut b = vec![0; ino.rec.size as usize];
@@ -192,14 +205,7 @@ fn a_build_on_a_base_copies_reference_blocks_with_their_bases() {
     // copying the second's reference blocks must bring them along.
     std::fs::remove_dir_all(src.join("lib").join(VERSIONS[0])).unwrap();
     make_tree(&src, 2..3);
-    let img = build_image(
-        &src,
-        &d.path().join("next.sheaf"),
-        BuildOptions {
-            base: Some(prev),
-            ..opts()
-        },
-    );
+    let (img, _) = build_on(&src, &prev, &d.path().join("next.sheaf")).unwrap();
     assert!(ref_blocks(&img) >= 10, "{}", ref_blocks(&img));
     for (v, ver) in VERSIONS.iter().enumerate().skip(1) {
         assert_eq!(read_all(&img, &lib_path(ver)).unwrap(), version(v), "{ver}");
@@ -305,19 +311,7 @@ fn a_new_version_on_a_base_is_compressed_against_the_copied_one() {
     let prev = d.path().join("prev.sheaf");
     build_image(&src, &prev, opts());
     make_tree(&src, 1..2);
-    let out = d.path().join("next.sheaf");
-    let report = try_build(
-        &src,
-        &out,
-        BuildOptions {
-            base: Some(prev),
-            ..opts()
-        },
-    )
-    .unwrap();
-    let img = sheaf_read::open_path(&out).unwrap();
-    let copied = report.base.as_ref().unwrap().copied_stored_bytes;
-    let new = img.superblock().stored_data_bytes - copied;
+    let (img, new) = build_on(&src, &prev, &d.path().join("next.sheaf")).unwrap();
     // The new version's ten blocks name the copied ones: a few hundred
     // bytes each, where alone each would cost its 64 KiB.
     assert_eq!(ref_blocks(&img), 10);
@@ -352,19 +346,7 @@ fn new_versions_of_small_files_on_a_base_are_compressed_against_their_pack() {
     let prev = d.path().join("prev.sheaf");
     build_image(&src, &prev, opts());
     write_small(&src, 1);
-    let out = d.path().join("next.sheaf");
-    let report = try_build(
-        &src,
-        &out,
-        BuildOptions {
-            base: Some(prev),
-            ..opts()
-        },
-    )
-    .unwrap();
-    let img = sheaf_read::open_path(&out).unwrap();
-    let copied = report.base.as_ref().unwrap().copied_stored_bytes;
-    let new = img.superblock().stored_data_bytes - copied;
+    let (img, new) = build_on(&src, &prev, &d.path().join("next.sheaf")).unwrap();
     // 400,000 new bytes that do not compress alone; each new pack names the
     // copied pack holding the first versions of its files, and costs what
     // changed: a byte per file and the frames.
@@ -399,16 +381,10 @@ fn a_damaged_pack_of_a_base_image_is_refused_by_the_build() {
     std::fs::write(&prev, &bytes).unwrap();
     write_small(&src, 1);
     let out = d.path().join("next.sheaf");
-    let e = try_build(
-        &src,
-        &out,
-        BuildOptions {
-            base: Some(prev),
-            ..opts()
-        },
-    )
-    .unwrap_err()
-    .to_string();
+    let Err(e) = build_on(&src, &prev, &out) else {
+        panic!("built on a damaged base image");
+    };
+    let e = e.to_string();
     assert!(
         e.contains("prev.sheaf") && e.contains("data block 0"),
         "{e}"

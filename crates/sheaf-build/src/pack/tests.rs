@@ -59,17 +59,12 @@ fn packs_of(files: usize, path: impl Fn(usize) -> String) -> usize {
     let mut p = Packer::new(out, 1 << 20, Compression::default(), 1, Arc::default());
     p.set_pack_size(64 << 10);
     p.set_grouping(true);
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut n = 0;
+    let (mut n, mut seed) = (0, 0u64);
     while n < files {
-        let f: Vec<u8> = (0..8192)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let mut f = vec![0; 8192];
+        seed += 1;
+        let mut h = blake3::Hasher::new();
+        h.update(&seed.to_le_bytes()).finalize_xof().fill(&mut f);
         // Leave out contents whose digest ends a pack early (the
         // content-defined cut), so only the pack size decides.
         let h = sheaf_format::digest(&f);
