@@ -15,13 +15,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, and that no other
+/// caller in this test process was given: the kernel may hand a released
+/// port out again, and tests that start servers at once (a SeaweedFS server
+/// takes nine ports) would then find another test's server on theirs.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let p = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(p) {
+            return p;
+        }
+    }
 }
 
 /// The last `n` lines of a (log) file, or a note that it cannot be read.
