@@ -45,11 +45,11 @@ impl<W: Write + Send + 'static> Packer<W> {
         old: Option<u32>,
     ) -> Result<(), BuildError> {
         self.copied_pack = None;
-        let pack = |o: u32| {
+        let may_be_base = |o: u32| {
             refs.get(o as usize)
                 .is_some_and(|r| r.codec != Codec::ZstdRef)
         };
-        let Some(old) = old.filter(|&o| pack(o)) else {
+        let Some(old) = old.filter(|&o| may_be_base(o)) else {
             return Ok(());
         };
         if !self.bases.enabled() {

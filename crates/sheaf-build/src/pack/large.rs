@@ -1,7 +1,7 @@
 //! Large files: their full blocks at fixed offsets, or, read whole, cut
 //! where their content lines up with the bases held for reference blocks.
 
-use super::{FileRange, Packer};
+use super::{FileRange, Made, Packer};
 use crate::options::BuildError;
 use crate::tree::Chunk;
 use sheaf_format::Digest;
@@ -19,7 +19,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             block_offset: 0,
             len: data.len() as u32,
         });
-        self.emit(seq, data.to_vec(), false)
+        self.emit(seq, data.to_vec(), Made::Own)
     }
 
     /// Store `data`, full blocks of a file starting at file offset `at`,

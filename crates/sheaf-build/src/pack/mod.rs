@@ -167,8 +167,16 @@ pub struct Packer<W: Write + Send + 'static> {
     /// The copied pack the open pack is compressed against: it holds earlier
     /// versions of the open pack's files ([`Packer::version_base`]).
     pack_base: Option<CopiedPack>,
-    /// The base the next pack block emitted is compressed against.
-    pack_against: Option<similar::Chosen>,
+}
+
+/// What a finished block is, which says how it is compressed.
+enum Made {
+    /// A block of its own: against a resembling earlier block, if there is
+    /// one, else alone.
+    Own,
+    /// A pack: against this base (a copied pack holding earlier versions of
+    /// its files), else with the dictionary.
+    Pack(Option<similar::Chosen>),
 }
 
 /// A pack block copied from a `--base` image.
@@ -267,7 +275,6 @@ impl<W: Write + Send + 'static> Packer<W> {
             whole_cap: 0,
             copied_pack: None,
             pack_base: None,
-            pack_against: None,
         }
     }
 
@@ -320,7 +327,7 @@ impl<W: Write + Send + 'static> Packer<W> {
     fn flush_shared(&mut self) -> Result<(), BuildError> {
         if let Some(b) = self.shared.take() {
             if !b.data.is_empty() {
-                self.emit(b.seq, b.data, false)?;
+                self.emit(b.seq, b.data, Made::Own)?;
             }
         }
         Ok(())
@@ -379,8 +386,8 @@ impl<W: Write + Send + 'static> Packer<W> {
     }
 
     /// Hash a finished block, dedup it, and send it on if new; returns its
-    /// digest. A `pack` block is compressed with the dictionary.
-    fn emit(&mut self, seq: u32, data: Vec<u8>, pack: bool) -> Result<Digest, BuildError> {
+    /// digest. `made` says how it is compressed.
+    fn emit(&mut self, seq: u32, data: Vec<u8>, made: Made) -> Result<Digest, BuildError> {
         let hash = sheaf_format::digest(&data);
         let key = sheaf_format::content_key(&hash);
         if let Some(&id) = self.by_hash.get(&key) {
@@ -397,27 +404,24 @@ impl<W: Write + Send + 'static> Packer<W> {
                     self.copied_blocks.1 += r.clen as u64;
                     Work::Copy(img.clone(), prev_id, r)
                 }
-                _ => self.compress_work(seq, hash, data, pack),
+                _ => self.compress_work(seq, hash, data, made),
             },
-            None => self.compress_work(seq, hash, data, pack),
+            None => self.compress_work(seq, hash, data, made),
         };
         self.send(seq, key, hash, work)?;
         Ok(hash)
     }
 
-    /// How to compress new block `seq`: a pack with the dictionary; a block
-    /// of its own against a resembling earlier one, if there is one.
-    fn compress_work(&mut self, seq: u32, hash: Digest, data: Vec<u8>, pack: bool) -> Work {
+    /// How to compress new block `seq` ([`Made`]).
+    fn compress_work(&mut self, seq: u32, hash: Digest, data: Vec<u8>, made: Made) -> Work {
         let data = Arc::new(data);
-        if pack {
-            return match self.pack_against.take() {
+        match made {
+            Made::Pack(Some(base)) => Work::Against(data, base),
+            Made::Pack(None) => Work::Compress(data, self.dict.clone()),
+            Made::Own => match self.bases.choose(seq, hash, &data) {
                 Some(base) => Work::Against(data, base),
-                None => Work::Compress(data, self.dict.clone()),
-            };
-        }
-        match self.bases.choose(seq, hash, &data) {
-            Some(base) => Work::Against(data, base),
-            None => Work::Compress(data, None),
+                None => Work::Compress(data, None),
+            },
         }
     }
 
@@ -572,7 +576,7 @@ impl<W: Write + Send + 'static> Packer<W> {
         let base = self.pack_base.take();
         if let Some(seq) = self.pack_seq.take() {
             let data = self.shortest_first();
-            self.pack_against = base.and_then(|b| {
+            let base = base.and_then(|b| {
                 // One that cannot be read is left out: copying it fails on
                 // its own.
                 let content = b.img.block(b.old).ok()?;
@@ -584,22 +588,21 @@ impl<W: Write + Send + 'static> Packer<W> {
                     shared: 0,
                 })
             });
-            let r = self.emit(seq, data, true);
-            self.pack_against = None;
-            r?;
+            self.emit(seq, data, Made::Pack(base))?;
         }
         Ok(())
     }
 
     /// Whether the open pack has to be cut before the file being added
     /// goes into it, having noted the file's base: a new file whose
-    /// previous version was just copied from the `--base` image in a pack
-    /// makes that pack the base of the open one, which is compressed
+    /// earlier version a pack of the `--base` image holds
+    /// ([`Packer::set_version_in`], which sets nothing without reference
+    /// blocks) makes that pack the base of the open one, which is compressed
     /// against it (a new version costs what it changes, not what it
     /// shares with the pack's other files); a file of another base pack
     /// starts a new pack, so that each pack has one base.
     fn version_base(&mut self) -> bool {
-        let Some(c) = self.copied_pack.as_ref().filter(|_| self.bases.enabled()) else {
+        let Some(c) = self.copied_pack.as_ref() else {
             return false;
         };
         match &self.pack_base {
