@@ -24,7 +24,8 @@
 #        SOLID_TREES (default V; both may be empty), ARCHIVE (the archive
 #        options), MKDWARFS (a mkdwarfs binary),
 #        DWARFS=1 (build DwarFS v0.15.3 from source into $DATA/dwarfs: a long
-#        C++ build, see build_dwarfs), READS (default 1: the random reads)
+#        C++ build, see build_dwarfs; GIT_MIRROR=DIR takes its sources from
+#        DIR/OWNER+NAME/repo in place of GitHub), READS (default 1: the random reads)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHEAF=${SHEAF:-$ROOT/target/release/sheaf}
@@ -60,16 +61,19 @@ build_dwarfs() {
         libboost-program-options-dev libboost-regex-dev libboost-system-dev libboost-thread-dev \
         libarchive-dev libxxhash-dev libzstd-dev liblz4-dev liblzma-dev libbrotli-dev \
         libflac++-dev libjemalloc-dev libmagic-dev librange-v3-dev libfuse3-dev libacl1-dev \
-        nlohmann-json3-dev libutfcpp-dev libdate-dev libssl-dev libdouble-conversion-dev \
-        libgoogle-glog-dev libevent-dev libunwind-dev libdwarf-dev libelf-dev libfmt-dev
+        nlohmann-json3-dev libutfcpp-dev libhowardhinnant-date-dev libssl-dev libdouble-conversion-dev \
+        libgoogle-glog-dev libevent-dev libunwind-dev libdwarf-dev libelf-dev
     mkdir -p "$d/repos"
     python3 -m venv "$d/venv"
     "$d/venv/bin/pip" install --quiet 'cmake>=3.28' mistletoe
-    [ -d "$d/src" ] || git clone --depth 1 --branch v0.15.3 --recurse-submodules \
-        https://github.com/mhx/dwarfs "$d/src"
-    [ -d "$d/repos/fmt" ] || git clone --depth 1 --branch 11.0.2 https://github.com/fmtlib/fmt "$d/repos/fmt"
-    [ -d "$d/repos/parallel-hashmap" ] || git clone --depth 1 --branch v1.4.0 \
-        https://github.com/greg7mdp/parallel-hashmap "$d/repos/parallel-hashmap"
+    # GIT_MIRROR=DIR clones OWNER/NAME from DIR/OWNER+NAME/repo in place of GitHub.
+    local gh=https://github.com/ mirror=""
+    [ -n "${GIT_MIRROR:-}" ] && mirror=$GIT_MIRROR
+    src() { if [ -n "$mirror" ]; then echo "$mirror/${1/\//+}/repo"; else echo "$gh$1"; fi; }
+    [ -d "$d/src" ] || git clone -q --depth 1 --branch v0.15.3 "$(src mhx/dwarfs)" "$d/src"
+    [ -d "$d/repos/fmt" ] || git clone -q --depth 1 --branch 11.0.2 "$(src fmtlib/fmt)" "$d/repos/fmt"
+    [ -d "$d/repos/parallel-hashmap" ] || git clone -q --depth 1 --branch v1.4.0 \
+        "$(src greg7mdp/parallel-hashmap)" "$d/repos/parallel-hashmap"
     PATH=$d/venv/bin:$PATH DWARFS_LOCAL_REPO_PATH=$d/repos \
         cmake -S "$d/src" -B "$d/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DWITH_TESTS=OFF -DCMAKE_INSTALL_PREFIX="$d/install"
