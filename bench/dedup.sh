@@ -6,8 +6,8 @@
 #   is the packing before issue 42; --no-group-blocks is the versions order
 #   alone; --ref-window 0 turns reference blocks off, and --order directory
 #   --no-group-blocks leaves them alone; the default has all three); sheaf
-#   archive options (ARCHIVE, default --pack-size 4M -c zstd:19: reference
-#   blocks are zstd's); `tar | zstd -19 --long=31` (SOLID_TREES); mkdwarfs default and
+#   archive options (ARCHIVE, default --archive: 64 MiB blocks and packs,
+#   xz:9); `tar | zstd -19 --long=31` (SOLID_TREES); mkdwarfs default and
 #   -l9 when a mkdwarfs is at hand (MKDWARFS, or DWARFS=1 builds one);
 #   5000 random files (seeded choice) of V and of K read by
 #   `xargs -P 4 -n 50 cat` on a fresh mount after drop_caches: kernel
@@ -36,7 +36,7 @@ ARCHIVE_TREES=${ARCHIVE_TREES-"V K"}
 DWARFS=${DWARFS:-0}
 MKDWARFS=${MKDWARFS:-}
 READS=${READS:-1}
-ARCHIVE=${ARCHIVE:-"--pack-size 4M -c zstd:19"}
+ARCHIVE=${ARCHIVE:-"--archive"}
 OUT=$ROOT/bench/results/$(date -u +%Y-%m-%d-%H%M)-dedup.md
 
 log() { printf '[dedup %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }

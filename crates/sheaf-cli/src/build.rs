@@ -65,21 +65,29 @@ pub struct BuildArgs {
 /// `merge`): how it is compressed and normalised, and how the run reports.
 #[derive(clap::Args, Debug)]
 pub struct ImageArgs {
+    /// The smallest images, for images read whole or seldom (archives,
+    /// releases, cold copies): blocks and packs of 64M compressed with
+    /// xz:9, so versions and files alike share one 64 MiB window. Builds
+    /// take ten or more times as long and hold 0.7 GiB per thread; a read
+    /// decodes up to 64 MiB. Same as --block-size 64M --pack-size 64M -c
+    /// xz:9; any of those given as well wins.
+    #[arg(long)]
+    archive: bool,
     /// Compression: zstd[:1-22] (default zstd:12), lz4, xz[:0-9], none, or auto[:LEVEL]
     /// (per block, the smallest of zstd, lz4 and xz; data that does not shrink is stored raw).
-    #[arg(short, long, default_value = "zstd:12", value_name = "CODEC[:LEVEL]")]
-    compression: String,
-    /// Data block size, a power of two from 4K to 64M. Larger compresses
-    /// better; smaller makes random reads and lazy fetches cheaper.
-    #[arg(long, default_value = "4M", value_name = "SIZE")]
-    block_size: String,
+    #[arg(short, long, value_name = "CODEC[:LEVEL]")]
+    compression: Option<String>,
+    /// Data block size, a power of two from 4K to 64M (default: 4M). Larger
+    /// compresses better; smaller makes random reads and lazy fetches cheaper.
+    #[arg(long, value_name = "SIZE")]
+    block_size: Option<String>,
     /// Size of the blocks small files and tails are packed into, a power of
     /// two from 4K to the block size (default: 256K, or the block size if
     /// smaller). Smaller makes a cold or remote read of one small file
     /// cheaper; larger compresses better. Files of a pack or more get blocks
     /// of their own. A pack holding versions of one file (a pool's
     /// NAME/1.2.3/... trees side by side) grows to four times this size.
-    /// For archives that are read whole: --pack-size 4M -c xz:9.
+    /// For archives that are read whole: --archive.
     #[arg(long, value_name = "SIZE")]
     pack_size: Option<String>,
     /// Do not train a zstd dictionary on the input's small files. By default
@@ -145,14 +153,23 @@ fn parse_owner(s: &str) -> Result<(u32, u32)> {
 }
 
 impl ImageArgs {
-    /// Whether `--pack-size` was given.
+    /// Whether the pack size was asked for (`--pack-size`, or `--archive`).
     pub fn pack_size_given(&self) -> bool {
-        self.pack_size.is_some()
+        self.pack_size.is_some() || self.archive
     }
 
-    /// The build options these flags ask for (and SOURCE_DATE_EPOCH).
+    /// The build options these flags ask for (and SOURCE_DATE_EPOCH): the
+    /// library's defaults, or its archive preset, with the flags given.
     pub fn options(&self) -> Result<BuildOptions> {
-        let compression = Compression::parse(&self.compression).map_err(anyhow::Error::msg)?;
+        let preset = if self.archive {
+            BuildOptions::archive()
+        } else {
+            BuildOptions::default()
+        };
+        let compression = match &self.compression {
+            Some(c) => Compression::parse(c).map_err(anyhow::Error::msg)?,
+            None => preset.compression,
+        };
         let clamp =
             match std::env::var("SOURCE_DATE_EPOCH") {
                 Ok(v) if !v.is_empty() => Some(v.trim().parse::<i64>().with_context(|| {
@@ -160,14 +177,16 @@ impl ImageArgs {
                 })?),
                 _ => None,
             };
-        let block_size =
-            parse_size(&self.block_size).map_err(|e| anyhow::anyhow!("--block-size: {e}"))?;
+        let block_size = match &self.block_size {
+            Some(b) => parse_size(b).map_err(|e| anyhow::anyhow!("--block-size: {e}"))?,
+            None => preset.block_size,
+        };
         Ok(BuildOptions {
             compression,
             block_size,
             pack_size: match &self.pack_size {
                 Some(s) => parse_size(s).map_err(|e| anyhow::anyhow!("--pack-size: {e}"))?,
-                None => sheaf_build::options::DEFAULT_PACK_SIZE.min(block_size),
+                None => preset.pack_size.min(block_size),
             },
             page_size: parse_size(&self.page_size)
                 .map_err(|e| anyhow::anyhow!("--page-size: {e}"))?,

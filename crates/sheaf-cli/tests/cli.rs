@@ -75,6 +75,51 @@ fn pack_size_cuts_small_files_into_smaller_blocks() {
     assert!(blocks[1] > blocks[0], "blocks: {blocks:?}");
 }
 
+/// `--archive`: one xz:9 block of 64 MiB holds a whole small tree; flags
+/// given with it override the preset's block size, pack size and codec.
+#[test]
+fn archive_preset_packs_into_64m_xz_blocks_and_given_flags_win() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    parallel_tree(&src);
+    let info = |name: &str, args: &[&str]| {
+        let img = t.path().join(format!("{name}.sheaf"));
+        build(&src, &img, args).ok();
+        let out = t.path().join(format!("{name}.out"));
+        extract(&img, &out).ok();
+        assert_same_tree(&src, &out, Cmp::all());
+        sheaf(["check".as_ref(), img.as_os_str()]).ok();
+        json(&sheaf(["info".as_ref(), img.as_os_str(), "--json".as_ref()]).ok())
+    };
+    let a = info("archive", &["--archive"]);
+    assert_eq!(a["block_size"], 64 * 1024 * 1024, "{a}");
+    assert_eq!(a["build"]["compression"], "xz:9", "{a}");
+    // About 3 MB of files, every one under the 64 MiB pack: one pack.
+    assert_eq!(a["blocks"], 1, "{a}");
+    assert_eq!(a["blocks_by_codec"]["xz"], 1, "{a}");
+    // A smaller block: packs of that block, still xz:9.
+    let b = info("archive-1m", &["--archive", "--block-size", "1M"]);
+    assert_eq!(b["block_size"], 1024 * 1024, "{b}");
+    assert_eq!(b["build"]["compression"], "xz:9", "{b}");
+    let logical = b["logical_bytes"].as_u64().unwrap();
+    assert_eq!(
+        b["blocks"].as_u64().unwrap(),
+        logical.div_ceil(1 << 20),
+        "{b}"
+    );
+    // The same block size without the preset: 256 KiB packs, and the
+    // files of 256 KiB or more in blocks of their own, so more blocks.
+    let d = info("default-1m", &["--block-size", "1M"]);
+    assert!(
+        d["blocks"].as_u64().unwrap() > b["blocks"].as_u64().unwrap(),
+        "{d} {b}"
+    );
+    let z = info("archive-zstd", &["--archive", "-c", "zstd:3"]);
+    assert_eq!(z["block_size"], 64 * 1024 * 1024, "{z}");
+    assert_eq!(z["build"]["compression"], "zstd:3", "{z}");
+}
+
 #[test]
 fn source_date_epoch_and_owner_make_builds_of_copies_identical() {
     let t = tmpdir();
