@@ -23,7 +23,8 @@
 #        "V K P"), ARCHIVE_TREES (default "V K": the xz:9 builds are slow),
 #        SOLID_TREES (default V; both may be empty), ARCHIVE (the archive
 #        options), MKDWARFS (a mkdwarfs binary),
-#        DWARFS=1 (build DwarFS v0.15.3 from source into $DATA/dwarfs: a long
+#        DWARFS=1 (build DwarFS v0.15.3 from source into $DATA/dwarfs, used by
+#        later runs without asking: a long
 #        C++ build, see build_dwarfs; GIT_MIRROR=DIR takes its sources from
 #        DIR/OWNER+NAME/repo in place of GitHub), READS (default 1: the random reads)
 set -euo pipefail
@@ -81,6 +82,8 @@ build_dwarfs() {
     MKDWARFS=$d/install/bin/mkdwarfs
 }
 [ "$DWARFS" = 1 ] && build_dwarfs
+# One built before (DWARFS=1 on an earlier run) is used without asking.
+[ -z "$MKDWARFS" ] && [ -x "$DATA/dwarfs/install/bin/mkdwarfs" ] && MKDWARFS=$DATA/dwarfs/install/bin/mkdwarfs
 DWARFS_FUSE=""
 [ -n "$MKDWARFS" ] && DWARFS_FUSE=$(dirname "$MKDWARFS")/dwarfs
 [ -n "$DWARFS_FUSE" ] && [ ! -x "$DWARFS_FUSE" ] && DWARFS_FUSE=""
@@ -202,7 +205,7 @@ row() { # row KEY LABEL TREE
     echo "# Many versions, one image (issue 42), $(date -u +%Y-%m-%dT%H:%MZ)"
     echo
     echo "Machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r); load at end $(cut -d' ' -f1-3 /proc/loadavg)."
-    echo "sheaf $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates 2>/dev/null || echo ' (+ uncommitted changes)'); $(mksquashfs -version 2>&1 | head -1)$([ -n "$MKDWARFS" ] && echo "; $("$MKDWARFS" --help 2>&1 | head -1)")."
+    echo "sheaf $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- crates 2>/dev/null || echo ' (+ uncommitted changes)'); $(mksquashfs -version 2>&1 | head -1)$([ -n "$MKDWARFS" ] && echo "; $("$MKDWARFS" --help 2>&1 | grep -m1 '^mkdwarfs (')")."
     echo "Trees: V = 15 versions of numpy, scipy, pandas, matplotlib (bench/setup.sh V), K = Linux 6.1 source, P = a scientific Python stack. One build each, page cache dropped before."
     echo
     echo "| tree | tool | MB | × sqfs | build s | × mksquashfs |"
@@ -268,6 +271,10 @@ row() { # row KEY LABEL TREE
                 r=$(ratio "${R[sheaf-default,$t,random]}" "${R[sqfs,$t,random]}")
                 echo "| $t 5000 random files cold ≤ 0.5× kernel | $r× | $(verdict "$r" 0.5) |"
             done
+            if [ -n "${R[dwarfs,V,random]:-}" ] && [ -n "${R[sheaf-default,V,random]:-}" ]; then
+                r=$(ratio "${R[sheaf-default,V,random]}" "${R[dwarfs,V,random]}")
+                echo "| V 5000 random files cold ≤ 0.5× the dwarfs FUSE driver | $r× | $(verdict "$r" 0.5) |"
+            fi
         fi
     fi
 } > "$OUT"
