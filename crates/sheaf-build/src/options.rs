@@ -186,15 +186,13 @@ impl BuildOptions {
                 .iter()
                 .any(|(c, _)| *c == sheaf_format::Codec::Zstd)
     }
-}
 
-impl BuildOptions {
     /// The archive preset (`sheaf build --archive`): the smallest images,
     /// for images read whole or seldom. Blocks and packs of
     /// [`ARCHIVE_BLOCK_SIZE`] compressed with xz at level 9, so each pack is
-    /// a 64 MiB stretch of the packing order in one xz window: versions of a
-    /// file side by side, and the first 64 MiB of a file with its earlier
-    /// version before it. Tree V 99.7 MB, K 136.4 MB, against mkdwarfs -l9's
+    /// a 64 MiB stretch of the packing order in one xz window (every file
+    /// under 64 MiB is packed): versions of a file side by side compress
+    /// against each other. Tree V 99.7 MB, K 136.4 MB, against mkdwarfs -l9's
     /// 101.3 and 142.7 (docs/design.md, "Archives"); a read decodes its
     /// block up to 64 MiB, and the build holds about 0.7 GiB per thread
     /// (xz's level 9).

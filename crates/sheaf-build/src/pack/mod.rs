@@ -471,12 +471,10 @@ impl<W: Write + Send + 'static> Packer<W> {
                     s
                 }
             };
+            // A full pack, or one whose base the file's does not match
+            // (`version_base`, asked only when there is room), is cut first.
             let room = self.pack_room();
-            if room == 0 {
-                self.flush_pack()?;
-                continue;
-            }
-            if self.version_base() {
+            if room == 0 || self.version_base() {
                 self.flush_pack()?;
                 continue;
             }
