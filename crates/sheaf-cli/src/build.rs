@@ -68,9 +68,9 @@ pub struct ImageArgs {
     /// The smallest images, for images read whole or seldom (archives,
     /// releases, cold copies): blocks and packs of 64M compressed with
     /// xz:9, so versions and files alike share one 64 MiB window. Builds
-    /// take ten or more times as long and hold 0.7 GiB per thread; a read
-    /// decodes up to 64 MiB. Same as --block-size 64M --pack-size 64M -c
-    /// xz:9; any of those given as well wins.
+    /// take 9 to 15 times as long as by default and hold 0.7 GiB per
+    /// thread; a read decodes up to 64 MiB. Same as --block-size 64M
+    /// --pack-size 64M -c xz:9; any of those given as well wins.
     #[arg(long)]
     archive: bool,
     /// Compression: zstd[:1-22] (default zstd:12), lz4, xz[:0-9], none, or auto[:LEVEL]
