@@ -512,3 +512,49 @@ fn reads_through_a_scratch_block_equal_the_files_in_any_order() {
         }
     }
 }
+
+/// A read of 128 KiB or more from the start of a file's piece of a block is
+/// a stream through the file: its first decode goes to the piece's end, so
+/// the next read of the file finds it decoded. A shorter read, or one from
+/// inside the piece (a random access), decodes only what it asks for.
+#[test]
+fn a_stream_from_a_pieces_start_decodes_to_its_end_and_other_reads_a_prefix() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    // 3 MiB that zstd does not shrink to nothing: one block, the whole file.
+    let data: Vec<u8> = (0..3u32 << 20)
+        .map(|i| ((i / 7) ^ (i / 4099)).to_le_bytes()[0])
+        .collect();
+    std::fs::write(src.join("big"), &data).unwrap();
+    let out = d.path().join("i.sheaf");
+    build(
+        &Input::Dir(src),
+        &out,
+        &BuildOptions::default(),
+        Arc::new(Progress::default()),
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    for (off, len, whole) in [
+        (0, 4096, false),
+        (0, 128 << 10, true),
+        (4096, 128 << 10, false),
+        (0, (128 << 10) - 1, false),
+    ] {
+        let img = sheaf_read::open_path(&out).unwrap();
+        let ino = img.resolve(b"/big").unwrap();
+        let mut used = vec![];
+        let mut buf = vec![0u8; len];
+        img.read_with(&ino, off as u64, &mut buf, &mut |b, _| used.push(b))
+            .unwrap();
+        assert_eq!(buf, data[off..off + len], "read at {off}");
+        assert_eq!(used.len(), 1, "one block");
+        assert_eq!(
+            img.block_is_prefix(used[0]),
+            !whole,
+            "{len} bytes at {off}: decoded {}",
+            if whole { "in part" } else { "whole" }
+        );
+    }
+}
