@@ -224,8 +224,6 @@ fn running_tasks(loadavg: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sheaf_build::{build, BuildOptions, Input, Progress};
-    use std::sync::atomic::AtomicBool;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -241,22 +239,8 @@ mod tests {
     /// CPUs with the machine's own load left out.
     fn partly_read() -> (tempfile::TempDir, Arc<Image>, Readahead, u32) {
         let tmp = tempfile::tempdir().unwrap();
-        let src = tmp.path().join("src");
-        std::fs::create_dir(&src).unwrap();
-        let data: Vec<u8> = (0..3u32 << 20)
-            .map(|i| ((i / 7) ^ (i / 4099)).to_le_bytes()[0])
-            .collect();
-        std::fs::write(src.join("big"), &data).unwrap();
-        let out = tmp.path().join("i.sheaf");
-        let (flag, progress) = (AtomicBool::new(false), Arc::new(Progress::default()));
-        build(
-            &Input::Dir(src),
-            &out,
-            &BuildOptions::default(),
-            progress,
-            &flag,
-        )
-        .unwrap();
+        let data = sheaf_testkit::patterned(3 << 20);
+        let out = sheaf_testkit::image(tmp.path(), "i", &[("big", &data)]);
         let img = Arc::new(sheaf_read::open_path(&out).unwrap());
         let ino = img.resolve(b"/big").unwrap();
         let mut used = vec![];

@@ -520,22 +520,9 @@ fn reads_through_a_scratch_block_equal_the_files_in_any_order() {
 #[test]
 fn a_stream_from_a_pieces_start_decodes_to_its_end_and_other_reads_a_prefix() {
     let d = tempfile::tempdir().unwrap();
-    let src = d.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    // 3 MiB that zstd does not shrink to nothing: one block, the whole file.
-    let data: Vec<u8> = (0..3u32 << 20)
-        .map(|i| ((i / 7) ^ (i / 4099)).to_le_bytes()[0])
-        .collect();
-    std::fs::write(src.join("big"), &data).unwrap();
-    let out = d.path().join("i.sheaf");
-    build(
-        &Input::Dir(src),
-        &out,
-        &BuildOptions::default(),
-        Arc::new(Progress::default()),
-        &AtomicBool::new(false),
-    )
-    .unwrap();
+    // 3 MiB: one block, the whole file.
+    let data = sheaf_testkit::patterned(3 << 20);
+    let out = sheaf_testkit::image(d.path(), "i", &[("big", &data)]);
     for (off, len, whole) in [
         (0, 4096, false),
         (0, 128 << 10, true),

@@ -2,6 +2,7 @@
 //! (docs/architecture.md: nothing ships with it).
 //!
 //! - [`tree`]: a directory tree of given files and directories;
+//! - [`patterned`]: file content that compresses, but not to nothing;
 //! - [`image`] and [`layer`]: an image built from such a tree in-process
 //!   (`sheaf_build::build`, no executable), as the union's unit tests and
 //!   the stack tests both need;
@@ -33,6 +34,14 @@ pub fn tree<P: AsRef<str>, C: AsRef<[u8]>>(root: &Path, entries: &[(P, C)]) {
             fs::write(&at, c).unwrap_or_else(|e| panic!("{}: {e}", at.display()));
         }
     }
+}
+
+/// `len` bytes of a pattern that zstd shrinks, but not to nothing (a
+/// block of them takes real decoding, and a prefix of it is a prefix).
+pub fn patterned(len: usize) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| ((i / 7) ^ (i / 4099)).to_le_bytes()[0])
+        .collect()
 }
 
 /// Build the directory `src` into the image `out` in-process with
