@@ -168,6 +168,8 @@ pub struct Bases {
     index: HashMap<u64, u64>,
     /// The next candidate's serial.
     serial: u64,
+    /// Digests of the candidates dropped since [`Bases::take_evicted`].
+    evicted: Vec<Digest>,
 }
 
 impl Bases {
@@ -180,6 +182,7 @@ impl Bases {
             seqs: HashMap::new(),
             index: HashMap::new(),
             serial: 0,
+            evicted: Vec::new(),
         }
     }
 
@@ -306,6 +309,7 @@ impl Bases {
                 Some(old) => {
                     self.held -= old.len();
                     if let Held::Ready(c) = old {
+                        self.evicted.push(c.hash);
                         for a in &c.index {
                             if self.index.get(a) == Some(&c.serial) {
                                 self.index.remove(a);
@@ -362,6 +366,12 @@ impl Bases {
     /// reference block that names it).
     pub fn note(&mut self, seq: u32, hash: Digest) {
         self.seqs.entry(hash).or_insert(seq);
+    }
+
+    /// The digests of the candidates dropped from the window since the last
+    /// call: they will never be chosen as bases.
+    pub fn take_evicted(&mut self) -> Vec<Digest> {
+        std::mem::take(&mut self.evicted)
     }
 
     /// The sequence number of the block with content `hash`, if one was a
@@ -516,6 +526,8 @@ mod tests {
         let third = Arc::new(noise(7, 256 << 10));
         assert!(b.choose(3, h(&third), &third).is_none());
         assert!(!b.holds(&h(&v1)) && b.holds(&h(&other)) && b.holds(&h(&third)));
+        assert_eq!(b.take_evicted(), vec![h(&v1)], "told once");
+        assert!(b.take_evicted().is_empty());
         // Left the window, still known as a possible base.
         assert_eq!(b.seq_of(&h(&v1)), Some(0));
     }

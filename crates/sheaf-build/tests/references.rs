@@ -437,3 +437,108 @@ fn a_base_image_with_a_hostile_base_list_is_refused_by_the_build() {
         assert!(!out.exists(), "{what}: no image is left");
     }
 }
+
+/// Text that compresses, and compresses better at higher zstd levels.
+fn prose(seed: &str, len: usize) -> Vec<u8> {
+    const WORDS: [&str; 8] = [
+        "alpha ", "beta ", "gamma ", "delta ", "epsilon ", "zeta ", "eta ", "theta\n",
+    ];
+    noise(seed, len)
+        .iter()
+        .flat_map(|b| WORDS[(b & 7) as usize].bytes())
+        .take(len)
+        .collect()
+}
+
+/// The ref of the one data block holding `path`'s bytes.
+fn block_of(img: &Image, path: &str) -> (u32, sheaf_format::BlockRef) {
+    let ino = img.resolve(path.as_bytes()).unwrap();
+    let mut used = Vec::new();
+    let mut b = vec![0; ino.rec.size as usize];
+    img.read_with(&ino, 0, &mut b, &mut |id, _| used.push(id))
+        .unwrap();
+    used.dedup();
+    assert_eq!(used.len(), 1, "{path} is in one block");
+    (used[0], img.block_ref(used[0]).unwrap())
+}
+
+/// A block that a later block is compressed against (a base: the first
+/// version of a file) is compressed BASE_LEVEL_STEP levels higher, and a
+/// pack holding versions of a file VERSIONS_PACK_LEVEL_STEP higher; a block
+/// no later block names, and a pack of unrelated files, at the level asked
+/// for. The expected stored lengths come from zstd at those levels over
+/// the blocks' own bytes.
+#[test]
+fn bases_and_packs_of_versions_are_compressed_harder() {
+    use sheaf_build::options::{BASE_LEVEL_STEP, VERSIONS_PACK_LEVEL_STEP};
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    let first = prose("lib", BLOCK);
+    let mut second = first.clone();
+    second[100..108].copy_from_slice(b"CHANGED!");
+    let lone = prose("lone", BLOCK);
+    let small = |v: &str| [prose("py", 5000), format!("version = '{v}'\n").into_bytes()].concat();
+    for (ver, lib) in [("1.0.1", &first), ("1.1.0", &second)] {
+        let dir = src.join(format!("lib/{ver}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("libx.so"), lib).unwrap();
+        std::fs::write(dir.join("version.py"), small(ver)).unwrap();
+    }
+    std::fs::create_dir_all(src.join("other")).unwrap();
+    std::fs::write(src.join("other/lone.dat"), &lone).unwrap();
+    let img = build_image(&src, &d.path().join("h.sheaf"), opts());
+    let level = Codec::Zstd.default_level();
+    let len_at = |l: i32, b: &[u8]| Codec::Zstd.compress(l, b).len();
+
+    let (_, base) = block_of(&img, "lib/1.0.1/libx.so");
+    assert_eq!(base.codec, Codec::ZstdStored);
+    assert_ne!(
+        len_at(level, &first),
+        len_at(level + BASE_LEVEL_STEP, &first)
+    );
+    assert_eq!(
+        base.clen as usize,
+        len_at(level + BASE_LEVEL_STEP, &first),
+        "the base"
+    );
+    assert_eq!(
+        block_of(&img, "lib/1.1.0/libx.so").1.codec,
+        Codec::ZstdRef,
+        "the second version names the first"
+    );
+    let (_, alone) = block_of(&img, "other/lone.dat");
+    assert_eq!(alone.codec, Codec::ZstdStored);
+    assert_eq!(alone.clen as usize, len_at(level, &lone), "a lone block");
+
+    let (id, pack) = block_of(&img, "lib/1.0.1/version.py");
+    assert_eq!(block_of(&img, "lib/1.1.0/version.py").0, id, "one pack");
+    let bytes = img.block(id).unwrap();
+    let raised = level + VERSIONS_PACK_LEVEL_STEP;
+    assert_ne!(len_at(level, &bytes), len_at(raised, &bytes));
+    assert_eq!(
+        pack.clen as usize,
+        len_at(raised, &bytes),
+        "a pack of versions"
+    );
+    // Unrelated small files alone: their pack as asked.
+    let plain = d.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    std::fs::write(plain.join("a.txt"), prose("a", 3000)).unwrap();
+    std::fs::write(plain.join("b.txt"), prose("b", 3000)).unwrap();
+    let other = build_image(&plain, &d.path().join("p.sheaf"), opts());
+    let (id, pack) = block_of(&other, "a.txt");
+    assert_eq!(block_of(&other, "b.txt").0, id, "one pack");
+    let bytes = other.block(id).unwrap();
+    assert_eq!(
+        pack.clen as usize,
+        len_at(level, &bytes),
+        "a pack without versions"
+    );
+    for (p, want) in [
+        ("lib/1.0.1/libx.so", first.clone()),
+        ("lib/1.1.0/libx.so", second.clone()),
+        ("other/lone.dat", lone.clone()),
+    ] {
+        assert_eq!(read_all(&img, p).unwrap(), want, "{p}");
+    }
+}

@@ -75,6 +75,10 @@ pub struct ImageArgs {
     archive: bool,
     /// Compression: zstd[:1-22] (default zstd:12), lz4, xz[:0-9], none, or auto[:LEVEL]
     /// (per block, the smallest of zstd, lz4 and xz; data that does not shrink is stored raw).
+    /// With zstd, a block that later blocks are compressed against (a pool's first version of
+    /// a library) gets 6 levels more and a pack of a file's versions 4 (at most 19): a pool
+    /// of versions comes out about 3% smaller for about twice the build time; trees with
+    /// few versions, under 0.5% smaller, build up to a third longer
     #[arg(short, long, value_name = "CODEC[:LEVEL]")]
     compression: Option<String>,
     /// Data block size, a power of two from 4K to 64M (default: 4M). Larger

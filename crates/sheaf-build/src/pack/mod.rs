@@ -17,7 +17,7 @@
 //! (`large.rs`).
 
 use crate::content_index::ContentIndex;
-use crate::options::{BuildError, Compression};
+use crate::options::{BuildError, Compression, BASE_LEVEL_STEP, VERSIONS_PACK_LEVEL_STEP};
 use crate::similar;
 
 mod copy;
@@ -164,6 +164,9 @@ pub struct Packer<W: Write + Send + 'static> {
     /// The pack of the `--base` image that holds an earlier version of the
     /// file being added ([`Packer::set_version_in`]).
     copied_pack: Option<CopiedPack>,
+    /// Blocks stored alone that may yet become bases, held back until one
+    /// is chosen as a base or leaves the window of candidates ([`Packer::hold`]).
+    held: Vec<Held>,
     /// The copied pack the open pack is compressed against: it holds earlier
     /// versions of the open pack's files ([`Packer::version_base`]).
     pack_base: Option<CopiedPack>,
@@ -172,11 +175,23 @@ pub struct Packer<W: Write + Send + 'static> {
 /// What a finished block is, which says how it is compressed.
 enum Made {
     /// A block of its own: against a resembling earlier block, if there is
-    /// one, else alone.
+    /// one, else alone (harder once a later block is compressed against
+    /// it, [`Packer::hold`]).
     Own,
     /// A pack: against this base (a copied pack holding earlier versions of
-    /// its files), else with the dictionary.
-    Pack(Option<similar::Chosen>),
+    /// its files), else with the dictionary; harder if it holds versions of
+    /// a file side by side ([`Packer::pack_room`]).
+    Pack(Option<similar::Chosen>, bool),
+}
+
+/// A block stored alone, not yet sent to the workers ([`Packer::hold`]).
+struct Held {
+    seq: u32,
+    key: Digest,
+    hash: Digest,
+    data: Arc<Vec<u8>>,
+    /// Later blocks with the same bytes, which get its id.
+    also: Vec<u32>,
 }
 
 /// A pack block copied from a `--base` image.
@@ -274,6 +289,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             bases: similar::Bases::new(0),
             whole_cap: 0,
             copied_pack: None,
+            held: Vec::new(),
             pack_base: None,
         }
     }
@@ -397,32 +413,100 @@ impl<W: Write + Send + 'static> Packer<W> {
             self.seq_to_id[seq as usize] = id;
             return Ok(hash);
         }
+        if let Some(h) = self.held.iter_mut().find(|h| h.key == key) {
+            self.progress
+                .dedup_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+            h.also.push(seq);
+            return Ok(hash);
+        }
         let work = match &self.base {
             Some((img, by_digest)) => match by_digest.get(&hash) {
                 Some(&(prev_id, r)) if r.ulen as usize == data.len() => {
                     self.copied_blocks.0 += 1;
                     self.copied_blocks.1 += r.clen as u64;
-                    Work::Copy(img.clone(), prev_id, r)
+                    Some(Work::Copy(img.clone(), prev_id, r))
                 }
-                _ => self.compress_work(seq, hash, data, made),
+                _ => self.compress_work(seq, key, hash, data, made)?,
             },
-            None => self.compress_work(seq, hash, data, made),
+            None => self.compress_work(seq, key, hash, data, made)?,
         };
-        self.send(seq, key, hash, work)?;
+        if let Some(work) = work {
+            self.send(seq, key, hash, work)?;
+        }
         Ok(hash)
     }
 
-    /// How to compress new block `seq` ([`Made`]).
-    fn compress_work(&mut self, seq: u32, hash: Digest, data: Vec<u8>, made: Made) -> Work {
+    /// How to compress new block `seq` ([`Made`]); `None` if it is held
+    /// back ([`Packer::hold`]).
+    fn compress_work(
+        &mut self,
+        seq: u32,
+        key: Digest,
+        hash: Digest,
+        data: Vec<u8>,
+        made: Made,
+    ) -> Result<Option<Work>, BuildError> {
         let data = Arc::new(data);
-        match made {
-            Made::Pack(Some(base)) => Work::Against(data, base),
-            Made::Pack(None) => Work::Compress(data, self.dict.clone()),
-            Made::Own => match self.bases.choose(seq, hash, &data) {
-                Some(base) => Work::Against(data, base),
-                None => Work::Compress(data, None),
-            },
+        Ok(Some(match made {
+            Made::Pack(Some(base), _) => Work::Against(data, base),
+            Made::Pack(None, versions) => {
+                let step = if versions {
+                    VERSIONS_PACK_LEVEL_STEP
+                } else {
+                    0
+                };
+                Work::Compress(data, self.dict.clone(), step)
+            }
+            Made::Own => {
+                let chosen = self.bases.choose(seq, hash, &data);
+                if let Some(b) = &chosen {
+                    self.release_held(|h| h.hash == b.hash, BASE_LEVEL_STEP)?;
+                }
+                let gone = self.bases.take_evicted();
+                if !gone.is_empty() {
+                    self.release_held(|h| gone.contains(&h.hash), 0)?;
+                }
+                match chosen {
+                    Some(base) => Work::Against(data, base),
+                    None if self.bases.enabled() => {
+                        self.hold(seq, key, hash, data);
+                        return Ok(None);
+                    }
+                    None => Work::Compress(data, None, 0),
+                }
+            }
+        }))
+    }
+
+    /// Hold back block `seq`, stored alone and now a candidate base, until
+    /// a later block is compressed against it (then it is compressed
+    /// [`BASE_LEVEL_STEP`] levels higher) or it leaves the window of
+    /// candidates (then as asked). Its bytes are in the window meanwhile;
+    /// it gets its id when it goes.
+    fn hold(&mut self, seq: u32, key: Digest, hash: Digest, data: Arc<Vec<u8>>) {
+        self.held.push(Held {
+            seq,
+            key,
+            hash,
+            data,
+            also: Vec::new(),
+        });
+    }
+
+    /// Send the held blocks that `which` picks on, `step` levels higher.
+    fn release_held(&mut self, which: impl Fn(&Held) -> bool, step: i32) -> Result<(), BuildError> {
+        let (go, keep): (Vec<Held>, _) =
+            std::mem::take(&mut self.held).into_iter().partition(which);
+        self.held = keep;
+        for h in go {
+            self.send(h.seq, h.key, h.hash, Work::Compress(h.data, None, step))?;
+            let id = self.seq_to_id[h.seq as usize];
+            for s in h.also {
+                self.seq_to_id[s as usize] = id;
+            }
         }
+        Ok(())
     }
 
     /// Give `seq` a new block id and hand the block to the workers.
@@ -569,7 +653,7 @@ impl<W: Write + Send + 'static> Packer<W> {
     }
 
     fn flush_pack(&mut self) -> Result<(), BuildError> {
-        self.pack_has_versions = false;
+        let versions = std::mem::take(&mut self.pack_has_versions);
         self.pack_group = None;
         let base = self.pack_base.take();
         if let Some(seq) = self.pack_seq.take() {
@@ -586,7 +670,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                     shared: 0,
                 })
             });
-            self.emit(seq, data, Made::Pack(base))?;
+            self.emit(seq, data, Made::Pack(base, versions))?;
         }
         Ok(())
     }
@@ -823,6 +907,7 @@ impl<W: Write + Send + 'static> Packer<W> {
     pub fn finish(mut self) -> Result<Packed<W>, BuildError> {
         self.flush_shared()?;
         self.flush_pack()?;
+        self.release_held(|_| true, 0)?;
         self.jobs = None;
         for w in self.workers.drain(..) {
             let _ = w.join();

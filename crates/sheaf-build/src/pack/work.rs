@@ -49,8 +49,10 @@ pub(super) struct Job {
 
 /// What a worker does with a block.
 pub(super) enum Work {
-    /// Compress these bytes (with this dictionary: a pack block).
-    Compress(Arc<Vec<u8>>, Option<Arc<Dictionary>>),
+    /// Compress these bytes (with this dictionary: a pack block) this many
+    /// zstd levels higher than asked ([`Compression::raised`]: a base of
+    /// reference blocks, a pack of versions).
+    Compress(Arc<Vec<u8>>, Option<Arc<Dictionary>>, i32),
     /// Compress these bytes against this base (a reference block,
     /// format.md §7.2), or alone if that does not shrink them.
     Against(Arc<Vec<u8>>, similar::Chosen),
@@ -80,7 +82,15 @@ impl Work {
         scratch: &mut Vec<u8>,
     ) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
         match self {
-            Work::Compress(data, dict) => {
+            Work::Compress(data, dict, step) => {
+                let raised;
+                let c = match step {
+                    0 => c,
+                    _ => {
+                        raised = c.raised(step);
+                        &raised
+                    }
+                };
                 let (codec, z) = compress_best(c, &data, dict.as_deref());
                 // Data blocks are named by their stored bytes, so readers may
                 // decompress only what they need (format.md §7).
@@ -99,7 +109,7 @@ impl Work {
                 let r = level.map(|&(_, l)| reference::compress(l, &data, &base.data, &base.hash));
                 match r {
                     Some(r) if r.len() < data.len() => (data.len() as u32, Ok((Codec::ZstdRef, r))),
-                    _ => Work::Compress(data, None).run(c, block_size, scratch),
+                    _ => Work::Compress(data, None, 0).run(c, block_size, scratch),
                 }
             }
             Work::Stored(codec, z, ulen) => (ulen, Ok((codec, z))),
