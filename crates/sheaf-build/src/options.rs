@@ -22,7 +22,7 @@ pub const ARCHIVE_BLOCK_SIZE: u32 = 64 << 20;
 /// in a pool, the first version of each large file, which does not shrink
 /// through references and which every read of the later versions decodes).
 /// Tree V at the default level 12, with [`VERSIONS_PACK_LEVEL_STEP`]:
-/// 122.80 → 119.36 MB, build 20 → 37 s, where mksquashfs takes 45 s; the
+/// 122.80 → 119.46 MB, build 20 → 40 s, where mksquashfs takes 45 s; the
 /// same level for every block stored alone would cost K 62% and P 270%
 /// more build time (docs/design.md, "Bases and packs of versions
 /// compressed harder").

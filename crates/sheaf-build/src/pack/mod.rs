@@ -167,6 +167,8 @@ pub struct Packer<W: Write + Send + 'static> {
     /// Blocks stored alone that may yet become bases, held back until one
     /// is chosen as a base or leaves the window of candidates ([`Packer::hold`]).
     held: Vec<Held>,
+    /// Uncompressed bytes of the blocks handed to the workers so far.
+    emitted: u64,
     /// The copied pack the open pack is compressed against: it holds earlier
     /// versions of the open pack's files ([`Packer::version_base`]).
     pack_base: Option<CopiedPack>,
@@ -186,13 +188,16 @@ enum Made {
 
 /// A block stored alone, not yet sent to the workers ([`Packer::hold`]).
 struct Held {
-    seq: u32,
-    key: Digest,
+    id: u32,
     hash: Digest,
     data: Arc<Vec<u8>>,
-    /// Later blocks with the same bytes, which get its id.
-    also: Vec<u32>,
+    /// [`Packer::emitted`] when it was held.
+    at: u64,
 }
+
+/// Most bytes of later blocks a held block waits through ([`Packer::hold`]):
+/// the writer keeps the blocks after it, compressed, until it goes.
+const MAX_HOLD: u64 = 64 << 20;
 
 /// A pack block copied from a `--base` image.
 #[derive(Clone)]
@@ -290,6 +295,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             whole_cap: 0,
             copied_pack: None,
             held: Vec::new(),
+            emitted: 0,
             pack_base: None,
         }
     }
@@ -413,13 +419,6 @@ impl<W: Write + Send + 'static> Packer<W> {
             self.seq_to_id[seq as usize] = id;
             return Ok(hash);
         }
-        if let Some(h) = self.held.iter_mut().find(|h| h.key == key) {
-            self.progress
-                .dedup_bytes
-                .fetch_add(data.len() as u64, Ordering::Relaxed);
-            h.also.push(seq);
-            return Ok(hash);
-        }
         let work = match &self.base {
             Some((img, by_digest)) => match by_digest.get(&hash) {
                 Some(&(prev_id, r)) if r.ulen as usize == data.len() => {
@@ -481,17 +480,14 @@ impl<W: Write + Send + 'static> Packer<W> {
 
     /// Hold back block `seq`, stored alone and now a candidate base, until
     /// a later block is compressed against it (then it is compressed
-    /// [`BASE_LEVEL_STEP`] levels higher) or it leaves the window of
-    /// candidates (then as asked). Its bytes are in the window meanwhile;
-    /// it gets its id when it goes.
+    /// [`BASE_LEVEL_STEP`] levels higher), it leaves the window of
+    /// candidates, or [`MAX_HOLD`] bytes of blocks come after it (then as
+    /// asked). It gets its id now, so it keeps its place in the image; its
+    /// bytes are in the window meanwhile.
     fn hold(&mut self, seq: u32, key: Digest, hash: Digest, data: Arc<Vec<u8>>) {
-        self.held.push(Held {
-            seq,
-            key,
-            hash,
-            data,
-            also: Vec::new(),
-        });
+        let id = self.assign(seq, key);
+        let at = self.emitted;
+        self.held.push(Held { id, hash, data, at });
     }
 
     /// Send the held blocks that `which` picks on, `step` levels higher.
@@ -500,11 +496,7 @@ impl<W: Write + Send + 'static> Packer<W> {
             std::mem::take(&mut self.held).into_iter().partition(which);
         self.held = keep;
         for h in go {
-            self.send(h.seq, h.key, h.hash, Work::Compress(h.data, None, step))?;
-            let id = self.seq_to_id[h.seq as usize];
-            for s in h.also {
-                self.seq_to_id[s as usize] = id;
-            }
+            self.dispatch(h.id, h.hash, Work::Compress(h.data, None, step))?;
         }
         Ok(())
     }
@@ -513,10 +505,31 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// `key` names the block's bytes for dedup ([`sheaf_format::cache_key`]:
     /// new data by its content, a copied block by its ref).
     fn send(&mut self, seq: u32, key: Digest, hash: Digest, work: Work) -> Result<(), BuildError> {
+        let id = self.assign(seq, key);
+        self.dispatch(id, hash, work)?;
+        let old = self.emitted.saturating_sub(MAX_HOLD);
+        if self.held.first().is_some_and(|h| h.at < old) {
+            self.release_held(|h| h.at < old, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Give `seq` the next block id, known by `key` from now on.
+    fn assign(&mut self, seq: u32, key: Digest) -> u32 {
         let id = self.next_id;
         self.next_id += 1;
         self.by_hash.insert(key, id);
         self.seq_to_id[seq as usize] = id;
+        id
+    }
+
+    /// Hand block `id` to the workers.
+    fn dispatch(&mut self, id: u32, hash: Digest, work: Work) -> Result<(), BuildError> {
+        self.emitted += match &work {
+            Work::Compress(d, ..) | Work::Against(d, _) => d.len() as u64,
+            Work::Copy(_, _, r) => r.ulen as u64,
+            Work::Stored(_, _, ulen) => *ulen as u64,
+        };
         // Wait for a free slot; a closed channel means the writer failed.
         if self.tokens.recv().is_err() {
             return Err(self.writer_failed());

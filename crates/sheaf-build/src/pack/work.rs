@@ -159,6 +159,10 @@ pub(super) fn write_in_order<W: Write>(
     let mut refs = Vec::new();
     let (mut named, mut named_bases) = (BTreeSet::new(), BTreeSet::new());
     for d in done {
+        // A slot frees when its block is compressed, not when it is
+        // written: a block held back (Packer::hold) has its id already and
+        // is compressed later, and the blocks after it wait here.
+        let _ = tokens.send(());
         pending.insert(d.id, d);
         while let Some(d) = pending.remove(&(refs.len() as u32)) {
             let (codec, bytes) = d.stored?;
@@ -184,7 +188,6 @@ pub(super) fn write_in_order<W: Write>(
                 clen: bytes.len() as u32,
                 ulen: d.ulen,
             });
-            let _ = tokens.send(());
         }
     }
     Ok((out, refs, (named, named_bases)))
