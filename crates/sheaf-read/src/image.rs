@@ -611,20 +611,20 @@ impl Image {
         self.block_upto_for(id, start, end, end)
     }
 
-    /// [`Image::block_upto`] for a read of one file's piece of the block,
-    /// which ends at `piece_end`: a first decode for a read that streams
-    /// the piece from its start goes to the piece's end ([`decode_upto`]).
+    /// [`Image::block_upto`], where a first decode of the block goes at
+    /// least to `first_end` (the end of the file's piece, for a read that
+    /// streams it, [`STREAM_READ`]; [`decode_upto`]).
     fn block_upto_for(
         &self,
         id: u32,
         start: usize,
         end: usize,
-        piece_end: usize,
+        first_end: usize,
     ) -> Result<(Arc<Vec<u8>>, u32), ReadError> {
         let r = self.block_ref(id)?;
         let what = || format!("data block {id}");
         let need = self.block_need(&r, end);
-        let further = self.block_need(&r, piece_end.max(end));
+        let further = self.block_need(&r, first_end.max(end));
         let b = self
             .blocks
             .get_or_load_min(&r.key(), need, need, |buf, prior| {
@@ -787,13 +787,13 @@ impl Image {
         id: u32,
         start: usize,
         end: usize,
-        piece_end: usize,
+        first_end: usize,
         scratch: &mut BlockScratch,
     ) -> Result<(Arc<Vec<u8>>, u32), ReadError> {
         let r = self.block_ref(id)?;
         let key = r.key();
         let need = self.block_need(&r, end);
-        let further = self.block_need(&r, piece_end.max(end));
+        let further = self.block_need(&r, first_end.max(end));
         let prior = (scratch.key == Some(key)).then(|| scratch.bytes.len());
         if prior.is_some_and(|p| p >= need) {
             return Ok((scratch.bytes.clone(), r.ulen));
@@ -862,15 +862,19 @@ impl Image {
                 on_block(c.block, i + 1 < n);
                 let bs = c.block_offset as usize + (from - c.file_offset) as usize;
                 let be = bs + (to - from) as usize;
-                // A read from the piece's start of a stream's size goes on.
-                let pe = c.block_offset as usize + c.len as usize;
-                let piece_end = if bs == c.block_offset as usize && be - bs >= STREAM_READ {
+                // The file's piece of the block; a read from its start of a
+                // stream's size decodes it all the first time.
+                let (ps, pe) = (
+                    c.block_offset as usize,
+                    c.block_offset as usize + c.len as usize,
+                );
+                let first_end = if bs == ps && be - bs >= STREAM_READ {
                     pe
                 } else {
                     be
                 };
-                let (block, ulen) = block_upto(c.block, bs, be, piece_end)?;
-                if c.block_offset as usize + c.len as usize > ulen as usize {
+                let (block, ulen) = block_upto(c.block, bs, be, first_end)?;
+                if pe > ulen as usize {
                     return Err(self.corrupt_inode(ino.ino, "chunk beyond its block"));
                 }
                 if from > done {
@@ -910,7 +914,8 @@ fn decode_upto(start: usize, need: usize, further: usize, prior: Option<usize>) 
 const STREAM_READ: usize = 128 << 10;
 
 /// How [`Image::read_pieces_via`] gets data block `id` decoded at least over
-/// `[start, end)`, with its whole length.
+/// `[start, end)`, a first decode at least to the fourth argument
+/// ([`Image::block_upto_for`]), with its whole length.
 type BlockGet<'a> =
     dyn FnMut(u32, usize, usize, usize) -> Result<(Arc<Vec<u8>>, u32), ReadError> + 'a;
 

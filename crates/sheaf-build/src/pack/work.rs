@@ -83,15 +83,7 @@ impl Work {
     ) -> (u32, Result<(Codec, Vec<u8>), BuildError>) {
         match self {
             Work::Compress(data, dict, step) => {
-                let raised;
-                let c = match step {
-                    0 => c,
-                    _ => {
-                        raised = c.raised(step);
-                        &raised
-                    }
-                };
-                let (codec, z) = compress_best(c, &data, dict.as_deref());
+                let (codec, z) = compress_best(&c.raised(step), &data, dict.as_deref());
                 // Data blocks are named by their stored bytes, so readers may
                 // decompress only what they need (format.md §7).
                 let codec = match codec {
