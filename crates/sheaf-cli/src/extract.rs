@@ -69,6 +69,7 @@ pub fn run(
         target: a.dir.clone(),
         paths: a.paths.iter().map(|p| p.as_bytes().to_vec()).collect(),
         keep_going: a.keep_going,
+        cancel: Some(io.cancel_flag()),
     };
     let s = match sheaf_read::extract(&img, &opts) {
         Ok(s) => s,

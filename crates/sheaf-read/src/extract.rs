@@ -26,7 +26,7 @@
 //! are closed and reopened by name (again with `O_NOFOLLOW`) when the walk
 //! comes back to them.
 
-use crate::{Image, Inode, ReadError, Seen};
+use crate::{Image, Inode, Piece, ReadError, Seen};
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{
@@ -39,12 +39,14 @@ use sheaf_format::{DirentRecord, FileType};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
-use std::io::{self, Seek, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt as _;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use thiserror::Error;
 use xattr::FileExt;
 
@@ -66,6 +68,11 @@ pub struct ExtractOptions {
     /// such entry stops the extraction. A file is never left half-written:
     /// one whose data fails is removed either way.
     pub keep_going: bool,
+    /// Polled between entries and between the pieces of a file: once set,
+    /// the extraction stops with [`ExtractError::Cancelled`] (the file being
+    /// written is removed). `sheaf extract` passes the flag its SIGINT and
+    /// SIGTERM handlers set.
+    pub cancel: Option<&'static AtomicBool>,
 }
 
 /// An entry [`extract`] left out because the image could not give it.
@@ -120,7 +127,21 @@ pub enum ExtractError {
     /// The image could not be read (its message names the image and part).
     #[error(transparent)]
     Read(#[from] ReadError),
+    /// [`ExtractOptions::cancel`] was set.
+    #[error("extraction cancelled")]
+    Cancelled,
 }
+
+/// Why a file's data could not be written ([`Walk::file_data`]).
+enum DataError {
+    Read(ReadError),
+    Write(io::Error),
+    Cancelled,
+}
+
+/// Zero runs of a data chunk at least this long, aligned in their block,
+/// become holes; a shorter one (at a chunk's ends) is looked at each time.
+const ZERO_WINDOW: usize = 64 << 10;
 
 fn io_err(path: impl Into<String>) -> impl FnOnce(io::Error) -> ExtractError {
     let path = path.into();
@@ -164,6 +185,7 @@ fn extract_with(
     max_open: usize,
 ) -> Result<ExtractReport, ExtractError> {
     let target = &opts.target;
+    // trusted-path: the target the user named; below it, nothing is followed
     fs::create_dir_all(target).map_err(io_err(target.display().to_string()))?;
     let root = fs::canonicalize(target).map_err(io_err(target.display().to_string()))?;
     let root_fd = fs::OpenOptions::new()
@@ -182,7 +204,8 @@ fn extract_with(
         },
         // SAFETY: geteuid has no preconditions.
         is_root: unsafe { libc::geteuid() } == 0,
-        buf: vec![0; img.superblock().block_size as usize],
+        zero_windows: HashMap::new(),
+        cancel: opts.cancel,
         seen: Seen::new(img),
         keep_going: opts.keep_going,
     };
@@ -236,7 +259,11 @@ struct Walk<'a> {
     links: HashMap<u32, PathBuf>,
     report: ExtractReport,
     is_root: bool,
-    buf: Vec<u8>,
+    /// (data block, [`ZERO_WINDOW`]-sized window of it) → whether the
+    /// window is all zero: a block many chunks name (a deduplicated zero
+    /// block) is looked at once.
+    zero_windows: HashMap<(u32, u32), bool>,
+    cancel: Option<&'static AtomicBool>,
     /// Directories entered, so a hostile image cannot make the walk loop.
     seen: Seen,
     keep_going: bool,
@@ -246,6 +273,64 @@ impl Walk<'_> {
     fn note(&mut self, what: String) {
         self.report.unrestored += 1;
         self.report.first_unrestored.get_or_insert(what);
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Write regular file `ino`'s bytes into `f` (new and empty; the caller
+    /// sets its length). Only data chunks are read: holes and gaps between
+    /// chunks, and all-zero windows of the data (a deduplicated zero block),
+    /// are skipped and stay holes, so a file's cost follows what the image
+    /// stores, not its size. The cancel flag is polled at every chunk.
+    fn file_data(&mut self, ino: &Inode, f: &File) -> Result<(), DataError> {
+        let img = self.img;
+        let size = ino.rec.size;
+        // A read of nothing checks the file's chunk range.
+        img.read(ino, 0, &mut []).map_err(DataError::Read)?;
+        let (start, n) = (ino.rec.data, u64::from(ino.rec.count));
+        // Bytes before `done` are written or known to be zero.
+        let mut done = 0u64;
+        for i in 0..n {
+            if self.cancelled() {
+                return Err(DataError::Cancelled);
+            }
+            let c = img.chunk(start + i).map_err(DataError::Read)?;
+            let from = done.max(c.file_offset);
+            let end = c.file_offset.saturating_add(u64::from(c.len));
+            if c.is_hole() || from >= size || from >= end {
+                continue;
+            }
+            // The reader checks the chunk (within the file, within its
+            // block) and hands over slices of the cached block.
+            let to = end.min(size);
+            let mut at = from;
+            let block = std::cell::Cell::new(c.block);
+            let mut failed = None;
+            let zero = &mut self.zero_windows;
+            img.read_pieces(
+                ino,
+                from,
+                (to - from) as usize,
+                &mut |id, _| block.set(id),
+                &mut |p| {
+                    let n = p.len() as u64;
+                    if let (Piece::Bytes(b, r), None) = (&p, &failed) {
+                        if let Err(e) = write_nonzero(f, at, block.get(), b, r.clone(), zero) {
+                            failed = Some(e);
+                        }
+                    }
+                    at += n;
+                },
+            )
+            .map_err(DataError::Read)?;
+            if let Some(e) = failed {
+                return Err(DataError::Write(e));
+            }
+            done = to;
+        }
+        Ok(())
     }
 
     /// Create (or verify) a real directory `name` in the current one and
@@ -310,6 +395,9 @@ impl Walk<'_> {
             };
             from += batch.len() as u64;
             for e in batch {
+                if self.cancelled() {
+                    return Err(ExtractError::Cancelled);
+                }
                 let r = self
                     .img
                     .child(dir, e.ino, e.file_type)
@@ -354,43 +442,26 @@ impl Walk<'_> {
                     | OFlag::O_EXCL
                     | OFlag::O_NOFOLLOW
                     | OFlag::O_CLOEXEC;
-                let mut f = openat(&*dir, name, flags, Mode::from_bits_truncate(0o600))
+                let f = openat(&*dir, name, flags, Mode::from_bits_truncate(0o600))
                     .map(File::from)
                     .map_err(|e| io_err(shown(&self.rel, name))(errno(e)))?;
-                let mut off = 0u64;
-                let mut buf = std::mem::take(&mut self.buf);
-                while off < r.size {
-                    let n = match self.img.read(ino, off, &mut buf) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            // No half-written file stays behind (nor a
-                            // later hard link to it).
-                            self.buf = buf;
-                            self.links.remove(&ino.ino);
-                            self.report.entries -= 1;
-                            let _ = nix::unistd::unlinkat(
-                                &*dir,
-                                name,
-                                nix::unistd::UnlinkatFlags::NoRemoveDir,
-                            );
-                            return Err(e.into());
-                        }
-                    };
-                    if n == 0 {
-                        break;
+                let failed = match self.file_data(ino, &f) {
+                    Ok(()) => None,
+                    Err(DataError::Write(e)) => {
+                        return Err(io_err(shown(&self.rel, name))(e));
                     }
-                    // All-zero 64 KiB windows become holes, as they were in the source.
-                    for w in buf[..n].chunks(64 << 10) {
-                        if w.iter().all(|&b| b == 0) {
-                            f.seek(io::SeekFrom::Current(w.len() as i64))
-                                .map_err(io_err(shown(&self.rel, name)))?;
-                        } else {
-                            f.write_all(w).map_err(io_err(shown(&self.rel, name)))?;
-                        }
-                    }
-                    off += n as u64;
+                    Err(DataError::Read(e)) => Some(ExtractError::Read(e)),
+                    Err(DataError::Cancelled) => Some(ExtractError::Cancelled),
+                };
+                if let Some(e) = failed {
+                    // No half-written file stays behind (nor a later hard
+                    // link to it).
+                    self.links.remove(&ino.ino);
+                    self.report.entries -= 1;
+                    let _ =
+                        nix::unistd::unlinkat(&*dir, name, nix::unistd::UnlinkatFlags::NoRemoveDir);
+                    return Err(e);
                 }
-                self.buf = buf;
                 f.set_len(r.size).map_err(io_err(shown(&self.rel, name)))?;
                 self.report.bytes += r.size;
                 self.set_attrs(ino, Target::Fd(&f), name)
@@ -498,6 +569,39 @@ impl Walk<'_> {
         }
         Ok(())
     }
+}
+
+/// Write bytes `r` of data block `id` (decoded as far as `b`) at `at` in
+/// `f`, leaving out the windows that are all zero (they stay holes). A
+/// window wholly inside `r` is judged once per block and remembered in
+/// `zero`; only the partial windows at the ends are looked at each time.
+fn write_nonzero(
+    f: &File,
+    at: u64,
+    id: u32,
+    b: &[u8],
+    r: std::ops::Range<usize>,
+    zero: &mut HashMap<(u32, u32), bool>,
+) -> io::Result<()> {
+    let mut s = r.start;
+    while s < r.end {
+        let w = s / ZERO_WINDOW;
+        let e = ((w + 1) * ZERO_WINDOW).min(r.end);
+        let part = &b[s..e];
+        let whole = s == w * ZERO_WINDOW && e == (w + 1) * ZERO_WINDOW;
+        let is_zero = if whole {
+            *zero
+                .entry((id, w as u32))
+                .or_insert_with(|| part.iter().all(|&x| x == 0))
+        } else {
+            part.iter().all(|&x| x == 0)
+        };
+        if !is_zero {
+            f.write_all_at(part, at + (s - r.start) as u64)?;
+        }
+        s = e;
+    }
+    Ok(())
 }
 
 /// chmod a special file by name without following a symlink. Before
@@ -727,6 +831,7 @@ mod tests {
             target: out.clone(),
             paths: Vec::new(),
             keep_going: false,
+            cancel: None,
         };
         let r = extract_with(&img, &opts, 3).unwrap();
         assert_eq!(open_fds_under(t.path()), before, "descriptors left open");
@@ -775,6 +880,7 @@ mod tests {
             target: out.clone(),
             paths: Vec::new(),
             keep_going: false,
+            cancel: None,
         };
         let e = extract(&img, &opts).unwrap_err();
         assert!(
@@ -788,6 +894,7 @@ mod tests {
             target: out,
             paths: vec![b"a/f".to_vec()],
             keep_going: false,
+            cancel: None,
         };
         assert!(matches!(
             extract(&img, &named),
