@@ -4,7 +4,8 @@
 use sheaf_format::{BlockRef, Codec, Digest};
 use sheaf_read::{FileSource, Image, ObjectStore};
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
@@ -31,9 +32,18 @@ pub fn is_present(dest: &Path, root: &Digest, len: u64) -> bool {
 /// A copy of the image being assembled beside its destination, renamed
 /// over it only when complete and verified. Dropped unfinished, it is
 /// removed; left by a killed process, the next broadcast removes it.
+///
+/// The destination's directory may be writable by others (a shared
+/// scratch directory): the lock, the copy and the signature are made
+/// relative to a descriptor of it with no link followed, the copy and the
+/// signature under unpredictable names created `O_EXCL` (`sheaf_dir`), so
+/// a name planted there is refused, never written through.
 pub struct Install {
     dest: PathBuf,
-    tmp: PathBuf,
+    dir: sheaf_dir::Dir,
+    /// The destination's name in `dir`.
+    name: OsString,
+    tmp: OsString,
     /// The file being written.
     pub file: File,
     _lock: File,
@@ -56,55 +66,56 @@ impl Install {
     /// create an empty copy of `len` bytes (space reserved up front, so a
     /// full disk fails here rather than midway).
     pub fn begin(dest: &Path, len: u64) -> Result<Install, String> {
-        let dir = match dest.parent() {
+        let dir_path = match dest.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        let name = dest
+            .file_name()
+            .map(OsStr::to_os_string)
+            .ok_or_else(|| format!("{}: not a file name", dest.display()))?;
         let shown = |e: io::Error| format!("{}: {e}", dest.display());
-        fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let dir = sheaf_dir::Dir::create_all(&dir_path, 0o755).map_err(|e| e.to_string())?;
         let pre = prefix(dest);
-        let lock_path = dir.join(format!("{pre}.lock"));
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| format!("{}: {e}", lock_path.display()))?;
+        let lock = dir
+            .open_lock(format!("{pre}.lock"))
+            .map_err(|e| e.to_string())?;
         let start = Instant::now();
         // Never wait unboundedly: the other ranks are waiting in a collective.
-        // SAFETY: flock on an fd we own.
-        while unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        while !sheaf_dir::flock(&lock, true, false).map_err(shown)? {
             if start.elapsed() > LOCK_WAIT {
                 return Err(format!(
                     "{}: another sheaf bcast to this file is running on this node (lock {})",
                     dest.display(),
-                    lock_path.display()
+                    dir_path.join(format!("{pre}.lock")).display()
                 ));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        if let Ok(rd) = fs::read_dir(&dir) {
-            for e in rd.flatten() {
-                let n = e.file_name().to_string_lossy().into_owned();
-                if n.starts_with(&pre) && n.ends_with(".tmp") {
-                    let _ = fs::remove_file(e.path());
-                }
+        // What killed broadcasts left (their names, never followed: a
+        // link is removed itself).
+        for n in dir.entries().unwrap_or_default() {
+            let s = n.to_string_lossy();
+            if s.starts_with(&pre) && s.ends_with(".tmp") {
+                let _ = dir.remove_file(&n);
             }
         }
-        let tmp = dir.join(format!("{pre}-{}.tmp", std::process::id()));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&tmp)
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let (tmp, file) = dir
+            .temp_file(&format!("{pre}-"), ".tmp")
+            .map_err(|e| e.to_string())?;
         let me = Install {
             dest: dest.to_path_buf(),
+            dir,
+            name,
             tmp,
             file,
             _lock: lock,
             done: false,
         };
+        // The copy becomes the image: readable as a file made with the
+        // umask would be (temporaries are made 0600).
+        let mode = 0o666 & !current_umask();
+        sheaf_dir::set_mode(&me.file, mode).map_err(shown)?;
         me.file.set_len(len).map_err(shown)?;
         // SAFETY: fallocate on an fd we own.
         let rc = unsafe { libc::posix_fallocate(me.file.as_raw_fd(), 0, len as libc::off_t) };
@@ -128,7 +139,14 @@ impl Install {
         self.file
             .sync_all()
             .map_err(|e| format!("{}: {e}", self.dest.display()))?;
-        if is_present(&self.tmp, root, len) {
+        let ok = self
+            .file
+            .try_clone()
+            .ok()
+            .and_then(|f| FileSource::from_file(f, self.dest.display().to_string()).ok())
+            .and_then(|src| Image::open(Arc::new(src)).ok())
+            .is_some_and(|img| img.root_digest() == *root && img.len() == len);
+        if ok {
             Ok(())
         } else {
             Err(format!(
@@ -141,28 +159,40 @@ impl Install {
     /// Rename the copy over the destination (atomic), with `sig` (a
     /// detached signature) beside it first when there is one.
     pub fn finish(mut self, sig: Option<&[u8]>) -> Result<(), String> {
-        let shown = |p: &Path, e: io::Error| format!("{}: {e}", p.display());
         if let Some(sig) = sig {
             let d = sheaf_trust::policy::detached_path(&self.dest);
-            let t = self.tmp.with_extension("sig.tmp");
-            fs::write(&t, sig).map_err(|e| shown(&t, e))?;
-            fs::rename(&t, &d).map_err(|e| shown(&d, e))?;
+            let d_name = d
+                .file_name()
+                .map(OsStr::to_os_string)
+                .ok_or_else(|| format!("{}: not a file name", d.display()))?;
+            let mode = 0o666 & !current_umask();
+            self.dir
+                .write_atomic(&d_name, sig, mode)
+                .map_err(|e| e.to_string())?;
         }
-        fs::rename(&self.tmp, &self.dest).map_err(|e| shown(&self.dest, e))?;
+        self.dir
+            .rename(&self.tmp, &self.name)
+            .map_err(|e| format!("{}: {e}", self.dest.display()))?;
         self.done = true;
-        if let Some(dir) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
+        let _ = self.dir.sync();
         Ok(())
+    }
+}
+
+/// This process's umask (read by setting it and back).
+fn current_umask() -> u32 {
+    // SAFETY: umask has no preconditions; it is set back at once.
+    unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
     }
 }
 
 impl Drop for Install {
     fn drop(&mut self) {
         if !self.done {
-            let _ = fs::remove_file(&self.tmp);
+            let _ = self.dir.remove_file(&self.tmp);
         }
     }
 }
@@ -262,5 +292,61 @@ impl Local {
         })?;
         r.verify_stored(r.codec, &found, scratch, &dicts).ok()?;
         Some(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A user who can write the destination's directory plants links where
+    /// a broadcast (often run as root) makes its lock, copy and signature:
+    /// none is written through, and the outside file keeps its bytes.
+    #[test]
+    fn planted_links_in_the_destination_directory_are_never_written_through() {
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let dir = t.path().join("shared");
+        fs::create_dir(&dir).unwrap();
+        let dest = dir.join("a.sheaf");
+        // The lock: refused in one line naming it, the victim untouched,
+        // and a dangling link's target not created.
+        symlink(&victim, dir.join(".a.sheaf.bcast.lock")).unwrap();
+        let e = Install::begin(&dest, 10).err().unwrap();
+        assert!(
+            e.contains(".a.sheaf.bcast.lock") && e.contains("symbolic link"),
+            "{e}"
+        );
+        fs::remove_file(dir.join(".a.sheaf.bcast.lock")).unwrap();
+        symlink(t.path().join("made"), dir.join(".a.sheaf.bcast.lock")).unwrap();
+        assert!(Install::begin(&dest, 10).is_err());
+        assert!(!t.path().join("made").exists());
+        fs::remove_file(dir.join(".a.sheaf.bcast.lock")).unwrap();
+        // The copy's old predictable names and the signature's place hold
+        // links: the copy goes elsewhere, the stale links are removed as
+        // links, and the signature replaces its link.
+        for pid in [std::process::id(), 1, 2] {
+            symlink(&victim, dir.join(format!(".a.sheaf.bcast-{pid}.tmp"))).unwrap();
+            symlink(&victim, dir.join(format!(".a.sheaf.bcast-{pid}.sig.tmp"))).unwrap();
+        }
+        symlink(&victim, dir.join("a.sheaf.sig")).unwrap();
+        let i = Install::begin(&dest, 10).unwrap();
+        i.write_at(b"0123456789", 0).unwrap();
+        i.finish(Some(b"signature")).unwrap();
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(fs::read(&dest).unwrap(), b"0123456789");
+        assert_eq!(fs::read(dir.join("a.sheaf.sig")).unwrap(), b"signature");
+        assert!(!fs::symlink_metadata(dir.join("a.sheaf.sig"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let left: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert_eq!(left, vec![String::new(); 0], "stale temporaries left");
     }
 }

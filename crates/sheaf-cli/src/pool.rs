@@ -168,6 +168,7 @@ fn build(a: PoolBuildArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     }
     // A location's layout is NAME/VERSION.sheaf: its NAME/ is made here.
     if let Some(dir) = a.output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // trusted-path: the directory of the -o the user named
         std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
     }
     write_image(
@@ -261,6 +262,11 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     // Under a launcher every rank takes part in the broadcast (a collective:
     // skipping it on nodes that have the pool mounted would leave the others
     // waiting); alone, a mounted pool needs no copy.
+    // The directories are checked (a default one must be this user's
+    // alone) and made here, with no link followed, before anything is
+    // copied or mounted into them.
+    cfg.local_dir(&name)?;
+    let mounts = cfg.mounts_dir(&name)?;
     if crate::bcast::wants_mpi(&a.mpi) || !sheaf_mounted(&mp) || !local.is_file() {
         // The copy, in a child: MPI (when launched so) lives and ends there,
         // before this process forks the mount's server.
@@ -306,23 +312,11 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
     // (A mount there, perhaps one this user may not enter, is checked
     // below, not walked into.)
     if !sheaf_mounted(&mp) {
-        std::fs::create_dir_all(&mp).with_context(|| mp.display().to_string())?;
+        mounts.create_dir(&version, 0o755)?;
     }
-    let lock_path = mp.with_extension("mount-lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| lock_path.display().to_string())?;
-    // SAFETY: flock on a descriptor we own; released when `lock` drops.
-    if unsafe { libc::flock(std::os::unix::io::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
-        bail!(
-            "{}: {}",
-            lock_path.display(),
-            std::io::Error::last_os_error()
-        );
-    }
+    let lock = mounts.open_lock(format!("{version}.mount-lock"))?;
+    sheaf_dir::flock(&lock, true, true)
+        .with_context(|| mp.with_extension("mount-lock").display().to_string())?;
     if sheaf_mounted(&mp) {
         crate::mount::check_existing(&mp, &[root])
             .with_context(|| format!("pool {name}/{version}"))?;

@@ -889,3 +889,85 @@ fn a_pool_file_loads_by_its_recorded_name_and_gc_says_what_it_removes() {
     let o = run(&["pool".as_ref(), "unload".as_ref(), "demo/1.0".as_ref()]);
     assert_eq!(o.code, 0, "{}", o.describe());
 }
+
+/// With no `[pools]` directories configured, sheaf's default directory
+/// under `$TMPDIR` has a predictable name: another user who makes it first
+/// must not get the victim's copies and mount points (and so the
+/// modulefiles the victim's Lmod runs). sheaf refuses it in one line and
+/// touches nothing in it; made by sheaf, it is 0700 and this user's.
+#[test]
+fn a_default_pool_directory_made_by_another_user_is_refused() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let pool = t.path().join("pool");
+    make_pool(&pool, "demo says hi");
+    let img = t.path().join("demo.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "--name".as_ref(),
+        "demo/1.0".as_ref(),
+        "-q".as_ref(),
+    ])
+    .ok();
+    let conf = t.path().join("config.toml");
+    write(&conf, b"[pools]\nlocations = []\n");
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    chmod(&tmp, 0o1777);
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let base = tmp.join(format!("sheaf-pools-{uid}"));
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut c = cmd();
+        c.env("SHEAF_CONFIG", &conf)
+            .env("TMPDIR", &tmp)
+            .env_remove("XDG_RUNTIME_DIR");
+        run_cmd(c.args(args))
+    };
+    let load = || run(&["pool".as_ref(), "load".as_ref(), img.as_os_str()]);
+    // Made first by someone else (uid 65534), open to all.
+    std::fs::create_dir(&base).unwrap();
+    chmod(&base, 0o777);
+    std::os::unix::fs::chown(&base, Some(65534), Some(65534)).unwrap();
+    let o = load();
+    assert_eq!(o.code, 1, "{}", o.describe());
+    let e = o.one_err_line();
+    assert!(
+        e.contains("owned by uid 65534") && e.contains("sheaf-pools"),
+        "{e}"
+    );
+    assert!(
+        std::fs::read_dir(&base).unwrap().next().is_none(),
+        "wrote into it"
+    );
+    // Ours but writable by others: refused too.
+    std::os::unix::fs::chown(&base, Some(uid), Some(uid)).unwrap();
+    let e = load().fails_with(1).one_err_line();
+    assert!(e.contains("writable by others"), "{e}");
+    // A link in its place: refused, not followed.
+    std::fs::remove_dir(&base).unwrap();
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &base).unwrap();
+    let e = load().fails_with(1).one_err_line();
+    assert!(e.contains("symbolic link"), "{e}");
+    assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
+    // Made by sheaf: 0700, and the pool loads and unloads.
+    std::fs::remove_file(&base).unwrap();
+    let o = load();
+    assert_eq!(o.code, 0, "{}", o.describe());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&base).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700);
+    let mp = base.join("mnt/demo/1.0");
+    assert!(is_mounted(&mp), "not mounted at {}", mp.display());
+    let o = run(&["pool".as_ref(), "unload".as_ref(), "demo/1.0".as_ref()]);
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert!(!is_mounted(&mp));
+}

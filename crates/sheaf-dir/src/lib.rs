@@ -437,20 +437,16 @@ impl Dir {
     }
 
     /// The extended attribute `attr` of the entry `name`, not following a
-    /// link (read through `/proc/self/fd`, the entry opened `O_PATH`).
+    /// link: `lgetxattr` on `/proc/self/fd/DIR/NAME`, so the directory is
+    /// this descriptor's (the magic link is not a path resolved again) and
+    /// the entry itself is never followed.
     pub fn entry_xattr(&self, name: impl AsRef<OsStr>, attr: &str) -> io::Result<Option<Vec<u8>>> {
         let name = single(name.as_ref())?;
-        let fd = rfs::openat(
-            &self.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| at(&self.shown(name), errno(e)))?;
-        let proc = PathBuf::from(format!(
+        let mut proc = PathBuf::from(format!(
             "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&fd)
+            std::os::fd::AsRawFd::as_raw_fd(&self.fd)
         ));
+        proc.push(name);
         let mut buf = vec![0u8; 256];
         loop {
             match rfs::lgetxattr(&proc, attr, &mut buf) {
@@ -471,6 +467,12 @@ impl Dir {
     pub fn sync(&self) -> io::Result<()> {
         rfs::fsync(&self.fd).map_err(|e| at(&self.path, errno(e)))
     }
+}
+
+/// Set the permission bits of the open file `f` (`fchmod`: the file, never
+/// a name resolved again).
+pub fn set_mode(f: &File, mode: u32) -> io::Result<()> {
+    rfs::fchmod(f, Mode::from_raw_mode(mode)).map_err(errno)
 }
 
 /// Lock `f` with `flock(2)`: exclusive or shared, waiting or not. `Ok(false)`

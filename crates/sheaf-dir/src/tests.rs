@@ -173,6 +173,12 @@ fn xattrs_of_the_directory_and_of_entries_without_links() {
     symlink(t.path(), t.path().join("l")).unwrap();
     // Through the link name: the link's own (none), not the directory's.
     assert_eq!(dir.entry_xattr("l", "user.sheaf-test").unwrap(), None);
+    dir.create_new("f", 0o600).unwrap();
+    xattr::set(t.path().join("f"), "user.sheaf-test", b"f").unwrap();
+    assert_eq!(
+        dir.entry_xattr("f", "user.sheaf-test").unwrap().as_deref(),
+        Some(&b"f"[..])
+    );
     assert_eq!(
         dir.xattr("user.sheaf-test").unwrap().as_deref(),
         Some(&b"y"[..])

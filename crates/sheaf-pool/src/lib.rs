@@ -54,6 +54,10 @@ pub enum PoolError {
         /// What is wrong.
         why: String,
     },
+    /// sheaf's default pool directory cannot be trusted (see
+    /// [`Config::defaults`]).
+    #[error("{0}; or set [pools] local and mounts in the site config")]
+    Private(#[from] sheaf_dir::PrivateDirError),
     /// A file could not be read or written.
     #[error("{path}")]
     Io {
@@ -63,6 +67,17 @@ pub enum PoolError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// `ROOT/NAME`, made and opened with no link followed below `ROOT`; a
+/// default `ROOT` is checked as private first.
+fn dir_of(root: &Path, private: bool, name: &str) -> Result<sheaf_dir::Dir, PoolError> {
+    let root_dir = if private {
+        sheaf_dir::private_dir(root)?
+    } else {
+        sheaf_dir::Dir::create_all(root, 0o755).map_err(io(root))?
+    };
+    root_dir.create_dir(name, 0o755).map_err(io(root))
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> PoolError + '_ {
@@ -243,23 +258,36 @@ pub fn init(dir: &Path) -> Result<(), PoolError> {
             why: "not empty; sheaf pool init writes a new pool".into(),
         });
     }
-    let bin = dir.join("install/hello/1.0/bin");
-    let mf = dir.join("modulefiles/hello");
-    for d in [&bin, &mf, &dir.join("source"), &dir.join("config")] {
-        fs::create_dir_all(d).map_err(io(d))?;
-    }
-    let hello = bin.join("hello");
-    fs::write(&hello, "#!/bin/sh\necho \"hello from a sheaf pool\"\n").map_err(io(&hello))?;
-    use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(&hello, fs::Permissions::from_mode(0o755)).map_err(io(&hello))?;
-    let m = mf.join("1.0.lua");
-    fs::write(&m, EXAMPLE_MODULEFILE).map_err(io(&m))?;
-    let r = dir.join("source/README");
-    fs::write(
-        &r,
+    // The skeleton is written with no link followed below `dir` (one
+    // planted in a new pool directory would otherwise be written through).
+    let root = sheaf_dir::Dir::create_all(dir, 0o755).map_err(io(dir))?;
+    let mk = |rel: &str| {
+        root.create_dir_all(Path::new(rel), 0o755)
+            .map_err(io(&dir.join(rel)))
+    };
+    let bin = mk("install/hello/1.0/bin")?;
+    let mf = mk("modulefiles/hello")?;
+    let source = mk("source")?;
+    mk("config")?;
+    let put = |d: &sheaf_dir::Dir, name: &str, text: &str, mode: u32| {
+        let shown = d.path().join(name);
+        let mut f = d.create_new(name, mode).map_err(io(&shown))?;
+        std::io::Write::write_all(&mut f, text.as_bytes()).map_err(io(&shown))?;
+        sheaf_dir::set_mode(&f, mode).map_err(io(&shown))
+    };
+    put(
+        &bin,
+        "hello",
+        "#!/bin/sh\necho \"hello from a sheaf pool\"\n",
+        0o755,
+    )?;
+    put(&mf, "1.0.lua", EXAMPLE_MODULEFILE, 0o644)?;
+    put(
+        &source,
+        "README",
         "Put here what rebuilding the pool needs (recipes, spack.yaml, environment.yml).\n",
-    )
-    .map_err(io(&r))?;
+        0o644,
+    )?;
     Ok(())
 }
 
@@ -285,7 +313,7 @@ pub fn parse_name(s: &str) -> Result<(String, String), PoolError> {
 /// [pools]
 /// locations = ["/shared/pools", "https://repo.example/pools"]
 /// local = "/local/scratch/sheaf-pools"   # node-local copies
-/// mounts = "/tmp/sheaf-pools/mnt"         # where pools are mounted
+/// mounts = "/local/scratch/sheaf-mnt"     # where pools are mounted
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -295,23 +323,55 @@ pub struct Config {
     pub local: PathBuf,
     /// Directory under which pools are mounted (`MOUNTS/NAME/VERSION`).
     pub mounts: PathBuf,
+    /// Whether `local` is sheaf's default (a private directory: see
+    /// [`Config::local_dir`]) rather than the site's choice.
+    pub local_is_default: bool,
+    /// Whether `mounts` is sheaf's default.
+    pub mounts_is_default: bool,
 }
 
 impl Config {
-    /// Defaults: no locations; copies and mounts under
-    /// `$TMPDIR/sheaf-pools-UID` (node-local on every cluster).
+    /// Defaults: no locations; copies under `$TMPDIR/sheaf-pools-UID/images`
+    /// (node-local on every cluster), mounts under
+    /// `$XDG_RUNTIME_DIR/sheaf-pools` where the session has one (made by
+    /// the system, this user's alone) and `$TMPDIR/sheaf-pools-UID/mnt`
+    /// elsewhere. A predictable name in a shared directory can be made
+    /// first by someone else: these directories are made mode 0700 and
+    /// checked every time they are used ([`sheaf_dir::private_dir`]).
     pub fn defaults() -> Config {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         let base = std::env::var_os("TMPDIR")
             .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
             .unwrap_or_else(|| PathBuf::from("/tmp"))
             .join(format!("sheaf-pools-{uid}"));
+        let mounts = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute() && p.is_dir())
+            .map(|p| p.join("sheaf-pools"))
+            .unwrap_or_else(|| base.join("mnt"));
         Config {
             locations: Vec::new(),
             local: base.join("images"),
-            mounts: base.join("mnt"),
+            mounts,
+            local_is_default: true,
+            mounts_is_default: true,
         }
+    }
+
+    /// The directory of NAME's copies (`LOCAL/NAME`), made if missing and
+    /// opened with no link followed below `LOCAL`; sheaf's default `LOCAL`
+    /// is checked as private first (and refused, saying why, when another
+    /// user could have planted or can change it).
+    pub fn local_dir(&self, name: &str) -> Result<sheaf_dir::Dir, PoolError> {
+        dir_of(&self.local, self.local_is_default, name)
+    }
+
+    /// The directory of NAME's mount points (`MOUNTS/NAME`), as
+    /// [`Config::local_dir`].
+    pub fn mounts_dir(&self, name: &str) -> Result<sheaf_dir::Dir, PoolError> {
+        dir_of(&self.mounts, self.mounts_is_default, name)
     }
 
     /// The defaults overridden by the `[pools]` table of the file at
@@ -375,6 +435,11 @@ impl Config {
                     x.as_str()
                         .ok_or_else(|| bad(format!("pools.{key}: a path")))?,
                 );
+                if key == "local" {
+                    c.local_is_default = false;
+                } else {
+                    c.mounts_is_default = false;
+                }
             }
         }
         Ok(c)
@@ -765,6 +830,8 @@ mod tests {
             locations: vec!["https://one/p".into(), "https://two/p".into()],
             local: "/l".into(),
             mounts: "/m".into(),
+            local_is_default: false,
+            mounts_is_default: false,
         };
         // The first location's catalogue lacks the pool, the second has it.
         let fetch: &Fetch = &move |url| {

@@ -90,7 +90,11 @@ pub struct FileSource {
 impl FileSource {
     /// Open `path` for reading.
     pub fn open(path: &Path) -> io::Result<Self> {
-        let file = File::open(path)?;
+        Self::from_file(File::open(path)?, path.display().to_string())
+    }
+
+    /// Read the open `file`, shown as `name`.
+    pub fn from_file(file: File, name: String) -> io::Result<Self> {
         let md = file.metadata()?;
         if md.is_dir() {
             return Err(io::Error::new(
@@ -101,7 +105,7 @@ impl FileSource {
         Ok(FileSource {
             len: md.len(),
             file,
-            name: path.display().to_string(),
+            name,
         })
     }
 }

@@ -124,35 +124,70 @@ pub fn overlay_available() -> bool {
 /// layer: a 0/0 character device becomes an empty `.wh.NAME`, a directory
 /// marked opaque (`trusted.overlay.opaque` = `y`) gets `.wh..wh..opq`.
 /// Redirects and metacopy entries cannot be expressed in a layer: refused.
+///
+/// The container wrote `upper`, so every name in it may be a trap: the walk
+/// holds each directory by descriptor and works by name with no link
+/// followed (`sheaf_dir`), a whiteout is made with `O_CREAT | O_EXCL`, and
+/// an entry of the container's own named like a whiteout (which no layer
+/// can hold) refuses the commit before anything is changed.
 pub fn overlay_to_oci(upper: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    // Not following symlinks (lgetxattr).
-    let xattr = |p: &Path, name: &str| xattr::get(p, name).ok().flatten();
-    let mut stack = vec![upper.to_path_buf()];
+    use sheaf_dir::FileType;
+    use sheaf_format::layers::{parse, Name};
+    use std::os::unix::ffi::OsStrExt;
+    let refuse = |d: &sheaf_dir::Dir, n: &std::ffi::OsStr, why: &str| {
+        std::io::Error::other(format!("{:?}: {why}", d.path().join(n)))
+    };
+    // First pass: check everything, change nothing.
+    let mut work = Vec::new();
+    let mut stack = vec![sheaf_dir::Dir::open_nofollow(upper)?];
     while let Some(dir) = stack.pop() {
-        for e in std::fs::read_dir(&dir)? {
-            let e = e?;
-            let p = e.path();
-            let m = std::fs::symlink_metadata(&p)?;
+        if dir.xattr("trusted.overlay.opaque")?.as_deref() == Some(b"y") {
+            work.push((dir.try_clone()?, None));
+        }
+        for n in dir.entries()? {
+            if !matches!(parse(n.as_bytes()), Name::Plain(_)) {
+                return Err(refuse(
+                    &dir,
+                    &n,
+                    "the container made an entry named as a layer's whiteout; such a name has no layer form",
+                ));
+            }
             for bad in ["trusted.overlay.redirect", "trusted.overlay.metacopy"] {
-                if xattr(&p, bad).is_some() {
-                    return Err(std::io::Error::other(format!(
-                        "{}: {bad} (a renamed directory or a metadata-only copy) has no layer form",
-                        p.display()
-                    )));
+                if dir.entry_xattr(&n, bad)?.is_some() {
+                    return Err(refuse(
+                        &dir,
+                        &n,
+                        &format!(
+                            "{bad} (a renamed directory or a metadata-only copy) has no layer form"
+                        ),
+                    ));
                 }
             }
-            if m.file_type().is_char_device() && m.rdev() == 0 {
-                std::fs::remove_file(&p)?;
-                let mut name = std::ffi::OsString::from(".wh.");
-                name.push(e.file_name());
-                std::fs::File::create(dir.join(name))?;
-            } else if m.is_dir() {
-                if xattr(&p, "trusted.overlay.opaque").as_deref() == Some(b"y") {
-                    xattr::remove(&p, "trusted.overlay.opaque")?;
-                    std::fs::File::create(p.join(".wh..wh..opq"))?;
+            let st = dir.stat(&n)?;
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::CharacterDevice if st.st_rdev == 0 => {
+                    work.push((dir.try_clone()?, Some(n)))
                 }
-                stack.push(p);
+                FileType::Directory => stack.push(dir.sub(&n)?),
+                _ => {}
+            }
+        }
+    }
+    for (dir, whiteout) in work {
+        match whiteout {
+            Some(n) => {
+                dir.remove_file(&n)?;
+                dir.create_new(
+                    std::ffi::OsStr::from_bytes(&sheaf_format::layers::whiteout(n.as_bytes())),
+                    0o644,
+                )?;
+            }
+            None => {
+                dir.remove_xattr("trusted.overlay.opaque")?;
+                dir.create_new(
+                    std::ffi::OsStr::from_bytes(sheaf_format::layers::OPAQUE_MARKER),
+                    0o644,
+                )?;
             }
         }
     }
@@ -215,6 +250,7 @@ impl SheafSnapshotter {
     /// mount an active snapshot or view had (after a reboot, or if its
     /// process died).
     pub fn open(cfg: Config) -> std::io::Result<SheafSnapshotter> {
+        // trusted-path: the snapshotter's own root (root's, not a container's)
         std::fs::create_dir_all(cfg.root.join("snapshots"))?;
         if cfg.policy.require {
             // The children's configuration: no policy (see Config::policy).
@@ -319,6 +355,7 @@ impl SheafSnapshotter {
         if is_mounted(&fs) {
             return Ok(());
         }
+        // trusted-path: a snapshot's directory in the snapshotter's root
         std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
         // The typed request the child parses back: each lazy layer pinned
         // to the root checked here (the child's own policy is off), the
@@ -448,6 +485,7 @@ impl SheafSnapshotter {
         };
         let dir = self.cfg.root.join("prefetch");
         let path = dir.join(&name);
+        // trusted-path: a snapshot's directory in the snapshotter's root
         if let Err(e) = std::fs::create_dir_all(&dir)
             .and_then(|()| sheaf_net::publish::write_file_atomic(&dir, &path, &list))
         {
@@ -546,8 +584,10 @@ impl SheafSnapshotter {
             && !labels.contains_key(LABEL_TARGET)
             && !st.layers_under(&parent).is_empty()
             && self.cfg.overlay;
+        // trusted-path: made before any container has the directory
         std::fs::create_dir_all(d.join("upper")).map_err(|e| internal("snapshot directory", e))?;
         if overlay {
+            // trusted-path: as upper, above
             std::fs::create_dir_all(d.join("work"))
                 .map_err(|e| internal("snapshot directory", e))?;
         }
@@ -848,9 +888,18 @@ pub fn serve(cfg: Config, socket: &Path) -> std::io::Result<()> {
     rt.block_on(async move {
         let _ = std::fs::remove_file(socket);
         if let Some(p) = socket.parent() {
+            // trusted-path: the socket's directory the admin named
             std::fs::create_dir_all(p)?;
         }
-        let uds = tokio::net::UnixListener::bind(socket)?;
+        // Only root may connect (a connection mounts as root): the socket
+        // is made 0600 whatever the umask, with no moment when it is wider.
+        // SAFETY: umask has no preconditions; nothing else creates files
+        // while the runtime has not started serving.
+        let old = unsafe { libc::umask(0o177) };
+        let uds = tokio::net::UnixListener::bind(socket);
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let uds = uds?;
         let sn = Arc::new(tokio::task::block_in_place(|| SheafSnapshotter::open(cfg))?);
         notify_ready();
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(uds);
