@@ -34,7 +34,7 @@ pub use http::HttpOptions;
 pub use open::{open_image, OpenError, Opened, RemoteConfig};
 pub use publish::{publish, publish_to_url, PublishError, PublishReport};
 pub use remote::RemoteSource;
-pub use secrets::{redact, redact_text};
+pub use secrets::{redact, redact_text, SecretUrl};
 
 /// Whether `s` names a remote image (`http://`, `https://`, `ssh://`,
 /// `s3://`).

@@ -84,6 +84,68 @@ pub fn redact_text(text: &str) -> String {
     out
 }
 
+/// A URL that may carry secrets (`user:password@`, a presigned query):
+/// everything that shows it ([`Display`](std::fmt::Display), `Debug`,
+/// serde's `Serialize`) shows the [`redact`]ed form, so it cannot be
+/// printed, logged or stored by accident. The string itself comes only
+/// from [`SecretUrl::expose`], which the code that sends the request
+/// calls. Text that is not a URL (a local path) is shown as it is.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SecretUrl(String);
+
+impl SecretUrl {
+    /// Wrap `url` (a URL or a path, as the user named it).
+    pub fn new(url: impl Into<String>) -> SecretUrl {
+        SecretUrl(url.into())
+    }
+
+    /// The URL with its secrets: for the request that is sent, and for
+    /// the typed request handed to a child sheaf on a pipe. Nothing else.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// What may be shown: [`redact`]ed.
+    pub fn redacted(&self) -> String {
+        redact(&self.0)
+    }
+
+    /// Whether showing it hides anything (it carries a secret).
+    pub fn has_secret(&self) -> bool {
+        self.redacted() != self.0
+    }
+}
+
+impl std::fmt::Display for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretUrl({:?})", self.redacted())
+    }
+}
+
+impl serde::Serialize for SecretUrl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.redacted())
+    }
+}
+
+impl From<&str> for SecretUrl {
+    fn from(s: &str) -> SecretUrl {
+        SecretUrl::new(s)
+    }
+}
+
+impl From<String> for SecretUrl {
+    fn from(s: String) -> SecretUrl {
+        SecretUrl(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +178,18 @@ mod tests {
         // A scheme after a character of several bytes (found by fuzzing).
         assert_eq!(redact_text("é€http://u:pw@h/"), "é€http://u:***@h/");
         assert_eq!(redact_text("\u{fffd}://x"), "\u{fffd}://x");
+    }
+
+    #[test]
+    fn a_secret_url_shows_only_its_redacted_form() {
+        let raw = "http://alice:s3cr3t@h/i.sheaf?X-Amz-Signature=deadbeef";
+        let u = SecretUrl::new(raw);
+        let shown = "http://alice:***@h/i.sheaf?X-Amz-Signature=***";
+        assert_eq!(u.to_string(), shown);
+        assert_eq!(format!("{u:?}"), format!("SecretUrl({shown:?})"));
+        assert_eq!(serde_json::to_string(&u).unwrap(), format!("\"{shown}\""));
+        assert_eq!(u.expose(), raw);
+        assert!(u.has_secret());
+        assert!(!SecretUrl::new("/a/b.sheaf").has_secret());
     }
 }
