@@ -942,21 +942,27 @@ fn a_default_pool_directory_made_by_another_user_is_refused() {
         e.contains("owned by uid 65534") && e.contains("sheaf-pools"),
         "{e}"
     );
-    assert!(
-        std::fs::read_dir(&base).unwrap().next().is_none(),
-        "wrote into it"
-    );
+    let inside: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(inside.is_empty(), "wrote into it: {inside:?} ({e})");
     // Ours but writable by others: refused too.
     std::os::unix::fs::chown(&base, Some(uid), Some(uid)).unwrap();
-    let e = load().fails_with(1).one_err_line();
+    let o = load().fails_with(1);
+    let e = o.one_err_line();
     assert!(e.contains("writable by others"), "{e}");
-    // A link in its place: refused, not followed.
+    // Another user's link in its place (which they could swap between
+    // a check and a use): refused, not followed.
     std::fs::remove_dir(&base).unwrap();
     let elsewhere = t.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
+    chmod(&elsewhere, 0o700);
     std::os::unix::fs::symlink(&elsewhere, &base).unwrap();
-    let e = load().fails_with(1).one_err_line();
-    assert!(e.contains("symbolic link"), "{e}");
+    std::os::unix::fs::lchown(&base, Some(65534), Some(65534)).unwrap();
+    let o = load().fails_with(1);
+    let e = o.one_err_line();
+    assert!(e.contains("owned by uid 65534"), "{e}");
     assert!(std::fs::read_dir(&elsewhere).unwrap().next().is_none());
     // Made by sheaf: 0700, and the pool loads and unloads.
     std::fs::remove_file(&base).unwrap();

@@ -912,3 +912,42 @@ fn scenario(t: &Path) {
     drop(ctd);
     sn.stop();
 }
+
+/// A connection to the snapshotter mounts as root: its socket is 0600
+/// whatever the umask it was started under (it followed the umask, so
+/// under umask 000 any local user could connect).
+#[test]
+fn the_snapshotter_socket_is_root_only_whatever_the_umask() {
+    if !prerequisite(
+        is_root(),
+        "root (the snapshotter serves containerd as root)",
+    ) {
+        return;
+    }
+    let t = tmpdir();
+    let sock = t.path().join("s.sock");
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("umask 000; exec \"$@\"")
+        .arg("sh")
+        .arg(bin())
+        .arg("snapshotter")
+        .arg("--socket")
+        .arg(&sock)
+        .arg("--root")
+        .arg(t.path().join("sn"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    while !sock.exists() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mode = fs::symlink_metadata(&sock).map(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.permissions().mode() & 0o777
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+    assert_eq!(mode.unwrap(), 0o600);
+}

@@ -563,44 +563,66 @@ impl std::error::Error for PrivateDirError {
     }
 }
 
-/// A directory only this user can change: made (mode 0700, its missing
-/// ancestors too) when missing, then checked every time, as OpenSSH
-/// checks `~/.ssh`: `path` itself is no symbolic link, is owned by this
-/// user and writable by no one else; every directory above it (the path
-/// with links resolved, walked from `/` without following any) is owned
-/// by root or this user and writable by no one else unless sticky (as
-/// `/tmp`). The directory returned is the one checked.
+/// A directory only this user can change: checked every time, as OpenSSH
+/// checks `~/.ssh`, and made (mode 0700, with its missing ancestors) when
+/// missing. `path` itself must be no symbolic link, owned by this user and
+/// writable by no one else; every directory above it must be owned by root
+/// or this user and writable by no one else unless sticky (as `/tmp`). The
+/// directories that exist are checked before anything is made (walked from
+/// `/` along the path with links resolved, following none on the way), so
+/// nothing is ever created inside a directory someone else controls; the
+/// directory returned is the one checked.
 pub fn private_dir(path: &Path) -> Result<Dir, PrivateDirError> {
-    use std::os::unix::fs::DirBuilderExt;
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| PrivateDirError::Io { path, source }
     };
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if !m.is_dir() => {
-            return Err(PrivateDirError::NotDir {
-                path: path.to_path_buf(),
-            })
+    // The longest existing prefix, and the names to make below it.
+    let mut existing = path.to_path_buf();
+    let mut missing = Vec::new();
+    loop {
+        match std::fs::symlink_metadata(&existing) {
+            Ok(m) if existing == path && !m.is_dir() => {
+                return Err(PrivateDirError::NotDir {
+                    path: path.to_path_buf(),
+                })
+            }
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match (existing.file_name(), existing.parent()) {
+                    (Some(n), Some(p)) => {
+                        missing.push(n.to_os_string());
+                        existing = p.to_path_buf();
+                    }
+                    _ => return Err(io_err(path)(e)),
+                }
+            }
+            Err(e) => return Err(io_err(&existing)(e)),
         }
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(path)
-            .map_err(io_err(path))?,
-        Err(e) => return Err(io_err(path)(e)),
     }
-    let real = std::fs::canonicalize(path).map_err(io_err(path))?;
+    missing.reverse();
     let me = rustix::process::geteuid().as_raw();
-    let mut cur = rfs::open(
-        "/",
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| io_err(Path::new("/"))(errno(e)))?;
-    let mut walked = PathBuf::from("/");
+    // A link on the way is re-read by every later use of the path: only one
+    // that root or this user made (and so only they can change) is taken.
+    for a in existing.ancestors() {
+        if let Ok(m) = std::fs::symlink_metadata(a) {
+            use std::os::unix::fs::MetadataExt;
+            if m.file_type().is_symlink() && m.uid() != 0 && m.uid() != me {
+                return Err(PrivateDirError::Owner {
+                    path: a.to_path_buf(),
+                    uid: m.uid(),
+                });
+            }
+        }
+    }
+    let real = std::fs::canonicalize(&existing).map_err(io_err(&existing))?;
     let check = |fd: &OwnedFd, p: &Path, last: bool| -> Result<(), PrivateDirError> {
         let st = rfs::fstat(fd).map_err(|e| io_err(p)(errno(e)))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+            return Err(PrivateDirError::NotDir {
+                path: p.to_path_buf(),
+            });
+        }
         let owner_ok = st.st_uid == me || (!last && st.st_uid == 0);
         if !owner_ok {
             return Err(PrivateDirError::Owner {
@@ -617,23 +639,34 @@ pub fn private_dir(path: &Path) -> Result<Dir, PrivateDirError> {
         }
         Ok(())
     };
-    check(&cur, &walked, real == Path::new("/"))?;
-    let parts: Vec<_> = real
+    let open_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut cur =
+        rfs::open("/", open_flags, Mode::empty()).map_err(|e| io_err(Path::new("/"))(errno(e)))?;
+    let mut walked = PathBuf::from("/");
+    let parts: Vec<OsString> = real
         .components()
         .filter_map(|c| match c {
-            Component::Normal(n) => Some(n),
+            Component::Normal(n) => Some(n.to_os_string()),
             _ => None,
         })
         .collect();
-    for (i, n) in parts.iter().enumerate() {
+    let total = parts.len() + missing.len();
+    check(&cur, &walked, total == 0)?;
+    for (i, (n, make)) in parts
+        .iter()
+        .map(|n| (n, false))
+        .chain(missing.iter().map(|n| (n, true)))
+        .enumerate()
+    {
         walked.push(n);
-        cur = rfs::openat(
-            &cur,
-            *n,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| {
+        if make {
+            // Made only below a directory just checked.
+            match rfs::mkdirat(&cur, n.as_os_str(), Mode::from_raw_mode(0o700)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(io_err(&walked)(errno(e))),
+            }
+        }
+        cur = rfs::openat(&cur, n.as_os_str(), open_flags, Mode::empty()).map_err(|e| {
             if e == rustix::io::Errno::LOOP || e == rustix::io::Errno::NOTDIR {
                 PrivateDirError::NotDir {
                     path: walked.clone(),
@@ -642,7 +675,7 @@ pub fn private_dir(path: &Path) -> Result<Dir, PrivateDirError> {
                 io_err(&walked)(errno(e))
             }
         })?;
-        check(&cur, &walked, i + 1 == parts.len())?;
+        check(&cur, &walked, i + 1 == total)?;
     }
     // The checked directory, opened for use through the checked descriptor.
     let fd = rfs::openat(

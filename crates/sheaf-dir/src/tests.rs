@@ -109,6 +109,14 @@ fn a_private_dir_is_made_0700_and_checked() {
     let p = t.path().join("a/b");
     let d = private_dir(&p).unwrap();
     assert_eq!(
+        std::fs::metadata(t.path().join("a"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o700
+    );
+    assert_eq!(
         std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
         0o700
     );
