@@ -24,7 +24,8 @@ pub fn info(
     } else {
         None
     };
-    let v = sheaf_read::info::info(&img, &path.display().to_string(), wo.as_ref(), &|s| {
+    let shown = crate::util::shown(path);
+    let v = sheaf_read::info::info(&img, &shown, wo.as_ref(), &|s| {
         sheaf_read::info::SignatureInfo::of(sheaf_trust::describe(s))
     })?;
     let sb = img.superblock();
@@ -35,7 +36,7 @@ pub fn info(
         return Ok(0);
     }
     let o = &mut *io.stdout;
-    writeln!(o, "image:        {} ({})", path.display(), human(img.len()))?;
+    writeln!(o, "image:        {shown} ({})", human(img.len()))?;
     writeln!(o, "root digest:  {}", hex(&img.root_digest()))?;
     if img.signatures().is_empty() {
         writeln!(o, "signatures:   none")?;
@@ -603,7 +604,7 @@ pub fn check(
             io.stdout,
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
-                "image": image.display().to_string(),
+                "image": crate::util::shown(image),
                 "ok": rep.errors.is_empty(),
                 "pages": rep.pages, "blocks": rep.blocks, "inodes": rep.inodes, "entries": rep.entries,
                 "block_bytes": rep.block_bytes, "stored_data_bytes": img.superblock().stored_data_bytes,
@@ -617,7 +618,7 @@ pub fn check(
     } else if rep.errors.is_empty() {
         writeln!(io.stdout,
             "{}: OK: {} pages, {} blocks ({} of data, {} stored), {} inodes, a tree of {} entries verified in {:.2} s ({:.0} MB/s of file data)",
-            image.display(),
+            crate::util::shown(image),
             rep.pages,
             rep.blocks,
             human(rep.block_bytes),
@@ -642,7 +643,7 @@ pub fn check(
         let _ = writeln!(
             io.stderr,
             "sheaf: error: {}: {} problem{} found",
-            image.display(),
+            crate::util::shown(image),
             rep.errors.len(),
             if rep.errors.len() == 1 { "" } else { "s" }
         );

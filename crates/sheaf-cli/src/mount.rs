@@ -192,19 +192,20 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
         })
         .collect::<Result<Vec<_>>>()?;
     let started = Instant::now();
-    let code = mount(
-        &Target {
-            images: &images,
-            pins: &pins,
-            upper: a.upper.as_deref(),
-            mountpoint,
-        },
-        &a.options,
-        a.foreground,
-        false,
-        &policy,
-        remote,
-    )?;
+    let target = Target {
+        images: &images,
+        pins: &pins,
+        upper: a.upper.as_deref(),
+        mountpoint,
+    };
+    if images
+        .iter()
+        .any(|i| sheaf_net::SecretUrl::new(i.to_string_lossy()).has_secret())
+        && running_as_sheaf()
+    {
+        return reexec_with_request(&target, &a, remote);
+    }
+    let code = mount(&target, &a.options, a.foreground, false, &policy, remote)?;
     if a.json && code == 0 {
         print_mounted(mountpoint, started)?;
     }
@@ -240,6 +241,73 @@ struct MountedLine {
     writable: bool,
 }
 
+/// `sheaf mount URL MP` where a URL carries a secret (`user:password@`, a
+/// presigned query): the secret is in this process's command line, which
+/// `ps` shows every user for as long as the process lives, and the process
+/// that serves the mount would be this one (forked). So this process runs
+/// `sheaf mount --request -` in its place (exec: the same pid, a new
+/// command line) with the typed request, secrets and all, on standard
+/// input (a memfd, read once and closed): the serving process's
+/// /proc/PID/cmdline and environ hold no secret.
+fn reexec_with_request(t: &Target<'_>, a: &MountArgs, remote: &RemoteArgs) -> Result<i32> {
+    use std::io::{Seek, Write};
+    use std::os::unix::process::CommandExt;
+    let images = t
+        .images
+        .iter()
+        .enumerate()
+        .map(|(i, p)| sheaf_mount::request::RequestImage {
+            source: p.to_string_lossy().into_owned(),
+            root: t.pins.get(i).copied().flatten(),
+        })
+        .collect();
+    let mut req = sheaf_mount::MountRequest::new(images, absolute(t.mountpoint));
+    req.upper = t.upper.map(absolute);
+    // SAFETY: memfd_create with a valid name; the descriptor is ours.
+    let fd = unsafe { libc::memfd_create(c"sheaf-mount-request".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        bail!("memfd_create: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create just returned it.
+    let mut f = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    f.write_all(&req.encode())?;
+    f.rewind()?;
+    let exe = std::env::current_exe().context("this program's path")?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(remote.to_args()).args(["mount", "--request", "-"]);
+    for o in &a.options {
+        cmd.arg("-o").arg(o);
+    }
+    if a.foreground {
+        cmd.arg("-f");
+    }
+    if a.json {
+        cmd.arg("--json");
+    }
+    let pa = &a.policy;
+    if pa.require_signature {
+        cmd.arg("--require-signature");
+    }
+    if let Some(s) = &pa.signers {
+        cmd.arg("--signers").arg(s);
+    }
+    if let Some(i) = &pa.identity {
+        cmd.arg("--identity").arg(i);
+    }
+    cmd.stdin(std::process::Stdio::from(f));
+    let err = cmd.exec();
+    bail!("{}: {err}", exe.display())
+}
+
+/// Whether this process is a sheaf program (not a test harness running the
+/// command line in-process, which must not be replaced).
+fn running_as_sheaf() -> bool {
+    std::env::current_exe().is_ok_and(|e| {
+        e.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("sheaf"))
+    })
+}
+
 /// `sheaf mount --request FILE`: the typed request of a parent process.
 fn mount_request(
     file: &Path,
@@ -261,6 +329,7 @@ fn mount_request(
             .and_then(|f| f.take(limit).read_to_end(&mut bytes))
             .with_context(|| file.display().to_string())?;
     }
+    let started = Instant::now();
     let r = sheaf_mount::MountRequest::decode(&bytes)?;
     let images: Vec<PathBuf> = r.images.iter().map(|i| PathBuf::from(&i.source)).collect();
     let mut options = a.options.clone();
@@ -273,7 +342,7 @@ fn mount_request(
             options.push(name.to_string());
         }
     }
-    mount(
+    let code = mount(
         &Target {
             images: &images,
             pins: &r.pins(),
@@ -285,7 +354,11 @@ fn mount_request(
         false,
         policy,
         remote,
-    )
+    )?;
+    if a.json && code == 0 {
+        print_mounted(&r.mountpoint, started)?;
+    }
+    Ok(code)
 }
 
 /// What `mount` mounts where.

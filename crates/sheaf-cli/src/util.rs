@@ -412,6 +412,12 @@ pub fn open_stack(layers: &[PathBuf], remote: &RemoteArgs) -> anyhow::Result<she
     Ok(sheaf_read::Stack::new(images))
 }
 
+/// An image argument as it may be shown (printed, put in JSON): a URL
+/// through [`sheaf_net::SecretUrl`], its credentials redacted.
+pub fn shown(arg: &Path) -> String {
+    sheaf_net::SecretUrl::new(arg.to_string_lossy()).to_string()
+}
+
 /// Open an image named on the command line (file or URL).
 pub fn open_image(arg: &Path, remote: &RemoteArgs) -> anyhow::Result<sheaf_read::Image> {
     open_image_with(arg, remote, Default::default(), |s| s)
