@@ -21,9 +21,8 @@ use error::{guard, Error};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use sheaf_read::Inode;
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use view::View;
 
 /// An open image (or a stack of images, `A,B`): `sheaf.open` returns one.
@@ -143,23 +142,28 @@ fn stat_dict<'py>(py: Python<'py>, s: &view::Stat) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
-/// Thread pools for `read_many(threads=N)`, one per N, made once.
+/// The thread pool of `read_many(threads=N)`: one, kept for the N last
+/// asked. Another N replaces it (the old pool's threads end once the
+/// calls using it return), so however many different N a program passes,
+/// at most one pool stands (issue 53: one pool per N, kept forever, left
+/// 2,081 threads after N = 1..64).
 fn pool(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let mut m = POOLS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = m.get(&threads) {
-        return Ok(p.clone());
+    static POOL: Mutex<Option<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(None);
+    let mut m = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((n, p)) = m.as_ref() {
+        if *n == threads {
+            return Ok(p.clone());
+        }
     }
+    // Drop the old pool first: its idle threads end before new ones start.
+    *m = None;
     let p = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("sheaf-read-{i}"))
         .build()
         .map_err(|e| Error::Value(format!("threads={threads}: {e}")))?;
     let p = Arc::new(p);
-    m.insert(threads, p.clone());
+    *m = Some((threads, p.clone()));
     Ok(p)
 }
 
@@ -243,6 +247,42 @@ impl Image {
                 Some(s) if detail => out.append((os_name(&name), stat_dict(py, &s)?))?,
                 _ => out.append(os_name(&name))?,
             }
+        }
+        Ok(out)
+    }
+
+    /// The directory `path` names (symlinks followed), as a handle
+    /// `list_dir` takes.
+    fn opendir(&self, py: Python<'_>, path: PathBuf) -> PyResult<Dir> {
+        let v = self.view.clone();
+        let p = path_bytes(&path);
+        let dir = py
+            .detach(|| guard(|| v.opendir(&p)))
+            .map_err(|e| e.into_py(py))?;
+        Ok(Dir { dir })
+    }
+
+    /// The entries of the directory `dir` (a handle from `opendir` or an
+    /// earlier `list_dir`): (name, stat, the subdirectory's handle or
+    /// None), sorted by name. What `walk` descends with: each directory is
+    /// listed from its handle, not looked up from the root by its path.
+    fn list_dir<'py>(&self, py: Python<'py>, dir: &Dir) -> PyResult<Bound<'py, PyList>> {
+        let v = self.view.clone();
+        let d = dir.dir.clone();
+        let entries = py
+            .detach(|| guard(|| v.list(&d, true, true)))
+            .map_err(|e| e.into_py(py))?;
+        let out = PyList::empty(py);
+        for (name, st, sub) in entries {
+            let st = match st {
+                Some(s) => stat_dict(py, &s)?.into_any(),
+                None => py.None().into_bound(py),
+            };
+            let sub = match sub {
+                Some(dir) => Bound::new(py, Dir { dir })?.into_any(),
+                None => py.None().into_bound(py),
+            };
+            out.append((os_name(&name), st, sub))?;
         }
         Ok(out)
     }
@@ -332,6 +372,12 @@ impl Image {
     }
 }
 
+/// A directory of an image, held for listing without a lookup by path.
+#[pyclass(frozen, module = "sheaf._sheaf")]
+struct Dir {
+    dir: sheaf_read::MergedDir,
+}
+
 #[pymethods]
 impl Handle {
     /// The file's size in bytes.
@@ -340,22 +386,39 @@ impl Handle {
         self.ino.rec.size
     }
 
-    /// Up to `length` bytes from `offset` (fewer only at the end).
+    /// Up to `length` bytes from `offset` (fewer only at the end), read
+    /// straight into the bytes object returned: one buffer, never a copy
+    /// (a 12 GB sparse file costs 12 GB, not 24). A length that cannot be
+    /// allocated is a ValueError.
     fn pread<'py>(
         &self,
         py: Python<'py>,
         offset: u64,
         length: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let b = py
-            .detach(|| {
+        let want = View::read_len(&self.ino, offset, length);
+        let mut read = Ok(());
+        let bytes = PyBytes::new_with(py, want, |buf| {
+            read = py.detach(|| {
                 guard(|| {
                     self.view
-                        .read_at(self.layer, &self.ino, offset, length, &self.name)
+                        .read_into(self.layer, &self.ino, offset, buf, &self.name)
                 })
-            })
-            .map_err(|e| e.into_py(py))?;
-        Ok(PyBytes::new(py, &b))
+            });
+            Ok(())
+        })
+        .map_err(|e| {
+            if e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py) {
+                pyo3::exceptions::PyValueError::new_err(format!(
+                    "{}: a read of {want} bytes does not fit in memory",
+                    self.name
+                ))
+            } else {
+                e
+            }
+        })?;
+        read.map_err(|e| e.into_py(py))?;
+        Ok(bytes)
     }
 }
 
@@ -365,6 +428,7 @@ fn _sheaf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_class::<Image>()?;
     m.add_class::<Handle>()?;
+    m.add_class::<Dir>()?;
     m.add("IntegrityError", m.py().get_type::<error::IntegrityError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -36,8 +36,9 @@ pub type Listing = Vec<(Vec<u8>, Option<Stat>)>;
 
 /// An open image or stack.
 pub struct View {
+    /// The source as named, redacted (no credentials are kept).
     name: String,
-    /// Each layer as the user named it, bottom first.
+    /// Each layer as the user named it, redacted, bottom first.
     names: Vec<String>,
     layers: Vec<Arc<Image>>,
     /// Set when there are several layers.
@@ -112,6 +113,13 @@ fn remote_config(cache: Option<&CacheArg>) -> Result<sheaf_net::RemoteConfig, Er
     })
 }
 
+/// A source as it may be shown (repr, `source`, `info()`, messages): a
+/// URL's credentials redacted. The string with them is only passed to
+/// `open_image`.
+fn shown(s: &str) -> String {
+    sheaf_net::SecretUrl::new(s).to_string()
+}
+
 fn lossy(p: &[u8]) -> String {
     String::from_utf8_lossy(p).into_owned()
 }
@@ -126,9 +134,9 @@ impl View {
         let mut layers = Vec::new();
         let mut offline = Vec::new();
         if let (Some(reader), Some(len)) = (&a.reader, size) {
-            let src = PySource::new(s.clone(), len, reader);
+            let src = PySource::new(shown(s), len, reader);
             layers.push(Arc::new(Image::open_with(Arc::new(src), OPTIONS)?));
-            names.push(s.clone());
+            names.push(shown(s));
         } else {
             let cfg = remote_config(a.cache.as_ref())?;
             let parts: Vec<&str> =
@@ -144,7 +152,7 @@ impl View {
                     offline.push((sheaf_net::redact(p), at.as_secs()));
                 }
                 layers.push(Arc::new(o.image));
-                names.push(p.to_string());
+                names.push(shown(p));
             }
         }
         for (img, name) in layers.iter().zip(&names) {
@@ -152,7 +160,7 @@ impl View {
         }
         let stack = (layers.len() > 1).then(|| Stack::new(layers.clone()));
         Ok(View {
-            name: s.clone(),
+            name: shown(s),
             names,
             layers,
             stack,
@@ -166,7 +174,7 @@ impl View {
         &self.offline
     }
 
-    /// The source as named.
+    /// The source as named, its credentials redacted.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -251,13 +259,36 @@ impl View {
         Ok(Stat { layer, ino, target })
     }
 
+    /// The directory `path` names (followed if a symlink), as a handle
+    /// [`View::list`] takes: a walk lists each directory from its handle,
+    /// never looking its path up from the root again.
+    pub fn opendir(&self, path: &[u8]) -> Result<sheaf_read::MergedDir, Error> {
+        match self.resolve(path, true)? {
+            Found::Dir(d) => Ok(d),
+            Found::Node(..) => Err(Error::NotDir(lossy(path))),
+        }
+    }
+
     /// The entries of directory `path` (followed if a symlink), sorted by
     /// name, with their attributes when `detail`.
     pub fn listdir(&self, path: &[u8], detail: bool) -> Result<Listing, Error> {
-        let dir = match self.resolve(path, true)? {
-            Found::Dir(d) => d,
-            Found::Node(..) => return Err(Error::NotDir(lossy(path))),
-        };
+        let dir = self.opendir(path)?;
+        Ok(self
+            .list(&dir, detail, false)?
+            .into_iter()
+            .map(|(n, st, _)| (n, st))
+            .collect())
+    }
+
+    /// The entries of `dir`, sorted by name, with their attributes when
+    /// `detail` and, when `children`, each subdirectory's handle.
+    #[allow(clippy::type_complexity)]
+    pub fn list(
+        &self,
+        dir: &sheaf_read::MergedDir,
+        detail: bool,
+        children: bool,
+    ) -> Result<Vec<(Vec<u8>, Option<Stat>, Option<sheaf_read::MergedDir>)>, Error> {
         let mut out = Vec::new();
         match &self.stack {
             None => {
@@ -265,22 +296,42 @@ impl View {
                 let d = dir.parts[0].1;
                 let n = img.dir_len(&d)?;
                 for e in img.read_dir(&d, 0, n as usize)? {
-                    let st = if detail {
-                        Some(self.stat_of(0, img.child(&d, e.ino, e.file_type)?)?)
+                    let ino = if detail || (children && e.file_type == FileType::Directory) {
+                        Some(img.child(&d, e.ino, e.file_type)?)
                     } else {
                         None
                     };
-                    out.push((e.name, st));
+                    let sub = match ino {
+                        Some(i) if children && i.file_type() == FileType::Directory => {
+                            Some(sheaf_read::MergedDir {
+                                parts: vec![(0, i)],
+                            })
+                        }
+                        _ => None,
+                    };
+                    let st = match ino {
+                        Some(i) if detail => Some(self.stat_of(0, i)?),
+                        _ => None,
+                    };
+                    out.push((e.name, st, sub));
                 }
             }
             Some(stack) => {
-                for e in stack.read_dir(&dir)? {
+                for e in stack.read_dir(dir)? {
                     let st = if detail {
-                        Some(self.stat_of(e.layer, stack.entry_inode(&dir, &e)?)?)
+                        Some(self.stat_of(e.layer, stack.entry_inode(dir, &e)?)?)
                     } else {
                         None
                     };
-                    out.push((e.name, st));
+                    let sub = if children && e.file_type == FileType::Directory {
+                        match stack.lookup(dir, &e.name)? {
+                            Some(Found::Dir(d)) => Some(d),
+                            _ => None,
+                        }
+                    } else {
+                        None
+                    };
+                    out.push((e.name, st, sub));
                 }
             }
         }
@@ -380,21 +431,56 @@ impl View {
             .collect()
     }
 
-    /// Up to `len` bytes of file `ino` of `layer` from `offset` (fewer
-    /// only at its end); `name` names it in messages. A length that cannot
-    /// be allocated is an error, not an abort.
-    pub fn read_at(
+    /// How many bytes a read of up to `len` bytes at `offset` of `ino`
+    /// gives (fewer only at its end).
+    pub fn read_len(ino: &Inode, offset: u64, len: usize) -> usize {
+        let left = ino.rec.size.saturating_sub(offset);
+        usize::try_from(left).map_or(len, |l| l.min(len))
+    }
+
+    /// Bytes of file `ino` of `layer` from `offset` into `buf`, whose
+    /// length is [`View::read_len`]'s: the caller's buffer (a Python bytes
+    /// object) is the only one, so a large read costs its size once.
+    pub fn read_into(
         &self,
         layer: usize,
         ino: &Inode,
         offset: u64,
-        len: usize,
+        buf: &mut [u8],
         name: &str,
-    ) -> Result<Vec<u8>, Error> {
-        self.read_at_via(layer, ino, offset, len, name, None)
+    ) -> Result<(), Error> {
+        let img = &self.layers[layer];
+        let want = buf.len();
+        let mut at = 0usize;
+        let mut over = false;
+        let mut sink = |p| {
+            let n = match &p {
+                sheaf_read::Piece::Bytes(_, r) => r.len(),
+                sheaf_read::Piece::Zeros(n) => *n,
+            };
+            let Some(dst) = at.checked_add(n).and_then(|e| buf.get_mut(at..e)) else {
+                over = true;
+                return;
+            };
+            match p {
+                sheaf_read::Piece::Bytes(b, r) => dst.copy_from_slice(&b[r]),
+                sheaf_read::Piece::Zeros(_) => dst.fill(0),
+            }
+            at += n;
+        };
+        img.read_pieces(ino, offset, want, &mut |_, _| {}, &mut sink)?;
+        if over || at != want {
+            return Err(Error::Value(format!(
+                "{name}: the image gave {at} bytes for a read of {want}"
+            )));
+        }
+        Ok(())
     }
 
-    /// [`View::read_at`], decoding blocks into `scratch` rather than the
+    /// Up to `len` bytes of file `ino` of `layer` from `offset` (fewer
+    /// only at its end); `name` names it in messages. A length that cannot
+    /// be allocated is an error, not an abort. Blocks are decoded into
+    /// `scratch` rather than the
     /// block cache when one is given ([`Image::read_pieces_scratch`]).
     fn read_at_via(
         &self,

@@ -4,6 +4,7 @@ node cache the CLI fills is not fetched again."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -126,3 +127,53 @@ def test_an_unreachable_server_falls_back_to_the_cached_index_with_a_warning(h5,
 def test_a_missing_url_is_file_not_found(nginx):
     with pytest.raises(FileNotFoundError):
         sheaf.open(nginx.url("absent.sheaf"), cache=False)
+
+
+SECRETS = ("s3cr3t", "deadbeef0123", "AKIASECRET", "t0kenvalue")
+
+
+def secret_url(nginx, name):
+    """`name` on nginx with a password and a presigned query (nginx ignores
+    both: the secrets only travel)."""
+    base = nginx.url(name)
+    return (
+        base.replace("http://", "http://alice:s3cr3t@", 1)
+        + "?X-Amz-Signature=deadbeef0123&X-Amz-Credential=AKIASECRET&token=t0kenvalue"
+    )
+
+
+def test_credentials_are_never_shown_nor_stored(tmp_path, nginx):
+    """Issue 53: repr, source, info() and the node cache's index hold the
+    redacted URL only, private."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("hello\n")
+    shutil.copy(build(src, tmp_path / "s.sheaf"), nginx.www / "s.sheaf")
+    cache = tmp_path / "cache"
+    url = secret_url(nginx, "s.sheaf")
+    im = sheaf.open(url, cache=str(cache))
+    assert im.read_bytes("a.txt") == b"hello\n"
+    # Expected: what the redaction rule says, written out here.
+    shown = (
+        nginx.url("s.sheaf").replace("http://", "http://alice:***@", 1)
+        + "?X-Amz-Signature=***&X-Amz-Credential=***&token=***"
+    )
+    assert im.source == shown
+    assert shown in repr(im)
+    assert im.info()["image"] == shown
+    texts = [repr(im), im.source, json.dumps(im.info())]
+    for f in sorted((cache / "index").iterdir()):
+        texts.append(f.read_bytes().decode("latin-1"))
+        assert f.stat().st_mode & 0o777 == 0o600, f
+    assert (cache / "index").stat().st_mode & 0o777 == 0o700
+    urls = [f.read_text() for f in (cache / "index").glob("*.url")]
+    assert urls == [shown]
+    for t in texts:
+        for s in SECRETS:
+            assert s not in t, (s, t)
+    # A missing image: the error names the URL, redacted.
+    with pytest.raises(Exception) as e:
+        sheaf.open(secret_url(nginx, "missing.sheaf"), cache=False)
+    for s in SECRETS:
+        assert s not in str(e.value)
+

@@ -217,12 +217,17 @@ class Image:
 
     def _walk(self, top: PathLike = ""):
         # (directory, [(name, stat)], subdirectories to descend into, which
-        # the caller may prune in place), top-down.
-        todo = [_norm(top)]
+        # the caller may prune in place), top-down. Each directory is listed
+        # from the handle its parent's listing gave (linear in the tree,
+        # however deep), never looked up from the root by its path.
+        top = _norm(top)
+        todo = [(top, self._img.opendir(top))]
         seen = set()
         while todo:
-            d = todo.pop()
-            entries = self._img.listdir(d, True)
+            d, h = todo.pop()
+            listed = self._img.list_dir(h)
+            entries = [(name, st) for name, st, _ in listed]
+            handles = {name: sub for name, _, sub in listed if sub is not None}
             dirs = []
             for name, st in entries:
                 if st["type"] == "directory":
@@ -232,7 +237,11 @@ class Image:
                     seen.add(key)
                     dirs.append(name)
             yield d, entries, dirs
-            todo.extend(posixpath.join(d, x) for x in reversed(dirs))
+            for x in reversed(dirs):
+                p = posixpath.join(d, x)
+                sub = handles.get(x)
+                # A name the caller added: looked up by its path.
+                todo.append((p, sub if sub is not None else self._img.opendir(p)))
 
     def walk(self, top: PathLike = "") -> Iterator[Tuple[str, List[str], List[str]]]:
         """As ``os.walk`` (top-down; prune by editing ``dirnames`` in place);
@@ -312,8 +321,10 @@ class Image:
         return io.TextIOWrapper(io.BufferedReader(raw), encoding=encoding, errors=errors, newline=newline)
 
     def read_bytes(self, path: PathLike) -> bytes:
-        """The whole contents of one file."""
-        return self._img.read_many([_norm(path)], 1)[0]
+        """The whole contents of one file, read straight into the bytes
+        returned (one buffer of the file's size, no copy)."""
+        h = self._img.handle(_norm(path))
+        return h.pread(0, h.size)
 
     def read_many(self, paths: Sequence[PathLike], threads: Optional[int] = None) -> List[bytes]:
         """The contents of each file of ``paths``, read in parallel by
