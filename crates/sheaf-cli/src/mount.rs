@@ -198,9 +198,14 @@ pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
         upper: a.upper.as_deref(),
         mountpoint,
     };
-    if images
-        .iter()
-        .any(|i| sheaf_net::SecretUrl::new(i.to_string_lossy()).has_secret())
+    let secret = |u: &str| sheaf_net::SecretUrl::new(u).has_secret();
+    let routes = remote.with_options(&MountOptions::parse(&a.options, false)?.remote);
+    if (images.iter().any(|i| secret(&i.to_string_lossy()))
+        || routes.mirrors.iter().any(|m| secret(m))
+        || routes
+            .proxy
+            .as_deref()
+            .is_some_and(|p| p.split(',').any(secret)))
         && running_as_sheaf()
     {
         return reexec_with_request(&target, &a, remote);
@@ -263,6 +268,10 @@ fn reexec_with_request(t: &Target<'_>, a: &MountArgs, remote: &RemoteArgs) -> Re
         .collect();
     let mut req = sheaf_mount::MountRequest::new(images, absolute(t.mountpoint));
     req.upper = t.upper.map(absolute);
+    // The routes from the flags and from -o, all in the request.
+    remote
+        .with_options(&MountOptions::parse(&a.options, false)?.remote)
+        .put_routes(&mut req);
     // SAFETY: memfd_create with a valid name; the descriptor is ours.
     let fd = unsafe { libc::memfd_create(c"sheaf-mount-request".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
@@ -274,9 +283,17 @@ fn reexec_with_request(t: &Target<'_>, a: &MountArgs, remote: &RemoteArgs) -> Re
     f.rewind()?;
     let exe = std::env::current_exe().context("this program's path")?;
     let mut cmd = std::process::Command::new(&exe);
-    cmd.args(remote.to_args()).args(["mount", "--request", "-"]);
+    cmd.args(remote.to_args_without_routes())
+        .args(["mount", "--request", "-"]);
     for o in &a.options {
-        cmd.arg("-o").arg(o);
+        let kept: Vec<&str> = o
+            .split(',')
+            .map(str::trim)
+            .filter(|x| !x.starts_with("mirror=") && !x.starts_with("proxy="))
+            .collect();
+        if !kept.is_empty() {
+            cmd.arg("-o").arg(kept.join(","));
+        }
     }
     if a.foreground {
         cmd.arg("-f");
@@ -331,6 +348,7 @@ fn mount_request(
     }
     let started = Instant::now();
     let r = sheaf_mount::MountRequest::decode(&bytes)?;
+    let remote = &remote.with_routes(&r);
     let images: Vec<PathBuf> = r.images.iter().map(|i| PathBuf::from(&i.source)).collect();
     let mut options = a.options.clone();
     for (on, name) in [

@@ -321,16 +321,17 @@ fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {
         crate::mount::check_existing(&mp, &[root])
             .with_context(|| format!("pool {name}/{version}"))?;
     } else {
-        let req = sheaf_mount::MountRequest::new(
+        let mut req = sheaf_mount::MountRequest::new(
             vec![sheaf_mount::RequestImage {
                 source: local.to_string_lossy().into_owned(),
                 root: Some(root),
             }],
             mp.clone(),
         );
+        remote.put_routes(&mut req);
         let o = crate::util::output_with_input(
             std::process::Command::new(&exe)
-                .args(remote.to_args())
+                .args(remote.to_args_without_routes())
                 .arg("mount")
                 .args(&policy_flags)
                 .args(["--request", "-"])

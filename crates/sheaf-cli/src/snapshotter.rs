@@ -104,7 +104,10 @@ pub fn run(a: SnapshotterArgs, remote: &crate::util::RemoteArgs) -> Result<i32> 
         sheaf: exe,
         policy: a.policy.load()?,
         remote: remote.config()?,
-        remote_args: remote.to_args(),
+        remote_args: remote.to_args_without_routes(),
+        mirrors: remote.mirrors.clone(),
+        proxy: remote.proxy.clone(),
+        fetch_args: remote.to_args(),
         overlay: !a.no_overlay && sheaf_snapshotter::overlay_available(),
     };
     sheaf_snapshotter::serve(cfg, &a.socket)

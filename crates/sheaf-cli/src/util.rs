@@ -275,7 +275,40 @@ impl RemoteArgs {
         r
     }
 
-    /// These settings as flags, for a sheaf child process.
+    /// These settings as flags for a sheaf child process that serves a
+    /// mount and lives on, where every user's `ps` sees its command line:
+    /// all but the mirrors and the proxy, which may hold credentials and
+    /// go in the child's typed request ([`RemoteArgs::put_routes`]).
+    pub fn to_args_without_routes(&self) -> Vec<String> {
+        RemoteArgs {
+            mirrors: Vec::new(),
+            proxy: None,
+            ..self.clone()
+        }
+        .to_args()
+    }
+
+    /// Hand the mirrors and the proxy to a mount child in its request.
+    pub fn put_routes(&self, req: &mut sheaf_mount::MountRequest) {
+        req.mirrors = self.mirrors.clone();
+        req.proxy = self.proxy.clone();
+    }
+
+    /// These settings with the routes a request carries (which stand for
+    /// the flags' when given).
+    pub fn with_routes(&self, req: &sheaf_mount::MountRequest) -> RemoteArgs {
+        let mut r = self.clone();
+        if !req.mirrors.is_empty() {
+            r.mirrors = req.mirrors.clone();
+        }
+        if req.proxy.is_some() {
+            r.proxy = req.proxy.clone();
+        }
+        r
+    }
+
+    /// These settings as flags, for a short-lived sheaf child process
+    /// (mount children take [`RemoteArgs::to_args_without_routes`]).
     pub fn to_args(&self) -> Vec<String> {
         let mut v = vec![
             format!("--cache-size={}", self.cache_size),

@@ -12,7 +12,7 @@ use common::*;
 use std::fs;
 use std::path::Path;
 
-const SECRETS: [&str; 3] = ["s3cr3t", "deadbeef0123", "AKIASECRET"];
+const SECRETS: [&str; 5] = ["s3cr3t", "deadbeef0123", "AKIASECRET", "m1rr0r", "0pt10n"];
 
 /// `url` with a password and a presigned query (nginx serves the file
 /// whatever they say: the secrets only travel).
@@ -109,5 +109,29 @@ fn a_mount_of_a_url_with_credentials_keeps_them_out_of_argv_and_output() {
     // A missing image: the error names it redacted.
     let bad = sheaf(["info", with_secrets(&ng.url("missing.sheaf")).as_str()]);
     assert_no_secret("an error", bad.stderr.as_bytes());
+    guard.umount();
+    // A plain image URL with mirrors that hold credentials (a flag and a
+    // mount option): the serving process's command line holds neither,
+    // for they reach it in its request.
+    let plain = ng.url("img.sheaf");
+    let guard = mount(
+        &[plain.as_str()],
+        &mp,
+        &[
+            "--mirror=http://bob:m1rr0r@127.0.0.1:9/",
+            "-o",
+            "ro,mirror=http://carol:0pt10n@127.0.0.1:9/",
+        ],
+    );
+    assert_tree_eq(&mp, &src);
+    for (p, cmdline) in sheaf_processes() {
+        assert_no_secret(&format!("pid {p}'s cmdline"), &cmdline);
+    }
+    let daemon = fs::read(format!("/proc/{}/cmdline", guard.pid())).unwrap();
+    assert!(
+        daemon.windows(9).any(|w| w == b"--request"),
+        "{}",
+        String::from_utf8_lossy(&daemon)
+    );
     guard.umount();
 }

@@ -54,6 +54,16 @@ pub struct MountRequest {
     /// Honour device files (root only).
     #[serde(default)]
     pub dev: bool,
+    /// Mirror base URLs for the images' URLs, as the user gave them. They
+    /// may hold credentials, which is why they travel in the request and
+    /// never on the child's command line; sheaf-mount does not read them
+    /// (the opener does).
+    #[serde(default)]
+    pub mirrors: Vec<String>,
+    /// The proxy list, as the user gave it (credentials and all); as
+    /// `mirrors`.
+    #[serde(default)]
+    pub proxy: Option<String>,
 }
 
 /// Why a request could not be read.
@@ -75,6 +85,8 @@ impl MountRequest {
             allow_other: false,
             suid: false,
             dev: false,
+            mirrors: Vec::new(),
+            proxy: None,
         }
     }
 

@@ -96,8 +96,17 @@ pub struct Config {
     /// How repositories are reached and cached (the policy check opens
     /// layers with it, offline from the node cache when the server is down).
     pub remote: sheaf_net::RemoteConfig,
-    /// The same, as flags for the `sheaf` children.
+    /// The same, as flags for the `sheaf` children, less the mirrors and
+    /// the proxy (which may hold credentials and would show in every
+    /// user's `ps` for the life of a mount).
     pub remote_args: Vec<String>,
+    /// Mirror base URLs, handed to mount children in their request.
+    pub mirrors: Vec<String>,
+    /// The proxy list, handed to mount children in their request.
+    pub proxy: Option<String>,
+    /// Every remote flag, the mirrors and the proxy too, for the short-lived
+    /// `cache fetch` children of a prefetch (they end with the fetch).
+    pub fetch_args: Vec<String>,
     /// Serve containers' roots as kernel overlayfs over a read-only union
     /// (else as a writable union); see [`overlay_available`].
     pub overlay: bool,
@@ -293,8 +302,13 @@ impl SheafSnapshotter {
     /// here to every repository layer it is given, and the layers packed
     /// here carry no signature, so the child's own site policy is off.
     fn child(&self) -> Command {
+        self.child_with(&self.cfg.remote_args)
+    }
+
+    /// [`Self::child`] with these remote flags.
+    fn child_with(&self, remote_args: &[String]) -> Command {
         let mut c = Command::new(&self.cfg.sheaf);
-        c.args(&self.cfg.remote_args);
+        c.args(remote_args);
         if self.cfg.policy.require {
             c.env("SHEAF_CONFIG", self.cfg.root.join("children.toml"));
         }
@@ -379,6 +393,8 @@ impl SheafSnapshotter {
         req.allow_other = true;
         req.suid = true;
         req.dev = true;
+        req.mirrors = self.cfg.mirrors.clone();
+        req.proxy = self.cfg.proxy.clone();
         self.sheaf_with(
             &["mount".as_ref(), "--request".as_ref(), "-".as_ref()],
             Some(&req.encode()),
@@ -492,7 +508,7 @@ impl SheafSnapshotter {
             log::warn!("{}: {e}", path.display());
             return false;
         }
-        let mut c = self.child();
+        let mut c = self.child_with(&self.cfg.fetch_args);
         c.args(["cache", "fetch", url, "--list"])
             .arg(&path)
             .stdout(std::process::Stdio::null());
