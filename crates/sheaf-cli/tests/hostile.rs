@@ -33,8 +33,13 @@ const DIRENT_LEN: usize = 16;
 /// Rebuild `img` into `out` after `edit` changed its uncompressed metadata
 /// streams; every page, block and the root digest are hashed anew.
 fn craft(img: &Path, out: &Path, edit: impl Fn(&mut [Vec<u8>; 5], &Superblock)) {
+    craft_counts(img, out, |s, sb| edit(s, sb));
+}
+
+/// [`craft`], with the superblock's counts `edit` may change too.
+fn craft_counts(img: &Path, out: &Path, edit: impl Fn(&mut [Vec<u8>; 5], &mut Superblock)) {
     let im = sheaf_read::open_path(img).unwrap();
-    let sb = im.superblock().clone();
+    let mut sb = im.superblock().clone();
     let mut streams: [Vec<u8>; 5] = Default::default();
     for id in StreamId::ALL {
         if id != StreamId::Blocks {
@@ -42,7 +47,7 @@ fn craft(img: &Path, out: &Path, edit: impl Fn(&mut [Vec<u8>; 5], &Superblock)) 
             streams[id as usize] = im.read_stream(id, 0, len).unwrap();
         }
     }
-    edit(&mut streams, &sb);
+    edit(&mut streams, &mut sb);
     let blocks = (0..sb.block_count as u32)
         .map(|id| im.block_ref(id).unwrap())
         .collect();
@@ -394,4 +399,143 @@ fn a_file_with_a_huge_hole_extracts_sparse_and_fast() {
     assert_eq!(at(MID - 2, 10), b"\0\0middle\0\0");
     assert_eq!(at(MID + (100 << 30), 4096), vec![0u8; 4096]);
     assert_eq!(at(SIZE - 5, 5), b"\0\0end");
+}
+
+/// A chain of `depth` directories `d/d/...` with a file `f` holding
+/// "bottom" at the bottom. sheaf build refuses paths deeper than 4096
+/// levels, so (as an image author with another writer would) the image of
+/// `d/f` is re-sealed with its directory record repeated: inode 0 the
+/// root, 1..=depth the chain (each the parent of the next), depth+1 `f`;
+/// dirent i names inode i+1.
+fn chain_image(dir: &Path, depth: usize) -> PathBuf {
+    let src = dir.join("chain-src");
+    if !src.exists() {
+        fs::create_dir_all(src.join("d")).unwrap();
+        write(&src.join("d/f"), b"bottom\n");
+    }
+    let base = dir.join("chain1.sheaf");
+    if !base.exists() {
+        build(&src, &base, &[]);
+    }
+    let img = dir.join(format!("chain{depth}.sheaf"));
+    craft_counts(&base, &img, |s, sb| {
+        let ino = &s[StreamId::Inodes as usize];
+        let (root, d, f) = (
+            ino[..INODE_LEN].to_vec(),
+            ino[INODE_LEN..2 * INODE_LEN].to_vec(),
+            ino[2 * INODE_LEN..3 * INODE_LEN].to_vec(),
+        );
+        let de = &s[StreamId::Dirents as usize];
+        let (to_d, to_f) = (
+            de[..DIRENT_LEN].to_vec(),
+            de[DIRENT_LEN..2 * DIRENT_LEN].to_vec(),
+        );
+        let mut inodes = root;
+        let mut dirents = Vec::new();
+        for i in 1..=depth as u32 {
+            let mut r = d.clone();
+            r[40..48].copy_from_slice(&u64::from(i).to_le_bytes());
+            r[52..56].copy_from_slice(&(i - 1).to_le_bytes());
+            inodes.extend_from_slice(&r);
+            let mut e = to_d.clone();
+            e[12..16].copy_from_slice(&i.to_le_bytes());
+            dirents.extend_from_slice(&e);
+        }
+        inodes.extend_from_slice(&f);
+        let mut e = to_f.clone();
+        e[12..16].copy_from_slice(&(depth as u32 + 1).to_le_bytes());
+        dirents.extend_from_slice(&e);
+        s[StreamId::Inodes as usize] = inodes;
+        s[StreamId::Dirents as usize] = dirents;
+        sb.inode_count = depth as u64 + 2;
+        sb.dirent_count = depth as u64 + 1;
+    });
+    img
+}
+
+/// `rm -rf`: std's `remove_dir_all` recurses, GNU rm walks any depth.
+fn rm_rf(p: &Path) {
+    let st = std::process::Command::new("rm")
+        .arg("-rf")
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// [`bounded`] with stdout thrown away (a deep listing is large, and a
+/// pipe nobody reads would stall it).
+fn bounded_quiet(args: &[&std::ffi::OsStr]) -> (Out, bool) {
+    let t0 = Instant::now();
+    let mut c = cmd();
+    c.args(args).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut hung = false;
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            hung = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: o.stdout,
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+            what: format!("sheaf {args:?}"),
+        },
+        hung,
+    )
+}
+
+/// Issue 53: extract (and the walks of ls -R, find, du -a, info) of a
+/// 5,000- and a 20,000-deep image overflowed the stack (SIGABRT, 134).
+/// Every one must end, extract with the whole chain.
+#[test]
+fn a_very_deep_image_extracts_and_walks_without_overflowing() {
+    let t = tmpdir();
+    for depth in [5_000, 20_000] {
+        let t0 = Instant::now();
+        let img = chain_image(t.path(), depth);
+        eprintln!("built {depth} deep in {:?}", t0.elapsed());
+        let out = t.path().join(format!("out{depth}"));
+        let (o, hung) = bounded_quiet(&[
+            "extract".as_ref(),
+            img.as_os_str(),
+            "-C".as_ref(),
+            out.as_os_str(),
+        ]);
+        assert!(!hung, "extract {depth} deep hung");
+        assert_eq!(o.code, 0, "{depth} deep: {}", o.describe());
+        // GNU find walks any depth: the deepest level and the file's bytes.
+        let f = std::process::Command::new("find")
+            .args([
+                ".", "-name", "f", "-printf", "%d\\n", "-execdir", "cat", "{}", ";",
+            ])
+            .current_dir(&out)
+            .output()
+            .unwrap();
+        assert!(f.status.success(), "{}", String::from_utf8_lossy(&f.stderr));
+        assert_eq!(
+            String::from_utf8(f.stdout).unwrap(),
+            format!("{}\nbottom\n", depth + 1)
+        );
+        for args in [
+            &["ls", "-R"][..],
+            &["find"],
+            &["find", "-name", "f"],
+            &["du", "-a"],
+            &["info", "--whiteouts"],
+        ] {
+            let mut a: Vec<&std::ffi::OsStr> = vec![args[0].as_ref(), img.as_os_str()];
+            a.extend(args[1..].iter().map(std::ffi::OsStr::new));
+            let (o, hung) = bounded_quiet(&a);
+            assert!(!hung, "{args:?} {depth} deep hung");
+            assert_eq!(o.code, 0, "{args:?} {depth} deep: {}", o.describe());
+        }
+        rm_rf(&out);
+    }
 }

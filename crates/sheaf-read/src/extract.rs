@@ -21,10 +21,13 @@
 //!   `O_NOFOLLOW`, symlinks, links and special files fail on an existing
 //!   name. Symlinks are created as they are, never followed.
 //!
-//! A hostile tree cannot make the walk loop ([`Seen`]), and descriptors are
-//! bounded: below [`MAX_OPEN_DIRS`] levels the oldest ancestors' descriptors
-//! are closed and reopened by name (again with `O_NOFOLLOW`) when the walk
-//! comes back to them.
+//! A hostile tree cannot make the walk loop ([`Seen`]) nor exhaust the
+//! stack (the walk is a loop over a stack of directory listings, not a
+//! recursion: any depth extracts), and descriptors are bounded: below
+//! [`MAX_OPEN_DIRS`] levels the oldest ancestors' descriptors are closed;
+//! on the way back up each is reopened as its child's `..` when that is the
+//! same directory (device and inode as first opened), else by name (again
+//! with `O_NOFOLLOW`), so a walk back up costs one open a level.
 
 use crate::{Image, Inode, Piece, ReadError, Seen};
 use nix::errno::Errno;
@@ -363,6 +366,7 @@ impl Walk<'_> {
         let fd = self.dirs.top(&self.rel)?;
         self.dirs.truncate(self.dirs.len() - 1);
         self.rel.pop();
+        self.dirs.reopen_parent(&fd);
         Ok(fd)
     }
 
@@ -381,34 +385,100 @@ impl Walk<'_> {
         }
     }
 
-    fn contents(&mut self, dir: &Inode) -> Result<(), ExtractError> {
+    /// Start listing directory `dir` (entered already): a walk enters
+    /// each directory once.
+    fn listing(&mut self, dir: &Inode, name: &OsStr) -> Result<Listing, ExtractError> {
         self.seen.enter(self.img, dir)?;
-        let n = self.img.dir_len(dir)?;
-        let mut from = 0;
-        while from < n {
-            let batch = match self.img.read_dir(dir, from, 4096) {
-                Ok(b) => b,
-                Err(e) => {
-                    let here = format!("{}/", self.rel.display());
-                    return self.lose(here, Err(e.into()));
-                }
-            };
-            from += batch.len() as u64;
-            for e in batch {
-                if self.cancelled() {
-                    return Err(ExtractError::Cancelled);
-                }
-                let r = self
-                    .img
-                    .child(dir, e.ino, e.file_type)
-                    .map_err(ExtractError::from)
-                    .and_then(|ino| self.one(&ino, &e.name));
-                let what = || shown(&self.rel, OsStr::from_bytes(&e.name));
-                if r.is_err() {
-                    let w = what();
-                    self.lose(w, r)?;
-                }
+        Ok(Listing {
+            dir: *dir,
+            name: name.to_owned(),
+            n: self.img.dir_len(dir)?,
+            from: 0,
+            batch: Vec::new().into_iter(),
+        })
+    }
+
+    /// Extract what directory `dir` (the current one) holds, the whole
+    /// subtree. Iterative: the directories on the path are a stack of
+    /// [`Listing`]s, so no depth of the image's tree can exhaust the
+    /// thread's stack. Each directory's attributes are set when its listing
+    /// ends (after what it holds, so its mode and mtime stay as stored).
+    fn contents(&mut self, dir: &Inode) -> Result<(), ExtractError> {
+        let mut stack = vec![self.listing(dir, OsStr::new(""))?];
+        while let Some(top) = stack.last_mut() {
+            if self.cancelled() {
+                return Err(ExtractError::Cancelled);
             }
+            let Some(e) = top.batch.next() else {
+                if top.from < top.n {
+                    match self.img.read_dir(&top.dir, top.from, 4096) {
+                        Ok(b) if !b.is_empty() => {
+                            top.from += b.len() as u64;
+                            top.batch = b.into_iter();
+                        }
+                        r => {
+                            top.from = top.n;
+                            let here = format!("{}/", self.rel.display());
+                            let r = r.map(drop).map_err(ExtractError::from);
+                            self.lose(here, r)?;
+                        }
+                    }
+                    continue;
+                }
+                // This directory is done.
+                let done = stack.pop().expect("a listing is on the stack");
+                if stack.is_empty() {
+                    return Ok(());
+                }
+                let fd = self.leave()?;
+                let r = self.set_attrs(&done.dir, Target::Fd(&fd), &done.name);
+                self.entry_failed(&done.name, r)?;
+                continue;
+            };
+            let dir = top.dir;
+            let name = OsStr::from_bytes(&e.name);
+            let r = match self.img.child(&dir, e.ino, e.file_type) {
+                Err(err) => Err(err.into()),
+                Ok(ino) if ino.file_type() == FileType::Directory => {
+                    match self.down(&ino, &e.name) {
+                        Ok(l) => {
+                            stack.push(l);
+                            continue;
+                        }
+                        Err(err) => Err(err),
+                    }
+                }
+                Ok(ino) => self.one(&ino, &e.name),
+            };
+            self.entry_failed(name, r)?;
+        }
+        Ok(())
+    }
+
+    /// Create and enter directory `name` for `ino` and start its listing.
+    fn down(&mut self, ino: &Inode, name: &[u8]) -> Result<Listing, ExtractError> {
+        let name = safe_name(name)?;
+        self.report.entries += 1;
+        self.enter(name, ino.rec.mode & 0o7777)?;
+        match self.listing(ino, name) {
+            Ok(l) => Ok(l),
+            Err(e) => {
+                self.leave()?;
+                Err(e)
+            }
+        }
+    }
+
+    /// An entry `name` of the current directory failed with `r` (if it
+    /// did): passed over with `keep_going` when the image could not give it.
+    fn entry_failed(
+        &mut self,
+        name: &OsStr,
+        r: Result<(), ExtractError>,
+    ) -> Result<(), ExtractError> {
+        if r.is_err() {
+            let what = shown(&self.rel, name);
+            self.lose(what, r)?;
         }
         Ok(())
     }
@@ -419,6 +489,8 @@ impl Walk<'_> {
         self.report.entries += 1;
         let r = ino.rec;
         if ino.file_type() == FileType::Directory {
+            // A path named on the command line; the walk below it is
+            // iterative ([`Walk::contents`]).
             self.enter(name, r.mode & 0o7777)?;
             let listed = self.contents(ino);
             let fd = self.leave()?;
@@ -622,11 +694,29 @@ fn chmod_at(dir: &File, name: &OsStr, mode: Mode) -> io::Result<()> {
     }
 }
 
+/// A directory being extracted: where its listing is.
+struct Listing {
+    dir: Inode,
+    /// Its name in its parent (for messages and attributes).
+    name: OsString,
+    /// Its entry count, and how many have been read.
+    n: u64,
+    from: u64,
+    /// Entries read and not yet extracted.
+    batch: std::vec::IntoIter<crate::DirEntry>,
+}
+
 /// One directory on the current path: its name in its parent and, unless
 /// closed to save descriptors, an open descriptor.
 struct Level {
     name: OsString,
     fd: Option<Rc<File>>,
+    /// Device and inode of the directory when it was first opened.
+    id: (u64, u64),
+}
+
+fn dir_id(fd: &File) -> (u64, u64) {
+    nix::sys::stat::fstat(fd).map_or((u64::MAX, u64::MAX), |st| (st.st_dev, st.st_ino))
 }
 
 /// The directories on the current path, the target first (always open),
@@ -645,6 +735,7 @@ impl Dirs {
         Dirs {
             levels: vec![Level {
                 name: OsString::new(),
+                id: dir_id(&root),
                 fd: Some(Rc::new(root)),
             }],
             open: 1,
@@ -681,9 +772,34 @@ impl Dirs {
         self.make_room();
         self.levels.push(Level {
             name,
+            id: dir_id(&fd),
             fd: Some(Rc::new(fd)),
         });
         self.open += 1;
+    }
+
+    /// After leaving `child` for the current directory: if the current
+    /// one's descriptor was closed, reopen it as `child`'s `..` when that is
+    /// still the same directory (device and inode as first opened), so a
+    /// walk back up a deep path costs one open a level, not a reopen from
+    /// the nearest open ancestor each time. Otherwise [`Dirs::top`] reopens
+    /// it by name, as before.
+    fn reopen_parent(&mut self, child: &File) {
+        let k = self.levels.len() - 1;
+        if self.levels[k].fd.is_some() {
+            return;
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(fd) = openat(child, "..", flags, Mode::empty()).map(File::from) else {
+            return;
+        };
+        if dir_id(&fd) != self.levels[k].id {
+            return;
+        }
+        self.make_room();
+        self.levels[k].fd = Some(Rc::new(fd));
+        self.open += 1;
+        self.closed_below = self.closed_below.min(k);
     }
 
     /// Keep the first `n` levels.
