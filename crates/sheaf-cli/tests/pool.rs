@@ -64,6 +64,25 @@ fn make_pool(dir: &Path, tool_message: &str) {
     );
 }
 
+/// `DIR/demo.sheaf`: [`make_pool`]'s pool built `--name demo/1.0`.
+fn demo_pool(dir: &Path) -> std::path::PathBuf {
+    let pool = dir.join("pool");
+    make_pool(&pool, "demo says hi");
+    let img = dir.join("demo.sheaf");
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+        "--name".as_ref(),
+        "demo/1.0".as_ref(),
+        "-q".as_ref(),
+    ])
+    .ok();
+    img
+}
+
 fn bash(script: &str, env: &[(&str, &Path)]) -> Out {
     let mut c = Command::new("bash");
     c.arg("-c").arg(script).env_remove("MODULEPATH");
@@ -797,20 +816,7 @@ fn a_pool_file_loads_by_its_recorded_name_and_gc_says_what_it_removes() {
         return;
     }
     let t = tmpdir();
-    let pool = t.path().join("pool");
-    make_pool(&pool, "demo says hi");
-    let img = t.path().join("demo.sheaf");
-    sheaf([
-        "pool".as_ref(),
-        "build".as_ref(),
-        pool.as_os_str(),
-        "-o".as_ref(),
-        img.as_os_str(),
-        "--name".as_ref(),
-        "demo/1.0".as_ref(),
-        "-q".as_ref(),
-    ])
-    .ok();
+    let img = demo_pool(t.path());
     let conf = t.path().join("config.toml");
     write(
         &conf,
@@ -901,20 +907,7 @@ fn a_default_pool_directory_made_by_another_user_is_refused() {
         return;
     }
     let t = tmpdir();
-    let pool = t.path().join("pool");
-    make_pool(&pool, "demo says hi");
-    let img = t.path().join("demo.sheaf");
-    sheaf([
-        "pool".as_ref(),
-        "build".as_ref(),
-        pool.as_os_str(),
-        "-o".as_ref(),
-        img.as_os_str(),
-        "--name".as_ref(),
-        "demo/1.0".as_ref(),
-        "-q".as_ref(),
-    ])
-    .ok();
+    let img = demo_pool(t.path());
     let conf = t.path().join("config.toml");
     write(&conf, b"[pools]\nlocations = []\n");
     let tmp = t.path().join("tmp");

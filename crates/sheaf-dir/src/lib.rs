@@ -170,10 +170,16 @@ impl Dir {
     /// The directory `rel` below this one (normal components only), each
     /// component opened without following links.
     pub fn sub_path(&self, rel: &Path) -> io::Result<Dir> {
+        self.walk(rel, |d, n| d.sub(n))
+    }
+
+    /// `step` from this directory along each component of `rel`, which
+    /// must stay below it (no `..`, no root).
+    fn walk(&self, rel: &Path, step: impl Fn(&Dir, &OsStr) -> io::Result<Dir>) -> io::Result<Dir> {
         let mut d = self.try_clone()?;
         for c in rel.components() {
             match c {
-                Component::Normal(n) => d = d.sub(n)?,
+                Component::Normal(n) => d = step(&d, n)?,
                 Component::CurDir => {}
                 _ => {
                     return Err(io::Error::new(
@@ -203,24 +209,7 @@ impl Dir {
 
     /// [`Dir::create_dir`] for each component of `rel` in turn.
     pub fn create_dir_all(&self, rel: &Path, mode: u32) -> io::Result<Dir> {
-        let mut d = self.try_clone()?;
-        for c in rel.components() {
-            match c {
-                Component::Normal(n) => d = d.create_dir(n, mode)?,
-                Component::CurDir => {}
-                _ => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!(
-                            "{}: not a path below {}",
-                            rel.display(),
-                            self.path.display()
-                        ),
-                    ))
-                }
-            }
-        }
-        Ok(d)
+        self.walk(rel, |d, n| d.create_dir(n, mode))
     }
 
     /// A new file `name` (mode `mode` less the umask), open for reading
