@@ -35,7 +35,8 @@ CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test tar_input --test hostile --test roundtrip --test reader --test stack \
 	--test incremental --test dictionary --test install \
 	--test versions --test sources --test cache_keys --test extract \
-	--test find --test layers --test trust --test unix --test references
+	--test find --test layers --test trust --test unix --test references \
+	--test quoting
 check: build
 	scripts/lint-json-keys.sh
 	scripts/check-crate-graph.sh

@@ -119,6 +119,7 @@ pub fn du(a: DuArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32>
     })
     .with_context(|| a.image.display().to_string())?;
     close(&mut open, &mut rows, 0);
+    let tty = io.stdout_is_tty();
     let mut o = std::io::BufWriter::new(&mut *io.stdout);
     if a.json {
         let v: Vec<_> = rows
@@ -137,7 +138,12 @@ pub fn du(a: DuArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32>
                 (false, false) => u.bytes.to_string(),
             };
             write!(o, "{size}\t")?;
-            o.write_all(&p)?;
+            // On a terminal quoted as ls does (an image's names may hold
+            // escape sequences); raw into a pipe.
+            match tty {
+                true => o.write_all(crate::util::terminal_name(&p).as_bytes())?,
+                false => o.write_all(&p)?,
+            }
             o.write_all(b"\n")?;
         }
     }

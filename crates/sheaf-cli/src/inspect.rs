@@ -35,6 +35,7 @@ pub fn info(
         writeln!(io.stdout, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
     }
+    let tty = io.stdout_is_tty();
     let o = &mut *io.stdout;
     writeln!(o, "image:        {shown} ({})", human(img.len()))?;
     writeln!(o, "root digest:  {}", hex(&img.root_digest()))?;
@@ -139,12 +140,18 @@ pub fn info(
     )?;
     if let Some((wh, opaque)) = &wo {
         writeln!(o, "whiteouts:    {} (hidden in the layers below)", wh.len())?;
+        // On a terminal quoted as ls does (an image's names may hold
+        // escape sequences).
+        let q = |p: &str| match tty {
+            true => crate::util::terminal_name(p.as_bytes()),
+            false => p.to_string(),
+        };
         for p in wh {
-            writeln!(o, "  {p}")?;
+            writeln!(o, "  {}", q(p))?;
         }
         writeln!(o, "opaque dirs:  {}", opaque.len())?;
         for p in opaque {
-            writeln!(o, "  {p}/")?;
+            writeln!(o, "  {}/", q(p))?;
         }
     }
     Ok(0)

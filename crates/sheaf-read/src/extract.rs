@@ -29,6 +29,7 @@
 //! same directory (device and inode as first opened), else by name (again
 //! with `O_NOFOLLOW`), so a walk back up costs one open a level.
 
+use crate::tree::terminal_name;
 use crate::{Image, Inode, Piece, ReadError, Seen};
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
@@ -125,7 +126,7 @@ pub enum ExtractError {
     #[error("{0}: exists and is not a directory")]
     NotADirectory(String),
     /// The image holds a name that is not a single path component.
-    #[error("image contains an unsafe entry name {0:?}; refusing to extract it")]
+    #[error("image contains an unsafe entry name {0}; refusing to extract it")]
     UnsafeName(String),
     /// The image could not be read (its message names the image and part).
     #[error(transparent)]
@@ -157,16 +158,20 @@ fn errno(e: Errno) -> io::Error {
 
 fn safe_name(name: &[u8]) -> Result<&OsStr, ExtractError> {
     if !DirentRecord::is_plain_name(name) {
-        return Err(ExtractError::UnsafeName(
-            String::from_utf8_lossy(name).into_owned(),
-        ));
+        return Err(ExtractError::UnsafeName(terminal_name(name)));
     }
     Ok(OsStr::from_bytes(name))
 }
 
-/// `rel/name`, as messages show it.
+/// `rel/name`, as messages show it: quoted as a terminal must see it
+/// ([`terminal_name`]), since an image's names are the author's.
 fn shown(rel: &Path, name: &OsStr) -> String {
-    rel.join(name).display().to_string()
+    quoted(&rel.join(name))
+}
+
+/// A path from the image, quoted for messages.
+fn quoted(p: &Path) -> String {
+    terminal_name(p.as_os_str().as_bytes())
 }
 
 /// Open the directory `name` in `dir`, refusing anything that is not a
@@ -237,7 +242,7 @@ fn extract_with(
                     w.enter(safe_name(c)?, 0o755)?;
                 }
                 let r = w.one(&ino, leaf);
-                w.lose(String::from_utf8_lossy(p).into_owned(), r)?;
+                w.lose(terminal_name(p), r)?;
             }
         }
     }
@@ -418,7 +423,7 @@ impl Walk<'_> {
                         }
                         r => {
                             top.from = top.n;
-                            let here = format!("{}/", self.rel.display());
+                            let here = format!("{}/", quoted(&self.rel));
                             let r = r.map(drop).map_err(ExtractError::from);
                             self.lose(here, r)?;
                         }
@@ -601,7 +606,7 @@ impl Walk<'_> {
             Target::At(d, n) => fchownat(d, n, uid, gid, AtFlags::AT_SYMLINK_NOFOLLOW),
         };
         if let (Err(e), true) = (owned, self.is_root) {
-            self.note(format!("{}: owner: {}", name.to_string_lossy(), errno(e)));
+            self.note(format!("{}: owner: {}", quoted(name.as_ref()), errno(e)));
         }
         for (k, v) in self.img.xattrs(ino)?.0 {
             let k = OsStr::from_bytes(&k);
@@ -618,8 +623,8 @@ impl Walk<'_> {
             if let Err(e) = set {
                 self.note(format!(
                     "{}: xattr {}: {e}",
-                    name.to_string_lossy(),
-                    k.to_string_lossy()
+                    quoted(name.as_ref()),
+                    terminal_name(k.as_bytes())
                 ));
             }
         }
@@ -629,7 +634,7 @@ impl Walk<'_> {
                 Target::Fd(f) => fchmod(f, mode).map_err(errno),
                 Target::At(d, n) => chmod_at(d, n, mode),
             };
-            changed.map_err(io_err(name.to_string_lossy()))?;
+            changed.map_err(io_err(quoted(name.as_ref())))?;
         }
         let ts = TimeSpec::new(r.mtime_sec as _, r.mtime_nsec as _);
         let timed = match t {
@@ -637,7 +642,7 @@ impl Walk<'_> {
             Target::At(d, n) => utimensat(d, n, &ts, &ts, UtimensatFlags::NoFollowSymlink),
         };
         if let Err(e) = timed {
-            self.note(format!("{}: mtime: {}", name.to_string_lossy(), errno(e)));
+            self.note(format!("{}: mtime: {}", quoted(name.as_ref()), errno(e)));
         }
         Ok(())
     }
@@ -826,10 +831,8 @@ impl Dirs {
         let mut cur = self.levels[j].fd.clone().expect("found open");
         for l in &self.levels[j + 1..=k] {
             let next = open_dir(&cur, &l.name).map_err(|e| match e {
-                Errno::ENOTDIR | Errno::ELOOP => {
-                    ExtractError::NotADirectory(rel.display().to_string())
-                }
-                e => io_err(rel.display().to_string())(errno(e)),
+                Errno::ENOTDIR | Errno::ELOOP => ExtractError::NotADirectory(quoted(rel)),
+                e => io_err(quoted(rel))(errno(e)),
             })?;
             cur = Rc::new(next);
         }

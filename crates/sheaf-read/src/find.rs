@@ -789,6 +789,8 @@ struct Ctx<'a> {
     img: &'a Image,
     start: &'a [u8],
     names: crate::ident::Names,
+    /// How `-printf` quotes names: set when the output is a terminal.
+    quote: Option<fn(&[u8]) -> String>,
 }
 
 impl Ctx<'_> {
@@ -802,6 +804,15 @@ impl Ctx<'_> {
 
     /// One `-printf` directive `f` (`next` is the byte after it) into `v`;
     /// whether `next` was part of it (`%Tk`).
+    /// A name (or path) from the image in `-printf` output: raw, or quoted
+    /// when the output is a terminal, as `-print` does.
+    fn name_to(&self, v: &mut impl Write, name: &[u8]) -> std::io::Result<()> {
+        match self.quote {
+            Some(q) => v.write_all(q(name).as_bytes()),
+            _ => v.write_all(name),
+        }
+    }
+
     fn directive(
         &mut self,
         v: &mut impl Write,
@@ -815,20 +826,20 @@ impl Ctx<'_> {
         let mut used = false;
         match f {
             b'%' => v.write_all(b"%")?,
-            b'p' => v.write_all(path)?,
+            b'p' => self.name_to(v, path)?,
             b'P' => {
                 let rel = path.strip_prefix(self.start).unwrap_or(path);
-                v.write_all(rel.strip_prefix(b"/").unwrap_or(rel))?
+                self.name_to(v, rel.strip_prefix(b"/").unwrap_or(rel))?
             }
-            b'H' => v.write_all(self.start)?,
-            b'f' => v.write_all(base(path))?,
+            b'H' => self.name_to(v, self.start)?,
+            b'f' => self.name_to(v, base(path))?,
             b'h' => {
                 let d = match path.iter().rposition(|&b| b == b'/') {
                     Some(0) => &b"/"[..],
                     Some(k) => &path[..k],
                     None => &b"."[..],
                 };
-                v.write_all(d)?
+                self.name_to(v, d)?
             }
             b'd' => write!(v, "{depth}")?,
             b's' => write!(v, "{}", ino.stat_size())?,
@@ -839,7 +850,8 @@ impl Ctx<'_> {
             b'y' => v.write_all(&[type_letter(ino.file_type())])?,
             b'l' => {
                 if ino.file_type() == FileType::Symlink {
-                    v.write_all(&self.img.read_link(ino)?)?
+                    let t = self.img.read_link(ino)?;
+                    self.name_to(v, &t)?
                 }
             }
             b'u' => {
@@ -893,6 +905,7 @@ pub fn run<W: Write>(
             img,
             start,
             names: crate::ident::Names::default(),
+            quote,
         },
         now: now_s,
         scratch: Vec::new(),

@@ -171,3 +171,98 @@ impl SeenMerged {
         Ok(())
     }
 }
+
+/// A name from an image as GNU `ls` shows it on a terminal (its
+/// `shell-escape` quoting): unchanged when every byte is plain; else in
+/// single quotes, with control bytes, bytes that are not UTF-8 and DEL as
+/// `$'\NNN'` (octal). An image's names never reach the terminal raw, so
+/// none can send it escape sequences. The one quoting for every name from
+/// an image printed to a terminal (`ls`, `find`, `du`, `info`) and for
+/// every error line that names an entry (always: errors go to stderr).
+pub fn terminal_name(name: &[u8]) -> String {
+    let plain = |c: char| c.is_alphanumeric() || "-_./+,:@%=^".contains(c);
+    let text = std::str::from_utf8(name).ok();
+    if let Some(t) = text {
+        if !t.is_empty() && t.chars().all(plain) {
+            return t.to_string();
+        }
+        // A quote but nothing a double-quoted word would expand: "it's".
+        if t.contains('\'') && !t.chars().any(|c| c.is_control() || "$`\\\"!".contains(c)) {
+            return format!("\"{t}\"");
+        }
+    }
+    // `open`: inside '...'; `esc`: the last thing written was $'...', which
+    // the next escape joins ($'\a\033', as ls writes it).
+    fn escape(out: &mut String, open: &mut bool, esc: &mut bool, byte: u8) {
+        if *open {
+            out.push('\'');
+            *open = false;
+        }
+        if out.is_empty() {
+            out.push_str("''");
+        }
+        let e = match byte {
+            7 => "\\a".to_string(),
+            8 => "\\b".to_string(),
+            9 => "\\t".to_string(),
+            10 => "\\n".to_string(),
+            11 => "\\v".to_string(),
+            12 => "\\f".to_string(),
+            13 => "\\r".to_string(),
+            b => format!("\\{b:03o}"),
+        };
+        if *esc {
+            out.pop();
+            out.push_str(&format!("{e}'"));
+        } else {
+            out.push_str(&format!("$'{e}'"));
+        }
+        *esc = true;
+    }
+    let mut out = String::new();
+    let (mut open, mut esc) = (false, false);
+    let mut rest = name;
+    while !rest.is_empty() {
+        let (valid, bad) = match std::str::from_utf8(rest) {
+            Ok(s) => (s, &rest[rest.len()..]),
+            Err(e) => (
+                std::str::from_utf8(&rest[..e.valid_up_to()]).expect("valid prefix"),
+                &rest[e.valid_up_to()..],
+            ),
+        };
+        for c in valid.chars() {
+            if c.is_control() {
+                let mut b = [0u8; 4];
+                for byte in c.encode_utf8(&mut b).bytes() {
+                    escape(&mut out, &mut open, &mut esc, byte);
+                }
+            } else if c == '\'' {
+                if open {
+                    out.push('\'');
+                    open = false;
+                }
+                out.push_str("\\'");
+                esc = false;
+            } else {
+                esc = false;
+                if !open {
+                    out.push('\'');
+                    open = true;
+                }
+                out.push(c);
+            }
+        }
+        let Some((&first, more)) = bad.split_first() else {
+            break;
+        };
+        escape(&mut out, &mut open, &mut esc, first);
+        rest = more;
+    }
+    if open {
+        out.push('\'');
+    }
+    if out.is_empty() {
+        out.push_str("''");
+    }
+    out
+}
