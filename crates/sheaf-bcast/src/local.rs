@@ -114,7 +114,7 @@ impl Install {
         };
         // The copy becomes the image: readable as a file made with the
         // umask would be (temporaries are made 0600).
-        let mode = 0o666 & !current_umask();
+        let mode = 0o666 & !sheaf_dir::umask();
         sheaf_dir::set_mode(&me.file, mode).map_err(shown)?;
         me.file.set_len(len).map_err(shown)?;
         // SAFETY: fallocate on an fd we own.
@@ -165,7 +165,7 @@ impl Install {
                 .file_name()
                 .map(OsStr::to_os_string)
                 .ok_or_else(|| format!("{}: not a file name", d.display()))?;
-            let mode = 0o666 & !current_umask();
+            let mode = 0o666 & !sheaf_dir::umask();
             self.dir
                 .write_atomic(&d_name, sig, mode)
                 .map_err(|e| e.to_string())?;
@@ -176,16 +176,6 @@ impl Install {
         self.done = true;
         let _ = self.dir.sync();
         Ok(())
-    }
-}
-
-/// This process's umask (read by setting it and back).
-fn current_umask() -> u32 {
-    // SAFETY: umask has no preconditions; it is set back at once.
-    unsafe {
-        let m = libc::umask(0o022);
-        libc::umask(m);
-        m
     }
 }
 

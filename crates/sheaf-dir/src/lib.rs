@@ -458,6 +458,13 @@ impl Dir {
     }
 }
 
+/// This process's umask (read by setting it and back at once).
+pub fn umask() -> u32 {
+    let m = rustix::process::umask(Mode::from_raw_mode(0o022));
+    rustix::process::umask(m);
+    m.bits()
+}
+
 /// Set the permission bits of the open file `f` (`fchmod`: the file, never
 /// a name resolved again).
 pub fn set_mode(f: &File, mode: u32) -> io::Result<()> {

@@ -18,6 +18,7 @@ const GUARDED: &[&str] = &[
     "sheaf-net/src/cache.rs",
     "sheaf-read/src/extract.rs",
     "sheaf-build/src/upper.rs",
+    "sheaf-build/src/lib.rs",
     "sheaf-mount/src/union",
     "sheaf-cli/src/pool.rs",
     "sheaf-cli/src/bcast.rs",
