@@ -10,7 +10,7 @@
 
 use crate::normalize::{Absolute, LinkKey, TreeBuilder};
 use crate::options::{BuildError, BuildOptions};
-use crate::pack::Packer;
+use crate::pack::{Dense, Packer};
 use crate::scan::Problems;
 use crate::tree::{Kind, NodeId, Tree};
 use sheaf_format::{FileType, XattrSet};
@@ -95,8 +95,8 @@ pub fn read_entries<W: Write + Send + 'static>(
     let mut b = TreeBuilder::new(opts, Absolute::Strip)?;
     let name = src.name();
     let shown = |p: &[u8]| match name.as_str() {
-        "" => String::from_utf8_lossy(p).into_owned(),
-        n => format!("{n}: {}", String::from_utf8_lossy(p)),
+        "" => crate::normalize::shown(p),
+        n => format!("{n}: {}", crate::normalize::shown(p)),
     };
     let bad = |p: &[u8], d: &str| BuildError::BadInput {
         path: shown(p),
@@ -149,7 +149,7 @@ pub fn read_entries<W: Write + Send + 'static>(
                 let id = b.tree.nodes.len() as NodeId;
                 let rel = p.joined();
                 packer.set_group_of(&rel);
-                match packer.add_file(&mut r, None, &shown(&rel), id) {
+                match packer.add_file(&mut Dense(&mut r), &shown(&rel), id, cancel) {
                     Ok((size, range)) => b.tree.file_kind(size, range),
                     Err(BuildError::Input { path, cause }) if opts.skip_errors => {
                         problems.handle(Path::new(&path), cause)?;

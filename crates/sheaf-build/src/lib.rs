@@ -107,33 +107,46 @@ pub struct BaseReport {
 }
 
 /// Temporary output that is removed unless [`TempOut::commit`] is reached.
+///
+/// The output's directory may be writable by others (a shared pool
+/// location, a scratch directory): the temporary is made there by
+/// descriptor under an unpredictable name, `O_EXCL`, and renamed over the
+/// output by descriptor (`sheaf_dir`), so a name planted there is never
+/// written through.
 struct TempOut {
+    /// The temporary, for messages and the skip list.
     tmp: PathBuf,
     dest: PathBuf,
+    dir: sheaf_dir::Dir,
+    tmp_name: std::ffi::OsString,
+    dest_name: std::ffi::OsString,
     done: bool,
 }
 
 impl TempOut {
     /// A temporary file beside `output`, removed unless committed.
     fn create(output: &Path) -> std::io::Result<(File, TempOut)> {
-        let dir = match output.parent() {
+        let dir_path = match output.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
         let fname = output.file_name().ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")
         })?;
-        let tmp = dir.join(format!(
-            ".{}.sheaf-tmp.{}",
-            fname.to_string_lossy(),
-            std::process::id()
-        ));
-        let file = File::create(&tmp)?;
+        let dir = sheaf_dir::Dir::open(&dir_path)?;
+        let (tmp_name, file) =
+            dir.temp_file(&format!(".{}.sheaf-tmp.", fname.to_string_lossy()), "")?;
+        // The image is made as a plain create would make it (0666 less the
+        // umask); temporaries start 0600.
+        sheaf_dir::set_mode(&file, 0o666 & !sheaf_dir::umask())?;
         Ok((
             file,
             TempOut {
-                tmp,
+                tmp: dir_path.join(&tmp_name),
                 dest: output.to_path_buf(),
+                dir,
+                tmp_name,
+                dest_name: fname.to_os_string(),
                 done: false,
             },
         ))
@@ -164,10 +177,13 @@ fn finish_output(
     if cancel.load(Ordering::Relaxed) {
         return Err(BuildError::Interrupted);
     }
-    if !force && guard.dest.symlink_metadata().is_ok() {
+    if !force && guard.dir.stat(&guard.dest_name).is_ok() {
         return Err(BuildError::Exists(shown));
     }
-    std::fs::rename(&guard.tmp, &guard.dest).map_err(out_err)?;
+    guard
+        .dir
+        .rename(&guard.tmp_name, &guard.dest_name)
+        .map_err(out_err)?;
     guard.done = true;
     Ok(len)
 }
@@ -175,7 +191,7 @@ fn finish_output(
 impl Drop for TempOut {
     fn drop(&mut self) {
         if !self.done {
-            let _ = std::fs::remove_file(&self.tmp);
+            let _ = self.dir.remove_file(&self.tmp_name);
         }
     }
 }
@@ -782,7 +798,6 @@ impl DirInput<'_> {
                     continue;
                 }
             };
-            let probe = f.try_clone().ok();
             {
                 use std::os::unix::ffi::OsStrExt;
                 packer.set_group_of(rel.as_os_str().as_bytes());
@@ -791,7 +806,7 @@ impl DirInput<'_> {
                     packer.set_version_in(&b.image, &b.refs, old)?;
                 }
             }
-            match packer.add_file(&mut f, probe.as_ref(), &path.display().to_string(), id) {
+            match packer.add_file(&mut f, &path.display().to_string(), id, cancel) {
                 Ok((size, range)) => {
                     tree.nodes[id as usize].kind = tree.file_kind(size, range);
                     if let Some(r) = rep.as_mut() {

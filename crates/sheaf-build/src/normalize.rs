@@ -18,6 +18,10 @@
 //!   contents. A parent that exists as anything but a directory (a file, or
 //!   a symlink: the "symlink parent" trick) is refused, so nothing is ever
 //!   placed through a link.
+//! - **Depth**: a path of more than [`MAX_DEPTH`] components is refused
+//!   ([`Refused::TooDeep`]). Below it, memory is linear in the entries and
+//!   their path bytes: a directory is found by its parent and its own
+//!   name, never by its whole path.
 //! - **The root** takes the attributes of an entry with an empty path, which
 //!   must be a directory.
 //! - **Duplicates**: a directory entry for a path that is a directory
@@ -106,6 +110,13 @@ pub enum Absolute {
     Refuse,
 }
 
+/// The most components a path may have (docs/build.md, "Limits on
+/// input"): twice the deepest tree a `PATH_MAX` (4096-byte) path can name
+/// with one-byte names. A deeper entry is refused in one line; everything a
+/// build does per level (implicit parents, `--exclude` of each ancestor, a
+/// walk's stack) stays bounded by it.
+pub const MAX_DEPTH: usize = 4096;
+
 /// Why an entry's path is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -113,6 +124,8 @@ pub enum Refused {
     ClimbsOut,
     /// A leading `/` under [`Absolute::Refuse`].
     Absolute,
+    /// More than [`MAX_DEPTH`] components.
+    TooDeep,
 }
 
 impl std::fmt::Display for Refused {
@@ -120,6 +133,7 @@ impl std::fmt::Display for Refused {
         f.write_str(match self {
             Refused::ClimbsOut => "path climbs out with '..'",
             Refused::Absolute => "absolute path in an image layer",
+            Refused::TooDeep => "path deeper than 4096 levels (sheaf's limit)",
         })
     }
 }
@@ -143,15 +157,35 @@ impl<'a> EntryPath<'a> {
     }
 }
 
-/// Split on `/`, dropping empty and `.` components; refuse `..`.
+/// A path as messages show it: lossy UTF-8, cut after 256 bytes (a
+/// hostile path may be megabytes long; a message stays one short line).
+pub fn shown(raw: &[u8]) -> String {
+    const MAX: usize = 256;
+    if raw.len() <= MAX {
+        return String::from_utf8_lossy(raw).into_owned();
+    }
+    format!(
+        "{}... ({} bytes)",
+        String::from_utf8_lossy(&raw[..MAX]),
+        raw.len()
+    )
+}
+
+/// Split on `/`, dropping empty and `.` components; refuse `..` and more
+/// than [`MAX_DEPTH`] components.
 fn split(raw: &[u8]) -> Result<EntryPath<'_>, Refused> {
     let mut v = Vec::new();
+    let mut deep = false;
     for c in raw.split(|&b| b == b'/') {
         match c {
             b"" | b"." => {}
             b".." => return Err(Refused::ClimbsOut),
+            _ if v.len() == MAX_DEPTH => deep = true,
             c => v.push(c),
         }
+    }
+    if deep {
+        return Err(Refused::TooDeep);
     }
     Ok(EntryPath(v))
 }
@@ -173,8 +207,10 @@ pub struct TreeBuilder {
     excl: Excluder,
     absolute: Absolute,
     implicit: Meta,
-    /// Directories by joined path ("" is the root).
-    dirs: HashMap<Vec<u8>, NodeId>,
+    /// Directories by parent and name (the root is in none): each level
+    /// holds its own name only, so a deep path costs its length, not the
+    /// square of it.
+    dirs: HashMap<(NodeId, Box<[u8]>), NodeId>,
     /// The first node of each hardlinked inode.
     links: HashMap<LinkKey, NodeId>,
 }
@@ -190,7 +226,7 @@ impl TreeBuilder {
             excl: Excluder::new(&opts.exclude)?,
             absolute,
             implicit,
-            dirs: HashMap::from([(Vec::new(), 0)]),
+            dirs: HashMap::new(),
             links: HashMap::new(),
         })
     }
@@ -208,9 +244,28 @@ impl TreeBuilder {
         split(raw)
     }
 
-    /// Whether the path or one of its ancestors is excluded.
+    /// Whether the path or one of its ancestors is excluded. Ancestors
+    /// that are directories of the tree already were checked when the
+    /// entry that made them came (an excluded entry makes none), so only
+    /// the rest are matched.
     pub fn excluded(&self, p: &EntryPath) -> bool {
-        (1..=p.0.len()).any(|n| self.excluded_rel(&p.0[..n].join(&b'/')))
+        if self.excl.0.is_empty() {
+            return false;
+        }
+        let mut prefix = Vec::new();
+        let mut cur = Some(0);
+        for (i, c) in p.0.iter().enumerate() {
+            if i > 0 {
+                prefix.push(b'/');
+            }
+            prefix.extend_from_slice(c);
+            let last = i + 1 == p.0.len();
+            cur = cur.and_then(|d| self.dirs.get(&(d, Box::from(*c))).copied());
+            if (cur.is_none() || last) && self.excluded_rel(&prefix) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether one relative path (not its ancestors) is excluded: for a walk,
@@ -230,29 +285,32 @@ impl TreeBuilder {
 
     fn dir(&mut self, comps: &[&[u8]]) -> Result<NodeId, String> {
         let mut cur = 0;
-        let mut path = Vec::new();
-        for c in comps {
-            if !path.is_empty() {
-                path.push(b'/');
-            }
-            path.extend_from_slice(c);
-            cur = match self.dirs.get(&path) {
+        for (i, c) in comps.iter().enumerate() {
+            let key = (cur, Box::<[u8]>::from(*c));
+            cur = match self.dirs.get(&key) {
                 Some(&d) => d,
                 None => {
                     if self.tree.child(cur, c).is_some() {
                         return Err(format!(
                             "{} is not a directory",
-                            String::from_utf8_lossy(&path)
+                            String::from_utf8_lossy(&comps[..=i].join(&b'/'))
                         ));
                     }
                     let node = self.tree.node(self.implicit, Kind::Dir(Box::default()), 0);
                     let d = self.tree.add(cur, c, node);
-                    self.dirs.insert(path.clone(), d);
+                    self.dirs.insert(key, d);
                     d
                 }
             };
         }
         Ok(cur)
+    }
+
+    /// The directory at `comps`, if the tree has it; makes none.
+    fn find_dir(&self, comps: &[&[u8]]) -> Option<NodeId> {
+        comps.iter().try_fold(0, |cur, c| {
+            self.dirs.get(&(cur, Box::<[u8]>::from(*c))).copied()
+        })
     }
 
     /// The earlier node a hardlink names, if any.
@@ -266,7 +324,7 @@ impl TreeBuilder {
     pub fn linked_path(&self, target: &[u8]) -> Option<NodeId> {
         let p = split(target).ok()?;
         let (leaf, parents) = p.0.split_last()?;
-        let d = *self.dirs.get(&parents.join(&b'/'))?;
+        let d = self.find_dir(parents)?;
         self.tree
             .child(d, leaf)
             .filter(|&t| !matches!(self.tree.nodes[t as usize].kind, Kind::Dir(_)))
@@ -304,7 +362,7 @@ impl TreeBuilder {
         if !is_dir {
             return Ok(self.add(parent, leaf, meta, kind, xattrs, link));
         }
-        let key = p.joined();
+        let key = (parent, Box::<[u8]>::from(leaf));
         if let Some(&d) = self.dirs.get(&key) {
             self.tree.set_meta(d, meta, xattrs);
             return Ok(d);

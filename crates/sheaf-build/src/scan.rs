@@ -4,7 +4,7 @@
 //! hardlinks by `(dev, ino)`). A walk knows each entry's parent and never
 //! enters an excluded directory, so it adds entries by parent and name.
 
-use crate::normalize::{Absolute, LinkKey, TreeBuilder};
+use crate::normalize::{Absolute, LinkKey, Refused, TreeBuilder, MAX_DEPTH};
 use crate::options::{BuildError, BuildOptions};
 use crate::tree::{Kind, Meta, NodeId, Tree};
 use sheaf_format::XattrSet;
@@ -129,8 +129,9 @@ pub fn scan_dir(
         }
     };
     b.tree.set_meta(0, root_meta, xattrs);
-    let mut stack: Vec<(NodeId, PathBuf)> = vec![(0, PathBuf::new())];
-    while let Some((dir, rel)) = stack.pop() {
+    // Each directory to list, its path and its depth (the root's is 0).
+    let mut stack: Vec<(NodeId, PathBuf, usize)> = vec![(0, PathBuf::new(), 0)];
+    while let Some((dir, rel, depth)) = stack.pop() {
         let full = root.join(&rel);
         let (base, _held) = match dir_handle(root, &rel) {
             Ok(h) => h,
@@ -163,6 +164,10 @@ pub fn scan_dir(
             // `path` is for system calls, `shown` for messages.
             let path = base.join(&name);
             let shown = root.join(&rel_child);
+            if depth >= MAX_DEPTH {
+                problems.handle(&shown, std::io::Error::other(Refused::TooDeep.to_string()))?;
+                continue;
+            }
             let md = match fs::symlink_metadata(&path) {
                 Ok(m) => m,
                 Err(e) => {
@@ -207,7 +212,7 @@ pub fn scan_dir(
             let is_dir = matches!(kind, Kind::Dir(_));
             let id = b.add(dir, bname, meta_of(&b, &md), kind, xattrs, link);
             if is_dir {
-                stack.push((id, rel_child));
+                stack.push((id, rel_child, depth + 1));
             }
         }
     }

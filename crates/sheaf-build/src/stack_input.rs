@@ -87,7 +87,7 @@ fn read_err(path: &[u8], e: sheaf_read::ReadError) -> BuildError {
         path: if path.is_empty() {
             "/".into()
         } else {
-            String::from_utf8_lossy(path).into_owned()
+            crate::normalize::shown(path)
         },
         detail: e.to_string(),
     }

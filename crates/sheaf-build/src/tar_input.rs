@@ -8,7 +8,7 @@
 use crate::dict;
 use crate::normalize::{Absolute, TreeBuilder};
 use crate::options::{BuildError, BuildOptions};
-use crate::pack::Packer;
+use crate::pack::{Dense, FileData, Packer};
 use crate::scan::Problems;
 use crate::tree::{Kind, NodeId, Tree};
 use sheaf_format::XattrSet;
@@ -92,6 +92,7 @@ impl HeldBack {
         tree: &mut Tree,
         pack_size: u64,
         name: &str,
+        cancel: &std::sync::atomic::AtomicBool,
     ) -> Result<(), BuildError> {
         if !std::mem::take(&mut self.holding) {
             return Ok(());
@@ -111,7 +112,7 @@ impl HeldBack {
         for (i, &(id, _, group)) in files.iter().enumerate() {
             packer.set_group(group);
             // Read from memory: `name` (the archive) is only for messages.
-            let (size, range) = packer.add_file(&mut bytes(i), None, name, id)?;
+            let (size, range) = packer.add_file(&mut Dense(bytes(i)), name, id, cancel)?;
             tree.nodes[id as usize].kind = tree.file_kind(size, range);
         }
         Ok(())
@@ -171,7 +172,8 @@ fn read_entries<W: Write + Send + 'static>(
         path: name.to_string(),
         cause: e,
     };
-    let mut ar = tar::Archive::new(input);
+    let tap = Tap::new(input);
+    let mut ar = tar::Archive::new(tap.clone());
     let mut count = 0u64;
     let pack_size = opts.pack_block_size() as u64;
     let mut held = HeldBack::new(opts.trains_dictionary());
@@ -194,7 +196,7 @@ fn read_entries<W: Write + Send + 'static>(
         if let Some((_, v)) = pax.iter().rev().find(|(k, _)| k == b"GNU.sparse.name") {
             path = v.clone();
         }
-        let shown = String::from_utf8_lossy(&path).into_owned();
+        let shown = crate::normalize::shown(&path);
         let comps = match t.path(&path) {
             Ok(p) => p,
             Err(why) => {
@@ -226,7 +228,10 @@ fn read_entries<W: Write + Send + 'static>(
                         sparse.get_or_insert((Vec::new(), 0)).1 = std::str::from_utf8(v)
                             .ok()
                             .and_then(|s| s.parse().ok())
-                            .ok_or_else(|| bad(format!("{shown}: bad GNU.sparse.realsize")))?
+                            .filter(|&n| n <= MAX_FILE_SIZE)
+                            .ok_or_else(|| {
+                                bad(format!("{shown}: bad GNU.sparse.realsize (at most {MAX_FILE_SIZE})"))
+                            })?
                     }
                     b"GNU.sparse.size" | b"GNU.sparse.map" | b"GNU.sparse.numblocks" => {
                         return Err(bad(format!(
@@ -312,10 +317,17 @@ fn read_entries<W: Write + Send + 'static>(
                 let id = t.tree.nodes.len() as NodeId;
                 packer.set_group_of(&comps.joined());
                 let (size, range) = match (&sparse, sparse_major.as_deref()) {
-                    (Some((_, real)), Some(b"1")) => {
-                        let mut r = PaxSparse::new(&mut e, *real)
+                    _ if etype == EntryType::GNUSparse => {
+                        let map = gnu_sparse_map(&h, &tap, e.raw_header_position())
                             .map_err(|e| bad(format!("{shown}: bad sparse map: {e}")))?;
-                        packer.add_file(&mut r, None, &what, id)?
+                        let (segs, real) = map;
+                        let mut r = SparseData::new(TapRaw(&tap), segs, real);
+                        packer.add_file(&mut r, &what, id, cancel)?
+                    }
+                    (Some((_, real)), Some(b"1")) => {
+                        let mut r = SparseData::pax(&mut e, *real)
+                            .map_err(|e| bad(format!("{shown}: bad sparse map: {e}")))?;
+                        packer.add_file(&mut r, &what, id, cancel)?
                     }
                     (Some(_), _) => {
                         return Err(bad(format!("{shown}: unsupported PAX sparse version")))
@@ -328,11 +340,11 @@ fn read_entries<W: Write + Send + 'static>(
                         t.put(parent, &comps, meta, kind, xattrs, None)
                             .expect("not the root");
                         if held.full() {
-                            held.release(packer, &mut t.tree, pack_size, name)?;
+                            held.release(packer, &mut t.tree, pack_size, name, cancel)?;
                         }
                         continue;
                     }
-                    (None, _) => packer.add_file(&mut e, None, &what, id)?,
+                    (None, _) => packer.add_file(&mut Dense(&mut e), &what, id, cancel)?,
                 };
                 kind = t.tree.file_kind(size, range);
             }
@@ -340,24 +352,201 @@ fn read_entries<W: Write + Send + 'static>(
         t.put(parent, &comps, meta, kind, xattrs, None)
             .expect("not the root");
     }
-    held.release(packer, &mut t.tree, pack_size, name)?;
+    held.release(packer, &mut t.tree, pack_size, name, cancel)?;
     if count == 0 && !layer {
         return Err(bad("empty or not a tar archive".into()));
     }
     Ok(t.finish())
 }
 
-/// Expands a PAX 1.0 sparse member: a text map (`count\n` then `offset\n
-/// size\n` pairs, padded to 512 bytes) followed by the data segments.
-struct PaxSparse<'a, R: Read> {
-    inner: &'a mut R,
+/// The largest file size a tar member may claim: a file's size is an
+/// `off_t` on Linux, so no larger file can be extracted or served
+/// (docs/build.md, "Limits on input").
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
+/// The most bytes of headers kept to read a GNU sparse member's map back
+/// (its extension headers, 21 segments in each 512 bytes: 700,000 or so).
+const TAP_LOG: usize = 16 << 20;
+
+/// The archive as the tar reader sees it, shared with this module: it
+/// keeps the last run of header-sized reads (so the extension headers of a
+/// GNU sparse member, which the tar crate reads and does not hand over,
+/// can be read back), and lets this module read a member's data itself
+/// ([`TapRaw`]), the tar reader then being handed zeros in their place
+/// when it skips over them. The tar crate expands a GNU sparse member's
+/// holes into zeros byte by byte: a member claiming 1 EiB took forever.
+struct Tap<R>(std::rc::Rc<std::cell::RefCell<TapState<R>>>);
+
+struct TapState<R> {
+    inner: R,
+    /// Bytes the tar reader has read.
+    pos: u64,
+    /// The bytes at `log_start..pos`, read in header-sized reads.
+    log: Vec<u8>,
+    log_start: u64,
+    /// Bytes read by [`TapRaw`] that the tar reader has still to skip.
+    owed: u64,
+}
+
+impl<R> Clone for Tap<R> {
+    fn clone(&self) -> Self {
+        Tap(self.0.clone())
+    }
+}
+
+impl<R: Read> Tap<R> {
+    fn new(inner: R) -> Self {
+        Tap(std::rc::Rc::new(std::cell::RefCell::new(TapState {
+            inner,
+            pos: 0,
+            log: Vec::new(),
+            log_start: 0,
+            owed: 0,
+        })))
+    }
+
+    /// The bytes the tar reader read from `from` on, if they are all kept.
+    fn logged_since(&self, from: u64) -> Option<Vec<u8>> {
+        let s = self.0.borrow();
+        let skip = usize::try_from(from.checked_sub(s.log_start)?).ok()?;
+        s.log.get(skip..).map(|b| b.to_vec())
+    }
+}
+
+impl<R: Read> Read for Tap<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut s = self.0.borrow_mut();
+        let s = &mut *s;
+        if s.owed > 0 {
+            let n = buf.len().min(usize::try_from(s.owed).unwrap_or(usize::MAX));
+            buf[..n].fill(0);
+            s.owed -= n as u64;
+            s.pos += n as u64;
+            s.log.clear();
+            s.log_start = s.pos;
+            return Ok(n);
+        }
+        let n = s.inner.read(buf)?;
+        if buf.len() <= 512 {
+            if s.log.len() + n > TAP_LOG {
+                let drop = s.log.len() / 2;
+                s.log.drain(..drop);
+                s.log_start += drop as u64;
+            }
+            s.log.extend_from_slice(&buf[..n]);
+        } else {
+            s.log.clear();
+            s.log_start = s.pos + n as u64;
+        }
+        s.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Reads the current member's data past the tar reader (see [`Tap`]).
+struct TapRaw<'a, R>(&'a Tap<R>);
+
+impl<R: Read> Read for TapRaw<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut s = self.0 .0.borrow_mut();
+        let n = s.inner.read(buf)?;
+        s.owed += n as u64;
+        Ok(n)
+    }
+}
+
+/// The data segments and size of a GNU sparse member (type `S`) whose
+/// header is `h` at `at` in the archive: four in the header, 21 in each
+/// extension header after it (read back from `tap`).
+fn gnu_sparse_map<R: Read>(
+    h: &tar::Header,
+    tap: &Tap<R>,
+    at: u64,
+) -> std::io::Result<(Vec<(u64, u64)>, u64)> {
+    let other = std::io::Error::other;
+    let gnu = h.as_gnu().ok_or_else(|| other("not a GNU header"))?;
+    let real = gnu.real_size()?;
+    if real > MAX_FILE_SIZE {
+        return Err(std::io::Error::other(format!(
+            "claims {real} bytes, more than a file can hold ({MAX_FILE_SIZE})"
+        )));
+    }
+    let mut segs = Vec::new();
+    let mut add = |s: &tar::GnuSparseHeader| -> std::io::Result<()> {
+        if !s.is_empty() {
+            segs.push((s.offset()?, s.length()?));
+        }
+        Ok(())
+    };
+    for s in &gnu.sparse {
+        add(s)?;
+    }
+    if gnu.is_extended() {
+        let ext = tap
+            .logged_since(at + 512)
+            .ok_or_else(|| other("more extension headers than sheaf reads"))?;
+        let mut more = true;
+        for b in ext.chunks(512) {
+            if !more || b.len() < 512 {
+                return Err(other("extension headers do not match"));
+            }
+            let mut x = tar::GnuExtSparseHeader::new();
+            x.as_mut_bytes().copy_from_slice(b);
+            for s in x.sparse() {
+                add(s)?;
+            }
+            more = x.is_extended();
+        }
+        if more {
+            return Err(other("extension headers end early"));
+        }
+    }
+    check_segments(&segs, real)?;
+    let stored: u64 = segs.iter().map(|s| s.1).sum();
+    if stored != h.entry_size()? {
+        return Err(other("segments do not add up to the stored size"));
+    }
+    Ok((segs, real))
+}
+
+/// Segments in order, not overlapping, within the file's size.
+fn check_segments(segs: &[(u64, u64)], real: u64) -> std::io::Result<()> {
+    let mut end = 0;
+    for &(off, len) in segs {
+        if off < end || off.checked_add(len).is_none_or(|e| e > real) {
+            return Err(std::io::Error::other(
+                "segments out of order or beyond the size",
+            ));
+        }
+        end = off + len;
+    }
+    Ok(())
+}
+
+/// A sparse member's file: its data segments, read from `inner` one after
+/// another, and zeros between them, the holes that whole blocks span
+/// skipped unread ([`FileData::hole_blocks`]) so that a member claiming
+/// any size costs its data, not its size.
+struct SparseData<R: Read> {
+    inner: R,
     segs: std::collections::VecDeque<(u64, u64)>,
     pos: u64,
     real: u64,
 }
 
-impl<'a, R: Read> PaxSparse<'a, R> {
-    fn new(inner: &'a mut R, real: u64) -> std::io::Result<Self> {
+impl<R: Read> SparseData<R> {
+    fn new(inner: R, segs: Vec<(u64, u64)>, real: u64) -> Self {
+        SparseData {
+            inner,
+            segs: segs.into(),
+            pos: 0,
+            real,
+        }
+    }
+
+    /// A PAX 1.0 sparse member: a text map (`count\n` then `offset\n
+    /// size\n` pairs, padded to 512 bytes) followed by the data segments.
+    fn pax(mut inner: R, real: u64) -> std::io::Result<Self> {
         let mut consumed = 0u64;
         let mut number = || -> std::io::Result<u64> {
             let mut v: u64 = 0;
@@ -380,30 +569,18 @@ impl<'a, R: Read> PaxSparse<'a, R> {
             }
         };
         let n = number()?;
-        let mut segs = std::collections::VecDeque::new();
-        let mut end = 0;
+        let mut segs = Vec::new();
         for _ in 0..n {
-            let (off, len) = (number()?, number()?);
-            if off < end || off.checked_add(len).is_none_or(|e| e > real) {
-                return Err(std::io::Error::other(
-                    "segments out of order or beyond the size",
-                ));
-            }
-            end = off + len;
-            segs.push_back((off, len));
+            segs.push((number()?, number()?));
         }
+        check_segments(&segs, real)?;
         let pad = (512 - consumed % 512) % 512;
         std::io::copy(&mut inner.by_ref().take(pad), &mut std::io::sink())?;
-        Ok(PaxSparse {
-            inner,
-            segs,
-            pos: 0,
-            real,
-        })
+        Ok(SparseData::new(inner, segs, real))
     }
 }
 
-impl<R: Read> Read for PaxSparse<'_, R> {
+impl<R: Read> Read for SparseData<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         while let Some(&(off, len)) = self.segs.front() {
             if self.pos >= off + len {
@@ -431,5 +608,22 @@ impl<R: Read> Read for PaxSparse<'_, R> {
         buf[..n].fill(0);
         self.pos += n as u64;
         Ok(n)
+    }
+}
+
+impl<R: Read> FileData for SparseData<R> {
+    fn hole_blocks(&mut self, at: u64, bs: u64) -> std::io::Result<u64> {
+        debug_assert_eq!(at, self.pos);
+        while self.segs.front().is_some_and(|&(o, l)| self.pos >= o + l) {
+            self.segs.pop_front();
+        }
+        let next = self.segs.front().map_or(self.real, |&(o, _)| o);
+        let skip = next.saturating_sub(self.pos) / bs * bs;
+        self.pos += skip;
+        Ok(skip)
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.real)
     }
 }

@@ -567,14 +567,16 @@ impl<W: Write + Send + 'static> Packer<W> {
     /// chunks are. `file` is the caller's id for it: a later file with the
     /// same content gets [`FileRange::SameAs`] this id (so only files that
     /// are kept may be given one, each its own).
-    /// `name` is only used in messages. With `sparse`, the same file is
-    /// probed with `SEEK_DATA` so whole-block holes are skipped unread.
+    /// `name` is only used in messages. Whole-block holes `r` knows of
+    /// ([`FileData::hole_blocks`]: `SEEK_DATA`, a tar sparse map) are
+    /// skipped unread, at no cost per byte; `cancel` is polled at every
+    /// block.
     pub fn add_file(
         &mut self,
-        r: &mut dyn Read,
-        sparse: Option<&std::fs::File>,
+        r: &mut dyn FileData,
         name: &str,
         file: u32,
+        cancel: &std::sync::atomic::AtomicBool,
     ) -> Result<(u64, FileRange), BuildError> {
         let io = |e: std::io::Error| BuildError::Input {
             path: name.to_string(),
@@ -597,8 +599,11 @@ impl<W: Write + Send + 'static> Packer<W> {
         let mut whole = self.whole_cap > 0;
         let result = (|| {
             loop {
-                if let Some(f) = sparse {
-                    let skip = hole_blocks(f, size, self.block_size as u64).map_err(io)?;
+                if cancel.load(Ordering::Relaxed) {
+                    return Err(BuildError::Interrupted);
+                }
+                {
+                    let skip = r.hole_blocks(size, self.block_size as u64).map_err(io)?;
                     if skip > 0 {
                         if whole {
                             whole = false;
@@ -663,7 +668,7 @@ impl<W: Write + Send + 'static> Packer<W> {
                 }
                 if whole && held.len() + n <= self.whole_cap {
                     if held.is_empty() {
-                        if let Some(len) = sparse.and_then(|f| f.metadata().ok()).map(|m| m.len()) {
+                        if let Some(len) = r.len_hint() {
                             held.reserve_exact((len as usize).min(self.whole_cap));
                         }
                     }
@@ -718,15 +723,29 @@ impl<W: Write + Send + 'static> Packer<W> {
         Ok((size, FileRange::Chunks(first as u64, count)))
     }
 
+    /// The most hole chunks one hole is recorded with (each up to 4 GiB
+    /// less a block, a chunk's length being 32 bits): a longer hole is
+    /// left uncovered, which reads as zeros all the same (format.md §8.2),
+    /// so a file's records follow its data, never its claimed size (a
+    /// 4 EiB sparse file took a billion hole chunks, 24 GB).
+    pub const MAX_HOLE_CHUNKS: u64 = 256;
+
     fn add_hole(&mut self, first: usize, mut at: u64, mut len: u64) {
+        self.progress.hole_bytes.fetch_add(len, Ordering::Relaxed);
         // A chunk length is 32 bits: long holes become several chunks.
         let max = (u32::MAX as u64 / self.block_size as u64) * self.block_size as u64;
+        if len / max >= Self::MAX_HOLE_CHUNKS {
+            return;
+        }
         while len > max {
-            self.add_hole(first, at, max);
+            self.push_hole(first, at, max);
             at += max;
             len -= max;
         }
-        self.progress.hole_bytes.fetch_add(len, Ordering::Relaxed);
+        self.push_hole(first, at, len);
+    }
+
+    fn push_hole(&mut self, first: usize, at: u64, len: u64) {
         let own = self.chunks.len() > first;
         if let Some(last) = self.chunks.last_mut().filter(|_| own) {
             if last.is_hole()
@@ -816,6 +835,42 @@ impl<W: Write + Send + 'static> Drop for Packer<W> {
     }
 }
 
+/// A file's bytes as [`Packer::add_file`] reads them, and what is known of
+/// its holes without reading them.
+pub trait FileData: Read {
+    /// The length of the run of whole blocks of `bs` bytes from `at` (the
+    /// bytes read so far, a multiple of `bs`) that are known to be zero
+    /// (a hole), leaving the reader after them; zero if none or unknown.
+    fn hole_blocks(&mut self, _at: u64, _bs: u64) -> std::io::Result<u64> {
+        Ok(0)
+    }
+    /// The file's size, if known before reading.
+    fn len_hint(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// A reader whose holes are not known: every byte is read.
+pub struct Dense<R>(pub R);
+
+impl<R: Read> Read for Dense<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<R: Read> FileData for Dense<R> {}
+
+/// A file on disk: its holes are found with `SEEK_DATA`.
+impl FileData for std::fs::File {
+    fn hole_blocks(&mut self, at: u64, bs: u64) -> std::io::Result<u64> {
+        hole_blocks(self, at, bs)
+    }
+    fn len_hint(&self) -> Option<u64> {
+        self.metadata().ok().map(|m| m.len())
+    }
+}
+
 /// Length of the run of whole blocks at `at` (block-aligned) that lie in a
 /// hole of `f`, leaving the file position after them. Zero if none.
 fn hole_blocks(f: &std::fs::File, at: u64, bs: u64) -> std::io::Result<u64> {
@@ -842,7 +897,7 @@ fn hole_blocks(f: &std::fs::File, at: u64, bs: u64) -> std::io::Result<u64> {
 }
 
 /// Read until `buf` is full or EOF; returns bytes read.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+fn read_full<R: Read + ?Sized>(r: &mut R, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match r.read(&mut buf[n..]) {

@@ -1,6 +1,7 @@
 //! Unit tests of the packer.
 
 use super::*;
+use std::sync::atomic::AtomicBool;
 
 #[test]
 fn a_pack_holds_its_pieces_shortest_first() {
@@ -16,7 +17,9 @@ fn a_pack_holds_its_pieces_shortest_first() {
         .collect();
     let mut ranges = Vec::new();
     for (i, f) in files.iter().enumerate() {
-        let r = p.add_file(&mut &f[..], None, "f", i as u32).unwrap();
+        let r = p
+            .add_file(&mut Dense(&f[..]), "f", i as u32, &AtomicBool::new(false))
+            .unwrap();
         ranges.push(r);
     }
     let (out, refs, chunks, _, _) = p.finish().unwrap();
@@ -74,7 +77,8 @@ fn packs_of(files: usize, path: impl Fn(usize) -> String) -> usize {
             continue;
         }
         p.set_group_of(path(n).as_bytes());
-        p.add_file(&mut &f[..], None, "f", n as u32).unwrap();
+        p.add_file(&mut Dense(&f[..]), "f", n as u32, &AtomicBool::new(false))
+            .unwrap();
         n += 1;
     }
     let (_, _, chunks, _, _) = p.finish().unwrap();
