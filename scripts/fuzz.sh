@@ -10,14 +10,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-targets=${FUZZ_TARGETS:-records codecs image catalogue sftp oci documents}
+targets=${FUZZ_TARGETS:-records codecs image catalogue sftp oci documents tar}
 san=${FUZZ_SANITIZER:-address}
 [ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
 export PATH="$HOME/.cargo/bin:$PATH"
 rustup toolchain list | grep -q nightly || { echo "fuzz: needs a nightly toolchain (rustup toolchain install nightly)" >&2; exit 1; }
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
 cargo build --release --locked
-mkdir -p fuzz/corpus/image fuzz/corpus/records fuzz/corpus/codecs fuzz/corpus/catalogue fuzz/corpus/sftp fuzz/corpus/oci fuzz/corpus/documents
+mkdir -p fuzz/corpus/image fuzz/corpus/records fuzz/corpus/codecs fuzz/corpus/catalogue fuzz/corpus/sftp fuzz/corpus/oci fuzz/corpus/documents fuzz/corpus/tar
 seed=$(mktemp -d); trap 'rm -rf "$seed"' EXIT
 mkdir -p "$seed/t/d"; echo hello > "$seed/t/a"; ln -s a "$seed/t/l"; seq 1 3000 > "$seed/t/d/n"
 for c in zstd lz4 xz none; do
@@ -31,7 +31,9 @@ printf '{"sheaf_pools": 1, "pools": [{"pool": "a/1", "form": "image", "source": 
 printf '\x00{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%064d","size":1,"platform":{"os":"linux","architecture":"amd64"}}]}' 0 > fuzz/corpus/oci/seed-index
 printf '\x01{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},"config":{"User":"app:staff","Env":["A=1"],"Cmd":["sh"]}}\napp:x:1:2::/:/bin/sh\nstaff:x:50:\n' > fuzz/corpus/oci/seed-config
 # Kept seeds (a small minimized corpus in the repository) start each run.
-for t in catalogue sftp oci codecs documents; do cp -n fuzz/seeds/$t/* fuzz/corpus/$t/ 2>/dev/null || true; done
+# Build input from tar (kind byte 0: an archive): the seed tree.
+{ printf '\x00'; tar -cf - -C "$seed" t; } > fuzz/corpus/tar/seed-tree
+for t in catalogue sftp oci codecs documents tar; do cp -n fuzz/seeds/$t/* fuzz/corpus/$t/ 2>/dev/null || true; done
 for t in $targets; do
   if [ -n "${FUZZ_RUNS:-}" ]; then
     echo "fuzz: $t for $FUZZ_RUNS executions (sanitizer $san)" >&2
