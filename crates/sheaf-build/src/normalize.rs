@@ -126,6 +126,8 @@ pub enum Refused {
     Absolute,
     /// More than [`MAX_DEPTH`] components.
     TooDeep,
+    /// A NUL byte in a name (the format allows none, format.md §8.5).
+    Nul,
 }
 
 impl std::fmt::Display for Refused {
@@ -134,6 +136,7 @@ impl std::fmt::Display for Refused {
             Refused::ClimbsOut => "path climbs out with '..'",
             Refused::Absolute => "absolute path in an image layer",
             Refused::TooDeep => "path deeper than 4096 levels (sheaf's limit)",
+            Refused::Nul => "a name holds a NUL byte",
         })
     }
 }
@@ -180,6 +183,7 @@ fn split(raw: &[u8]) -> Result<EntryPath<'_>, Refused> {
         match c {
             b"" | b"." => {}
             b".." => return Err(Refused::ClimbsOut),
+            c if c.contains(&0) => return Err(Refused::Nul),
             _ if v.len() == MAX_DEPTH => deep = true,
             c => v.push(c),
         }
@@ -423,6 +427,8 @@ mod tests {
         assert!(b.path(b".").ok().unwrap().is_root());
         assert_eq!(b.path(b"a/../b").err(), Some(Refused::ClimbsOut));
         assert_eq!(b.path(b"..").err(), Some(Refused::ClimbsOut));
+        // Found by the tar fuzz target: a NUL made an image no reader opens.
+        assert_eq!(b.path(b"a/b\0c").err(), Some(Refused::Nul));
         let l = builder(Absolute::Refuse, &[]);
         assert_eq!(l.path(b"/a").err(), Some(Refused::Absolute));
         assert_eq!(l.path(b"a/..").err(), Some(Refused::ClimbsOut));
