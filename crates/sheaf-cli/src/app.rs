@@ -162,7 +162,8 @@ enum Cmd {
     ///
     /// Never writes outside DIR, whatever the image contains, and never
     /// replaces an existing file. Ownership is restored when running as root;
-    /// attributes that cannot be restored are counted and reported.
+    /// attributes that cannot be restored are counted and reported. Devices
+    /// are made, and setuid/setgid bits kept, only with --preserve.
     Extract(extract::ExtractArgs),
     /// Sign an image's root digest with an OpenSSH key (appended, or --detached).
     Sign(trust::SignArgs),

@@ -77,6 +77,19 @@ pub struct ExtractOptions {
     /// written is removed). `sheaf extract` passes the flag its SIGINT and
     /// SIGTERM handlers set.
     pub cancel: Option<&'static AtomicBool>,
+    /// Create character and block devices (as root; without root they
+    /// cannot be made and are noted as unrestored). Off by default: an
+    /// image's author chooses their numbers and modes (a `c 1:1` of mode
+    /// 0666 is `/dev/mem` for everyone), so they are skipped and counted
+    /// in [`ExtractReport::skipped_devices`]. Fifos and sockets are always
+    /// made.
+    pub devices: bool,
+    /// Keep the setuid and setgid bits of files (not directories, whose
+    /// setgid only passes the group on). Off by default: they are cleared
+    /// and counted in [`ExtractReport::setuid_cleared`], so an extraction
+    /// as root makes no setuid-root program the image's author wrote (nor,
+    /// as a user, a program that runs as that user for everyone).
+    pub setuid: bool,
 }
 
 /// An entry [`extract`] left out because the image could not give it.
@@ -106,6 +119,16 @@ pub struct ExtractReport {
     /// With [`ExtractOptions::keep_going`]: what could not be read, in the
     /// order met.
     pub lost: Vec<Lost>,
+    /// Character and block devices not created (without
+    /// [`ExtractOptions::devices`]); they count in `entries`.
+    pub skipped_devices: u64,
+    /// The first of those, its path relative to the target (quoted).
+    pub first_skipped_device: Option<String>,
+    /// Files whose setuid or setgid bit was cleared (without
+    /// [`ExtractOptions::setuid`]; a hard link's names count once).
+    pub setuid_cleared: u64,
+    /// The first of those, its path relative to the target (quoted).
+    pub first_setuid_cleared: Option<String>,
 }
 
 /// Why an extraction stopped. What it had written stays.
@@ -216,6 +239,8 @@ fn extract_with(
         cancel: opts.cancel,
         seen: Seen::new(img),
         keep_going: opts.keep_going,
+        devices: opts.devices,
+        setuid: opts.setuid,
     };
     let all: [Vec<u8>; 1] = [b"/".to_vec()];
     let paths = if opts.paths.is_empty() {
@@ -275,6 +300,9 @@ struct Walk<'a> {
     /// Directories entered, so a hostile image cannot make the walk loop.
     seen: Seen,
     keep_going: bool,
+    /// [`ExtractOptions::devices`] and [`ExtractOptions::setuid`].
+    devices: bool,
+    setuid: bool,
 }
 
 impl Walk<'_> {
@@ -550,13 +578,19 @@ impl Walk<'_> {
                 self.set_attrs(ino, Target::At(&dir, name), name)
             }
             t => {
-                let dev = if matches!(t, FileType::CharDevice | FileType::BlockDevice) {
-                    r.data
-                } else {
-                    0
-                };
+                let is_dev = matches!(t, FileType::CharDevice | FileType::BlockDevice);
+                if is_dev && !self.devices {
+                    // Not made: no name for later hard links to find.
+                    self.links.remove(&ino.ino);
+                    self.report.skipped_devices += 1;
+                    let what = shown(&self.rel, name);
+                    self.report.first_skipped_device.get_or_insert(what);
+                    return Ok(());
+                }
+                let dev = if is_dev { r.data } else { 0 };
                 let kind = SFlag::from_bits_truncate(r.mode & libc::S_IFMT);
-                let perm = Mode::from_bits_truncate(r.mode & 0o7777);
+                // Permission bits only (set_attrs sets the mode again).
+                let perm = Mode::from_bits_truncate(r.mode & 0o1777);
                 match mknodat(&*dir, name, kind, perm, dev as libc::dev_t) {
                     Ok(()) => self.set_attrs(ino, Target::At(&dir, name), name),
                     Err(Errno::EPERM) => {
@@ -629,7 +663,15 @@ impl Walk<'_> {
             }
         }
         if !is_link {
-            let mode = Mode::from_bits_truncate(r.mode & 0o7777);
+            let mut bits = r.mode & 0o7777;
+            let set_id = libc::S_ISUID | libc::S_ISGID;
+            if bits & set_id != 0 && !self.setuid && ino.file_type() != FileType::Directory {
+                bits &= !set_id;
+                self.report.setuid_cleared += 1;
+                let what = shown(&self.rel, name);
+                self.report.first_setuid_cleared.get_or_insert(what);
+            }
+            let mode = Mode::from_bits_truncate(bits);
             let changed = match t {
                 Target::Fd(f) => fchmod(f, mode).map_err(errno),
                 Target::At(d, n) => chmod_at(d, n, mode),
@@ -950,7 +992,7 @@ mod tests {
             target: out.clone(),
             paths: Vec::new(),
             keep_going: false,
-            cancel: None,
+            ..Default::default()
         };
         let r = extract_with(&img, &opts, 3).unwrap();
         assert_eq!(open_fds_under(t.path()), before, "descriptors left open");
@@ -999,7 +1041,7 @@ mod tests {
             target: out.clone(),
             paths: Vec::new(),
             keep_going: false,
-            cancel: None,
+            ..Default::default()
         };
         let e = extract(&img, &opts).unwrap_err();
         assert!(
@@ -1013,7 +1055,7 @@ mod tests {
             target: out,
             paths: vec![b"a/f".to_vec()],
             keep_going: false,
-            cancel: None,
+            ..Default::default()
         };
         assert!(matches!(
             extract(&img, &named),

@@ -117,7 +117,7 @@ fn a_symlinks_xattrs_never_reach_its_target() {
             target: out.clone(),
             paths: Vec::new(),
             keep_going: false,
-            cancel: None,
+            ..Default::default()
         },
     )
     .unwrap();
