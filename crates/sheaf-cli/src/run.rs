@@ -91,6 +91,17 @@ pub struct RunArgs {
     /// temporary upper, gone at exit).
     #[arg(long, value_name = "DIR", requires = "image")]
     upper: Option<PathBuf>,
+    /// With --image: do not bind $HOME (by default it is bound read-write,
+    /// so the image's command can change ~/.bashrc, ~/.ssh, ...): the home
+    /// inside is an empty tmpfs, gone at exit. The working directory is
+    /// not bound either when it is inside $HOME.
+    #[arg(long, requires = "image")]
+    no_home: bool,
+    /// With --image: bind none of $HOME, /tmp and the working directory
+    /// (as Apptainer's --contain): the home and /tmp inside are fresh
+    /// empty tmpfs, gone at exit. For an image you do not trust.
+    #[arg(long, requires = "image")]
+    contain: bool,
     /// With --image: set VAR=VALUE in the container. Repeatable.
     #[arg(
         short = 'e',
@@ -124,6 +135,39 @@ struct Container {
     process: sheaf_oci::runtime::Process,
     /// The config's User as ids, if set.
     user: Option<(u32, u32)>,
+}
+
+/// The host directories `--image` binds at their paths, and where it
+/// mounts a fresh empty tmpfs instead (with its mode): by default /tmp,
+/// `home` and `cwd` bound read-write; `no_home` leaves out the home (and
+/// a `cwd` inside it) for an empty one; `contain` binds nothing and gives
+/// an empty /tmp and home.
+fn host_dirs(
+    home: Option<&Path>,
+    cwd: Option<&Path>,
+    no_home: bool,
+    contain: bool,
+) -> (Vec<PathBuf>, Vec<(PathBuf, u32)>) {
+    let tmp = PathBuf::from("/tmp");
+    let empty_home = home
+        .filter(|h| h.is_absolute() && *h != Path::new("/"))
+        .map(|h| (h.to_path_buf(), 0o700));
+    if contain {
+        // A home under /tmp is not made in the new, empty /tmp.
+        let mut tmpfs = vec![(tmp.clone(), 0o1777)];
+        tmpfs.extend(empty_home.filter(|(h, _)| !h.starts_with(&tmp)));
+        return (Vec::new(), tmpfs);
+    }
+    if no_home {
+        let mut binds = vec![tmp];
+        let in_home = |c: &Path| home.is_some_and(|h| c.starts_with(h) || h.starts_with(c));
+        binds.extend(cwd.filter(|c| !in_home(c)).map(Path::to_path_buf));
+        return (binds, empty_home.into_iter().collect());
+    }
+    let mut binds = vec![tmp];
+    binds.extend(home.map(Path::to_path_buf));
+    binds.extend(cwd.map(Path::to_path_buf));
+    (binds, Vec::new())
 }
 
 /// Run `f` in a forked child and return what it returned. Reading an image
@@ -599,9 +643,7 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
             }
             let home = std::env::var_os("HOME").map(PathBuf::from);
             let cwd = std::env::current_dir().ok();
-            let mut binds: Vec<PathBuf> = vec![PathBuf::from("/tmp")];
-            binds.extend(home.iter().cloned());
-            binds.extend(cwd.iter().cloned());
+            let (binds, tmpfs) = host_dirs(home.as_deref(), cwd.as_deref(), a.no_home, a.contain);
             // SAFETY: plain getters.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
             let name = match std::env::var("USER") {
@@ -621,6 +663,7 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
                 root,
                 &sheaf_mount::container::Rootfs {
                     binds,
+                    tmpfs,
                     user: Some(user),
                     scratch: scratch.clone(),
                 },

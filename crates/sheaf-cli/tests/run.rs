@@ -416,3 +416,92 @@ fn urls_and_recording_through_run() {
     assert_eq!(o.text(), "read\n");
     assert_eq!(fs::read_to_string(&rec).unwrap(), "docs/b.txt\nhello.txt\n");
 }
+
+/// `run --image` of an untrusted image whose own command reaches for the
+/// host's home, /tmp and working directory (issue 53, round two): by
+/// default all three are bound read-write; `--no-home` leaves the home out
+/// (an empty one instead), `--contain` all three (empty /tmp and home).
+#[test]
+fn no_home_and_contain_keep_an_images_command_out_of_host_directories() {
+    if !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let src = t.path().join("rootfs");
+    common::oci::base_rootfs(&src);
+    fs::create_dir_all(src.join(".sheaf.d")).unwrap();
+    write(
+        &src.join(".sheaf.d/config.json"),
+        br#"{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":[]},
+            "config":{"Cmd":["/bin/sh","/probe.sh"],"WorkingDir":"/"}}"#,
+    );
+    // What a hostile image's default command would do.
+    write(
+        &src.join("probe.sh"),
+        b"for d in \"$HOME\" /tmp \"$CWD\"; do\n\
+          [ -e \"$d/marker-$TAG\" ] && echo \"sees $d\"\n\
+          echo pwned 2>/dev/null > \"$d/pwned-$TAG\" && echo \"wrote $d\"\n\
+          done\n\
+          exit 0\n",
+    );
+    let img = t.path().join("c.sheaf");
+    build(&src, &img, &["-q"]);
+    // Home and working directory outside /tmp, as they usually are.
+    let outside = tempfile::Builder::new()
+        .prefix("sheaf-run-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let home = outside.path().join("home");
+    let cwd = outside.path().join("work");
+    fs::create_dir(&home).unwrap();
+    fs::create_dir(&cwd).unwrap();
+    let tag = format!("sheaf-run-test-{}", std::process::id());
+    let tmp = Path::new("/tmp");
+    let dirs = [home.as_path(), tmp, cwd.as_path()];
+    for d in dirs {
+        write(&d.join(format!("marker-{tag}")), b"host\n");
+    }
+    let run_with = |flags: &[&str]| -> String {
+        for d in dirs {
+            let _ = fs::remove_file(d.join(format!("pwned-{tag}")));
+        }
+        let mut c = cmd();
+        c.current_dir(&cwd).env("HOME", &home).arg("run");
+        c.args(["--image", img.to_str().unwrap()]);
+        c.args(["-e", &format!("TAG={tag}")]);
+        c.args(["-e", &format!("CWD={}", cwd.display())]);
+        c.args(flags);
+        let o = run_cmd(&mut c).ok();
+        o.text()
+    };
+    let written = |d: &Path| d.join(format!("pwned-{tag}")).exists();
+    let (h, w) = (home.display(), cwd.display());
+
+    // Default (unchanged): all three seen and written.
+    let out = run_with(&[]);
+    assert_eq!(
+        out,
+        format!("sees {h}\nwrote {h}\nsees /tmp\nwrote /tmp\nsees {w}\nwrote {w}\n")
+    );
+    assert!(written(&home) && written(tmp) && written(&cwd));
+
+    // --no-home: the home inside is empty and writes to it stay inside.
+    let out = run_with(&["--no-home"]);
+    assert_eq!(
+        out,
+        format!("wrote {h}\nsees /tmp\nwrote /tmp\nsees {w}\nwrote {w}\n")
+    );
+    assert!(!written(&home), "--no-home: the real home was written");
+    assert!(written(tmp) && written(&cwd));
+
+    // --contain: nothing of the host's home, /tmp or working directory.
+    let out = run_with(&["--contain"]);
+    assert_eq!(out, format!("wrote {h}\nwrote /tmp\n"));
+    for d in dirs {
+        assert!(!written(d), "--contain: {} was written", d.display());
+    }
+    for d in dirs {
+        let _ = fs::remove_file(d.join(format!("marker-{tag}")));
+        let _ = fs::remove_file(d.join(format!("pwned-{tag}")));
+    }
+}

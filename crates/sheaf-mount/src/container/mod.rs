@@ -9,7 +9,10 @@
 //!   (bound from the host), `pts` (the host's), `shm` (a new tmpfs) and the
 //!   usual links (`fd`, `stdin`, `stdout`, `stderr`, `ptmx`);
 //! - the host directories asked for (home, `/tmp`, the working directory),
-//!   at the same paths;
+//!   at the same paths, read-write: the image's command can change them
+//!   (`sheaf run --no-home` and `--contain` ask for fewer);
+//! - a fresh empty tmpfs (`nosuid,nodev`) at each path asked for instead
+//!   (the home and `/tmp` of `--contain`);
 //! - the host's `/etc/resolv.conf`, `/etc/hosts`, `/etc/localtime`, each
 //!   replacing what the image has there (an image's symlink there is
 //!   replaced by a file first);
@@ -54,6 +57,10 @@ pub struct Rootfs {
     /// Host directories to show at the same paths (e.g. `$HOME`, `/tmp`,
     /// the working directory); missing ones are skipped.
     pub binds: Vec<PathBuf>,
+    /// Paths where a fresh empty tmpfs is mounted (after the binds), each
+    /// with its mode (e.g. `/tmp` 0o1777, a home 0o700), owned by the
+    /// user; one the user may not make in the image is left out (noted).
+    pub tmpfs: Vec<(PathBuf, u32)>,
     /// The user the command runs as inside: name, uid, gid, home.
     pub user: Option<User>,
     /// Where to write the composed `/etc/passwd` and `/etc/group`.
@@ -315,6 +322,27 @@ pub fn assemble(root: &Path, r: &Rootfs) -> Result<Vec<String>, NamespaceError> 
         if b.is_dir() {
             bind_optional(&root, b, &mut notes)?;
         }
+    }
+    for (p, mode) in &r.tmpfs {
+        let what = format!("making an empty {} in the container", p.display());
+        let at = match mkdir_all_in_root(rfd, p, &root.devs) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                notes.push(format!(
+                    "{} is not in the image and you may not make it there (--root may); left out",
+                    p.display()
+                ));
+                continue;
+            }
+            r => r.map_err(step(what.clone()))?,
+        };
+        mount(
+            None,
+            &fd_path(at.as_fd()),
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&format!("mode={mode:o}")),
+        )
+        .map_err(step(what))?;
     }
     for f in HOST_FILES {
         if Path::new(f).exists() {
