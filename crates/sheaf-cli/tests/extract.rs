@@ -16,10 +16,9 @@ fn mode_of(p: &Path) -> u32 {
 
 #[test]
 fn devices_and_setuid_need_preserve() {
-    if !is_root() {
-        // A user can make neither a device nor a root-owned setuid file to
-        // put in the image.
-        eprintln!("skipped: needs root");
+    // A user can make neither a device nor a root-owned setuid file to put
+    // in the image.
+    if !prerequisite(is_root(), "root (device nodes and root's setuid files)") {
         return;
     }
     let t = tmpdir();

@@ -127,7 +127,7 @@ fn round_trip(c: &Case, archive: &Path, cmp: Cmp) -> PathBuf {
         "{}.out",
         archive.file_name().unwrap().to_string_lossy()
     ));
-    extract(&img, &out);
+    extract_preserving(&img, &out);
     assert_same_tree(&c.src, &out, cmp);
     img
 }
@@ -243,7 +243,7 @@ fn archive_on_stdin_round_trips() {
         let f = fs::File::open(&a).unwrap();
         run_cmd(cmd().arg("build").arg("-").arg("-o").arg(&img).stdin(f)).ok();
         let out = c.dir.join(format!("{name}.out"));
-        extract(&img, &out);
+        extract_preserving(&img, &out);
         let cmp = if name == "stdin.tar" {
             Cmp {
                 owner: is_root(),
@@ -346,7 +346,7 @@ fn parent_directory_entries_never_escape() {
         );
     }
     let out = sandbox.join("out");
-    extract(&img, &out);
+    extract_preserving(&img, &out);
     assert_eq!(listing(&out), ["", "after.txt", "ok.txt"], "extracted tree");
     let mut all = listing(&sandbox);
     all.retain(|p| !p.starts_with("out/") && p != "out");

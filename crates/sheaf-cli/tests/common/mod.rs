@@ -121,6 +121,20 @@ pub fn build(src: &Path, img: &Path, extra: &[&str]) -> Out {
     sheaf_in(a).ok()
 }
 
+/// `sheaf extract -p IMG -C DIR` (in-process), asserting success: every
+/// attribute back, devices and setuid bits too, for round trips.
+#[track_caller]
+pub fn extract_preserving(img: &Path, dir: &Path) -> Out {
+    sheaf_in([
+        "extract".as_ref(),
+        "-p".as_ref(),
+        img.as_os_str(),
+        "-C".as_ref(),
+        dir.as_os_str(),
+    ])
+    .ok()
+}
+
 /// `sheaf extract IMG -C DIR` (in-process), asserting success.
 #[track_caller]
 pub fn extract(img: &Path, dir: &Path) -> Out {
