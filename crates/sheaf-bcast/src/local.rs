@@ -337,6 +337,6 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter(|n| n.ends_with(".tmp"))
             .collect();
-        assert_eq!(left, vec![String::new(); 0], "stale temporaries left");
+        assert!(left.is_empty(), "stale temporaries left: {left:?}");
     }
 }
