@@ -81,7 +81,7 @@ fn import_matches_umoci_and_one_layer_in_two_encodings_is_stored_once() {
 
     // The flattened image equals umoci's unpacking of the same image.
     let x = t.path().join("x");
-    extract(&flat, &x).ok();
+    extract_preserving(&flat, &x).ok();
     let config = fs::read(x.join(".sheaf.d/config.json")).unwrap();
     let manifest: serde_json::Value =
         serde_json::from_slice(&fs::read(lay.blob_path(&lay.manifest("gz"))).unwrap()).unwrap();
@@ -195,7 +195,7 @@ fn import_matches_umoci_and_one_layer_in_two_encodings_is_stored_once() {
     ])
     .ok();
     let x2 = t.path().join("x2");
-    extract(&flat2, &x2).ok();
+    extract_preserving(&flat2, &x2).ok();
     fs::remove_dir_all(x2.join(".sheaf.d")).unwrap();
     // (The roots differ: removing .sheaf.d touched them.)
     let d = compare_trees(
@@ -437,7 +437,7 @@ fn a_registry_serves_the_import_and_shared_layers_are_fetched_once() {
         assert_eq!(blob_gets(&gets, b), 1, "{b} not fetched again");
     }
     let x = t.path().join("both");
-    extract(&both, &x).ok();
+    extract_preserving(&both, &x).ok();
     assert_eq!(
         fs::read(x.join("extra")).unwrap(),
         b"only in the extra image\n"
