@@ -191,7 +191,8 @@ proptest! {
         let b = run_cmd(cmd().arg("build").arg(&src).arg("-o").arg(&img).args(["--block-size", "64K", "-c", codec]));
         prop_assert_eq!(b.code, 0, "build failed:\n{}", b.describe());
         let out = t.path().join("out");
-        let x = run_cmd(cmd().arg("extract").arg(&img).arg("-C").arg(&out));
+        // -p: every attribute back (setuid and setgid bits too).
+        let x = run_cmd(cmd().arg("extract").arg("-p").arg(&img).arg("-C").arg(&out));
         prop_assert_eq!(x.code, 0, "extract failed:\n{}", x.describe());
         let errs = compare_trees(&src, &out, Cmp { owner: true, ..Cmp::all() });
         prop_assert!(errs.is_empty(), "{} differences:\n  {}", errs.len(), errs.join("\n  "));
