@@ -88,14 +88,14 @@ impl Problems {
     }
     /// Record or raise an error about `path`.
     pub fn handle(&mut self, path: &Path, e: std::io::Error) -> Result<(), BuildError> {
+        // Cut as every input's messages are: a path 4096 levels deep is
+        // one short line, not kilobytes of it.
+        let path = crate::normalize::shown(path.as_os_str().as_bytes());
         if self.skip {
-            self.skipped.push(format!("{}: {e}", path.display()));
+            self.skipped.push(format!("{path}: {e}"));
             Ok(())
         } else {
-            Err(BuildError::Input {
-                path: path.display().to_string(),
-                cause: e,
-            })
+            Err(BuildError::Input { path, cause: e })
         }
     }
 }
