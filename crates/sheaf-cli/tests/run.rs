@@ -446,10 +446,11 @@ fn no_home_and_contain_keep_an_images_command_out_of_host_directories() {
     );
     let img = t.path().join("c.sheaf");
     build(&src, &img, &["-q"]);
-    // Home and working directory outside /tmp, as they usually are.
+    // Home and working directory outside /tmp, as they usually are (not
+    // in the target directory: a checkout may lie under /tmp).
     let outside = tempfile::Builder::new()
         .prefix("sheaf-run-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in("/var/tmp")
         .unwrap();
     let home = outside.path().join("home");
     let cwd = outside.path().join("work");
