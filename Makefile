@@ -7,14 +7,20 @@ SHEAF := target/release/sheaf
 # when the recipe runs, after `deps` may have installed it).
 MPI_FEATURE = $$(command -v mpicc >/dev/null 2>&1 && echo --features sheaf-cli/mpi)
 
-.PHONY: all build deps trees check test install install-files deb static lint demo bench soak fuzz clean
+.PHONY: all build deps deps-build trees check test install install-files deb static lint demo bench soak fuzz clean
 
 all: build
 
+# Debian packages in tiers (scripts/deps.sh): `build` and `demo` install only
+# what they need; `deps` (tests, lint, fuzz) installs every server the tests
+# start, and comes before `build` in `test` so that MPI is there when sheaf
+# is compiled.
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh test
+deps-build:
+	@scripts/deps.sh build
 
-build: deps
+build: deps-build
 	$(CARGO) build --release --locked $(MPI_FEATURE)
 	scripts/python.sh wheel   # the Python package: target/wheels/sheaf-*.whl (docs/python.md)
 
@@ -37,7 +43,7 @@ CHECK_TESTS := --test cli --test corruption --test deep --test proptest \
 	--test versions --test sources --test cache_keys --test extract \
 	--test find --test layers --test trust --test unix --test references \
 	--test quoting
-check: build
+check: deps build
 	scripts/lint-json-keys.sh
 	scripts/check-crate-graph.sh
 	SHEAF_TEST_TIER=check $(CARGO) test --release --locked --workspace $(MPI_FEATURE) --lib --bins $(CHECK_TESTS)
@@ -45,7 +51,7 @@ check: build
 # All tests, as CI runs them: unit, property, integration (real trees, real
 # FUSE mounts, nginx, squid, sshd, pjdfstest), lint. A test whose
 # prerequisite is missing fails here.
-test: build lint trees
+test: deps build lint trees
 	SHEAF_BENCH_DATA=$(BENCH_DATA) $(CARGO) test --release --locked --workspace $(MPI_FEATURE)
 	scripts/python.sh test    # the Python package's pytest suite, in target/pyenv
 
@@ -91,11 +97,13 @@ static:
 
 # A Debian package of what `make install` installs, with PREFIX=/usr:
 # target/debian/sheaf_VERSION_ARCH.deb (`dpkg -i` it; `dpkg -P sheaf` removes all).
-deb: build
+deb: deps build
 	scripts/deb.sh
 
 
+# Five minutes on a fresh 2-core machine: build, then nginx and ssh-keygen.
 demo: build
+	@scripts/deps.sh demo
 	scripts/demo.sh
 
 bench: build

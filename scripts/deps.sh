@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# Install what building and testing sheaf needs, only if missing (idempotent).
-# Usage: scripts/deps.sh [test|bench]
+# Install what building, the demo, testing or benchmarking sheaf needs, only if missing (idempotent).
+# Usage: scripts/deps.sh [build|demo|test|bench]   (default: test)
 set -euo pipefail
 # command per package; an empty command means "check with dpkg".
-want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd xz-utils:xz bzip2:bzip2
-      util-linux:setpriv python3:python3 bc:bc diffutils:diff fuse3:fusermount3 openssh-client:ssh-keygen nginx-light:nginx
-      findutils:find squid:squid curl:curl openssh-server:/usr/sbin/sshd sshfs:sshfs
-      rsync:rsync git:git python3-pip: python3-venv:   # python3-venv: the Python package's venv (scripts/pyenv.sh)
+# Tiers: each includes the ones before it.
+#   build  what `make build` needs: the compiler, protoc, FUSE, Python's venv
+#   demo   what `make demo` shows: nginx (lazy HTTP), ssh-keygen (signing)
+#   test   every real server and tool the tests start (the default)
+#   bench  the competitors the benchmarks measure against
+tier=${1:-test}
+case "$tier" in build|demo|test|bench) ;; *) echo "usage: $0 [build|demo|test|bench]" >&2; exit 2 ;; esac
+want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd
+      protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
+      fuse3:fusermount3 util-linux:setpriv findutils:find diffutils:diff
+      python3:python3 python3-pip: python3-venv:)   # the Python package's wheel (scripts/pyenv.sh)
+[ "$tier" = build ] || want+=(nginx-light:nginx openssh-client:ssh-keygen bc:bc)
+case "$tier" in test|bench)
+  want+=(xz-utils:xz bzip2:bzip2 squid:squid curl:curl openssh-server:/usr/sbin/sshd sshfs:sshfs rsync:rsync git:git
       man-db:man bash-completion: dpkg-dev:dpkg-shlibdeps   # tests/install.rs: man pages, bash completion, make deb
       libacl1-dev:   # libacl1-dev: pjdfstest (scripts/pjdfstest.sh) links libacl
       openmpi-bin:mpirun libopenmpi-dev:mpicc libclang-dev: lmod:  # sheaf bcast (rsmpi), pools
       python3-h5py:  # the HDF5-over-ssh test (Debian's /usr/bin/python3)
       docker-registry:docker-registry skopeo:skopeo umoci:umoci apache2-utils:htpasswd   # container images (tests/containers.rs; htpasswd: a registry with basic auth)
-      protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
       containerd:containerd runc:runc python3-grpcio:  # tests/snapshotter.rs (a CRI pull from Debian's python3)
       iproute2:ip iptables:iptables)  # network namespaces (bench/cluster.sh); bytes counted by the kernel (tests/s3.rs)
-case "${1:-}" in
-  bench) want+=(squashfs-tools:mksquashfs zstd:zstd squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
-               fuse-overlayfs:fuse-overlayfs mmdebstrap:mmdebstrap) ;;
 esac
+if [ "$tier" = bench ]; then want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
+               fuse-overlayfs:fuse-overlayfs mmdebstrap:mmdebstrap); fi
 missing=()
 for w in "${want[@]}"; do
   pkg=${w%%:*}; cmd=${w#*:}
@@ -60,7 +68,7 @@ fi
 # refuses it (its go.mod has a replace directive), so the module is
 # downloaded and built in a scratch copy. Several minutes on 2 cores.
 WEED_VERSION=v0.0.0-20261109003541-7506e5f91cd6
-if ! command -v weed >/dev/null 2>&1; then
+if [[ $tier == test || $tier == bench ]] && ! command -v weed >/dev/null 2>&1; then
   PATH=$PATH:/usr/local/go/bin
   if ! command -v go >/dev/null 2>&1; then
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -10,7 +10,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 venv=${SHEAF_PYENV:-target/pyenv}
 target=${CARGO_TARGET_DIR:-target}
 wheels="$target/wheels"
-scripts/pyenv.sh "$venv"
+# The wheel needs only maturin; the tests the whole list.
+if [ "${1:-}" = test ]; then scripts/pyenv.sh "$venv" test; else scripts/pyenv.sh "$venv" wheel; fi
 wheel() {
   # Built for the lowest CPython the abi3 wheel supports; the venv's
   # interpreter only runs maturin.
