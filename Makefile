@@ -7,7 +7,7 @@ SHEAF := target/release/sheaf
 # when the recipe runs, after `deps` may have installed it).
 MPI_FEATURE = $$(command -v mpicc >/dev/null 2>&1 && echo --features sheaf-cli/mpi)
 
-.PHONY: all build deps deps-build trees check test install install-files deb static lint demo bench soak fuzz clean
+.PHONY: all bin build deps deps-build trees check test install install-files deb static lint demo bench soak fuzz clean
 
 all: build
 
@@ -20,8 +20,10 @@ deps:
 deps-build:
 	@scripts/deps.sh build
 
-build: deps-build
+# `bin` is the programs alone (what the demo needs); `build` adds the wheel.
+bin: deps-build
 	$(CARGO) build --release --locked $(MPI_FEATURE)
+build: bin
 	scripts/python.sh wheel   # the Python package: target/wheels/sheaf-*.whl (docs/python.md)
 
 lint: deps
@@ -101,8 +103,9 @@ deb: deps build
 	scripts/deb.sh
 
 
-# Five minutes on a fresh 2-core machine: build, then nginx and ssh-keygen.
-demo: build
+# Under five minutes on a fresh 2-core machine: the programs (no wheel: the
+# demo does not use Python), then nginx and ssh-keygen.
+demo: bin
 	@scripts/deps.sh demo
 	scripts/demo.sh
 
