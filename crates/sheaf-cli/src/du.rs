@@ -37,7 +37,8 @@ pub struct DuArgs {
     /// Count entries (inodes) instead of bytes.
     #[arg(long)]
     inodes: bool,
-    /// Human-readable sizes (KiB, MiB, GiB; counts in K, M, G).
+    /// Human-readable sizes and counts, as du -h prints them (1.3G, 246K;
+    /// powers of 1024, rounded up), which sort -h orders.
     #[arg(short = 'h', long)]
     human_readable: bool,
     /// Machine-readable output.
@@ -131,11 +132,10 @@ pub fn du(a: DuArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32>
         writeln!(o, "{}", serde_json::Value::Array(v))?;
     } else {
         for (p, u) in rows {
-            let size = match (a.inodes, a.human_readable) {
-                (true, true) => crate::util::human_count(u.inodes),
-                (true, false) => u.inodes.to_string(),
-                (false, true) => crate::util::human(u.bytes),
-                (false, false) => u.bytes.to_string(),
+            let n = if a.inodes { u.inodes } else { u.bytes };
+            let size = match a.human_readable {
+                true => crate::util::human_size(n),
+                false => n.to_string(),
             };
             write!(o, "{size}\t")?;
             // On a terminal quoted as ls does (an image's names may hold

@@ -309,7 +309,7 @@ impl Lister<'_> {
                 FileType::CharDevice | FileType::BlockDevice => {
                     format!("{}, {}", libc::major(r.data), libc::minor(r.data))
                 }
-                _ if self.a.human_readable => ls_human(ino.stat_size()),
+                _ if self.a.human_readable => crate::util::human_size(ino.stat_size()),
                 _ => ino.stat_size().to_string(),
             };
             let target = match ino.file_type() {
@@ -328,7 +328,7 @@ impl Lister<'_> {
         }
         if total {
             let t = if self.a.human_readable {
-                ls_human(blocks * 512)
+                crate::util::human_size(blocks * 512)
             } else {
                 blocks.div_ceil(2).to_string()
             };
@@ -380,31 +380,6 @@ impl Lister<'_> {
         }
         Ok(())
     }
-}
-
-/// A size as `ls -h` shows it: bytes below 1 KiB, else one decimal below
-/// 10 and none above, rounded up, with K, M, G, T, P, E.
-fn ls_human(n: u64) -> String {
-    if n < 1024 {
-        return n.to_string();
-    }
-    let units = ['K', 'M', 'G', 'T', 'P', 'E'];
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    // Rounded up at the digit shown; 9.95 shows as 10, not 10.0.
-    let tenths = (v * 10.0 - 1e-9).ceil() / 10.0;
-    if tenths < 10.0 {
-        return format!("{tenths:.1}{}", units[u]);
-    }
-    let whole = (v - 1e-9).ceil();
-    if whole >= 1024.0 && u + 1 < units.len() {
-        return format!("1.0{}", units[u + 1]);
-    }
-    format!("{whole:.0}{}", units[u])
 }
 
 /// `sheaf ls`.

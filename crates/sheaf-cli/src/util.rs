@@ -59,13 +59,49 @@ pub fn human(n: u64) -> String {
     }
 }
 
-/// A count for people: 83731 is "83.7K", 15,700,000 "15.7M" (powers of
-/// 1000, as file counts are spoken of).
-pub fn human_count(n: u64) -> String {
-    match scaled(n, 1000.0, &["", "K", "M", "G", "T"]) {
-        (_, "") => n.to_string(),
-        (v, unit) => format!("{v:.1}{unit}"),
+/// A size (or count) as GNU `ls -h` and `du -h` print it, so that
+/// `sort -h` orders it: below 1024 the number itself, else powers of 1024
+/// with K, M, G, T, P, E, one decimal below 10 and none above, rounded
+/// up (1025 is "1.1K", 10239 "10K", 1048575 "1.0M"), as coreutils'
+/// human.c does with exact integer arithmetic.
+pub fn human_size(n: u64) -> String {
+    const UNITS: [char; 6] = ['K', 'M', 'G', 'T', 'P', 'E'];
+    if n < 1024 {
+        return n.to_string();
     }
+    let (mut amt, mut tenths, mut inexact, mut power) = (n, 0u64, false, 0usize);
+    // Divide while the quotient is 1024 or more, keeping the first
+    // decimal digit and whether anything below it was dropped.
+    loop {
+        let r10 = (amt % 1024) * 10 + tenths;
+        inexact |= r10 % 1024 != 0;
+        amt /= 1024;
+        tenths = r10 / 1024;
+        power += 1;
+        if amt < 1024 || power == UNITS.len() {
+            break;
+        }
+    }
+    if amt < 10 {
+        if inexact {
+            tenths += 1;
+            inexact = false;
+            if tenths == 10 {
+                amt += 1;
+                tenths = 0;
+            }
+        }
+        if amt < 10 {
+            return format!("{amt}.{tenths}{}", UNITS[power - 1]);
+        }
+    }
+    if tenths > 0 || inexact {
+        amt += 1;
+        if amt == 1024 && power < UNITS.len() {
+            return format!("1.0{}", UNITS[power]);
+        }
+    }
+    format!("{amt}{}", UNITS[power - 1])
 }
 
 /// `n` divided by `base` until below it (or out of units), with its unit.
@@ -455,11 +491,27 @@ mod tests {
     }
 
     #[test]
-    fn counts_read_as_people_say_them() {
-        let h = super::human_count;
-        assert_eq!(h(999), "999");
-        assert_eq!(h(1000), "1.0K");
-        assert_eq!(h(83_731), "83.7K");
-        assert_eq!(h(15_700_000), "15.7M");
+    fn sizes_read_as_gnu_ls_and_du_print_them() {
+        // Expected values: GNU coreutils 9.1, `truncate -s N f; du -h
+        // --apparent-size f` (ls -lh prints the same).
+        let h = super::human_size;
+        for (n, want) in [
+            (0, "0"),
+            (1, "1"),
+            (1023, "1023"),
+            (1024, "1.0K"),
+            (1025, "1.1K"),
+            (10239, "10K"),
+            (10240, "10K"),
+            (10241, "11K"),
+            (104_857, "103K"),
+            (1_048_575, "1.0M"),
+            (1_048_576, "1.0M"),
+            (1_300_000_000, "1.3G"),
+            // No file is this large: `numfmt --to=iec --round=up`.
+            (u64::MAX, "16E"),
+        ] {
+            assert_eq!(h(n), want, "{n}");
+        }
     }
 }

@@ -425,3 +425,162 @@ fn du_totals_equal_sums_taken_from_the_source() {
     assert_eq!(readme["bytes"].as_u64(), Some(md.len()));
     assert_eq!(readme["inodes"].as_u64(), Some(1));
 }
+
+/// `sheaf du -h` prints sizes and counts as GNU `du -h` does (powers of
+/// 1024, rounded up, one decimal below 10), so that `sort -h` orders them.
+/// Expected strings: GNU du itself, on the source's files and, for the
+/// directories' totals (GNU adds directories' own sizes, sheaf does not),
+/// on sparse files of exactly those sizes.
+#[test]
+fn du_h_prints_sizes_as_gnu_du_h() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    let sizes: &[(&str, u64)] = &[
+        ("a/zero", 0),
+        ("a/one", 1),
+        ("a/k1023", 1023),
+        ("b/k1024", 1024),
+        ("b/k1025", 1025),
+        ("c/k10239", 10239),
+        ("c/d/k10241", 10241),
+        ("c/d/m1048575", 1_048_575),
+        ("e/k104857", 104_857),
+        ("g/big", 1_300_000_000),
+    ];
+    for (p, n) in sizes {
+        let p = src.join(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        // Sparse: the bytes that count are the apparent size.
+        std::fs::File::create(&p).unwrap().set_len(*n).unwrap();
+    }
+    std::fs::create_dir_all(src.join("f/empty")).unwrap();
+    // 1100 entries: --inodes -h counts in K as well.
+    for i in 0..1100 {
+        std::fs::write(src.join(format!("f/n{i}")), b"").unwrap();
+    }
+    let img = t.path().join("img.sheaf");
+    build(&src, &img, &[]);
+    let rows = |o: &Out| -> Vec<(String, String)> {
+        o.text()
+            .lines()
+            .map(|l| {
+                let (n, p) = l.split_once('\t').unwrap();
+                (p.to_string(), n.to_string())
+            })
+            .collect()
+    };
+    let gnu = |dir: &Path, args: &[&str]| -> BTreeMap<String, String> {
+        let o = Command::new("du")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "du {args:?}");
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (n, p) = l.split_once('\t').unwrap();
+                let p = p.strip_prefix('.').unwrap();
+                (
+                    if p.is_empty() { "/" } else { p }.to_string(),
+                    n.to_string(),
+                )
+            })
+            .collect()
+    };
+    // Files: as GNU du -a -h --apparent-size prints them.
+    let gnu_files = gnu(&src, &["-a", "-h", "--apparent-size", "."]);
+    let ours = rows(
+        &sheaf_in([
+            OsStr::new("du"),
+            "-a".as_ref(),
+            "-h".as_ref(),
+            img.as_os_str(),
+        ])
+        .ok(),
+    );
+    let mut files = 0;
+    for (p, h) in &ours {
+        if std::fs::symlink_metadata(src.join(&p[1..]))
+            .unwrap()
+            .is_file()
+        {
+            assert_eq!(Some(h), gnu_files.get(p), "{p}");
+            files += 1;
+        }
+    }
+    assert_eq!(files, sizes.len() + 1100);
+    // Directories: each total (bytes, from sheaf du, checked against the
+    // source by du_totals_equal_sums_taken_from_the_source) as GNU du -h
+    // prints a file of that size.
+    let bytes = rows(&sheaf_in([OsStr::new("du"), img.as_os_str()]).ok());
+    let human = rows(&sheaf_in([OsStr::new("du"), "-h".as_ref(), img.as_os_str()]).ok());
+    assert_eq!(bytes.len(), human.len());
+    let scratch = t.path().join("sizes");
+    std::fs::create_dir(&scratch).unwrap();
+    for (i, (_, n)) in bytes.iter().enumerate() {
+        std::fs::File::create(scratch.join(format!("{i}")))
+            .unwrap()
+            .set_len(n.parse().unwrap())
+            .unwrap();
+    }
+    let gnu_sizes = gnu(&scratch, &["-a", "-h", "--apparent-size", "."]);
+    for (i, ((p, _), (hp, h))) in bytes.iter().zip(&human).enumerate() {
+        assert_eq!(p, hp);
+        assert_eq!(Some(h), gnu_sizes.get(&format!("/{i}")), "{p}");
+    }
+    assert!(
+        human.iter().any(|(p, h)| p == "/g" && h == "1.3G"),
+        "{human:?}"
+    );
+    // sort -h puts the rows in the order of their byte counts.
+    let mut sort = Command::new("sort")
+        .arg("-h")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let text: String = human.iter().map(|(p, h)| format!("{h}\t{p}\n")).collect();
+    use std::io::Write as _;
+    sort.stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let sorted = sort.wait_with_output().unwrap();
+    assert!(sorted.status.success());
+    let by_path: BTreeMap<&str, u64> = bytes
+        .iter()
+        .map(|(p, n)| (p.as_str(), n.parse().unwrap()))
+        .collect();
+    // (Rows that print alike, 1.1M and 1.1M, may come in either order.)
+    let order: Vec<(u64, String)> = String::from_utf8(sorted.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (h, p) = l.split_once('\t').unwrap();
+            (by_path[p], h.to_string())
+        })
+        .collect();
+    assert!(
+        order
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 || w[0].1 == w[1].1),
+        "{order:?}"
+    );
+    // --inodes -h: as GNU du --inodes -h (1100 entries is 1.1K).
+    let ours: BTreeMap<String, String> = rows(
+        &sheaf_in([
+            OsStr::new("du"),
+            "--inodes".as_ref(),
+            "-h".as_ref(),
+            img.as_os_str(),
+        ])
+        .ok(),
+    )
+    .into_iter()
+    .collect();
+    assert_eq!(ours, gnu(&src, &["--inodes", "-h", "."]));
+    assert_eq!(ours["/f"], "1.1K");
+}
