@@ -43,7 +43,8 @@ Images are files, http(s)://, ssh:// or s3:// URLs (fetched lazily into a
 node cache) or published repositories; ls, cat, mount, run and merge also take
 stacks BASE,LAYER (later layers win). The flags under 'Remote images (URLs)'
 apply to every command that reads a URL ('sheaf help remote' says more).
-'sheaf COMMAND --help' explains each command; 'man sheaf-COMMAND' too.";
+'sheaf COMMAND --help' explains each command; 'sheaf help COMMAND' shows its
+manual page, installed or not ('man sheaf-COMMAND' once installed).";
 
 const REMOTE_ABOUT: &str = "\
 How remote images are reached and cached. Every command that reads an image
@@ -415,9 +416,14 @@ fn dispatch(args: Vec<std::ffi::OsString>, io: &mut Io<'_>) -> i32 {
     if crate::options::is_helper(args.first().map(|a| a.as_os_str())) {
         return finish(mount::mount_helper(args), io);
     }
-    if args.len() == 3 && args[1] == "help" && args[2] == "remote" {
-        let _ = write!(io.stdout, "{}", remote_help().render_help());
-        return 0;
+    // `sheaf help TOPIC...`: a manual page, or the remote flags
+    // (`sheaf help` alone is clap's overview).
+    if args.len() >= 3 && args[1] == "help" {
+        if args.len() == 3 && args[2] == "remote" {
+            let _ = write!(io.stdout, "{}", remote_help().render_help());
+            return 0;
+        }
+        return finish(docs::help(command(), &args[2..], io), io);
     }
     let parsed = command()
         .try_get_matches_from(&args)

@@ -211,23 +211,109 @@ pub fn man(cmd: Command, dir: &Path) -> Result<i32> {
 /// `sheaf-mount.1`, `sheaf-pool-load.1`.
 pub fn man_pages(cmd: Command) -> Result<Vec<(String, Vec<u8>)>> {
     fn walk(cmd: &Command, out: &mut Vec<(String, Vec<u8>)>) -> Result<()> {
-        let man = clap_mangen::Man::new(cmd.clone())
-            .source(format!("{BIN} {}", env!("CARGO_PKG_VERSION")))
-            .manual("sheaf manual");
-        let mut page = Vec::new();
-        man.render(&mut page)
-            .with_context(|| format!("man page of {}", cmd.get_name()))?;
-        out.push((man.get_filename(), page));
+        out.push(man_page(cmd)?);
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
             walk(sub, out)?;
         }
         Ok(())
     }
+    let mut out = Vec::new();
+    walk(&built_for_man(cmd), &mut out)?;
+    Ok(out)
+}
+
+/// `cmd` as its man pages show it: named `sheaf`, without the `help`
+/// subcommand, built (so that subcommands know their full names and have
+/// the global options).
+fn built_for_man(cmd: Command) -> Command {
     let mut cmd = cmd.name(BIN).bin_name(BIN).disable_help_subcommand(true);
     cmd.build();
-    let mut out = Vec::new();
-    walk(&cmd, &mut out)?;
-    Ok(out)
+    cmd
+}
+
+/// The man page of one command of a [`built_for_man`] tree: (file name,
+/// roff text).
+fn man_page(cmd: &Command) -> Result<(String, Vec<u8>)> {
+    let man = clap_mangen::Man::new(cmd.clone())
+        .source(format!("{BIN} {}", env!("CARGO_PKG_VERSION")))
+        .manual("sheaf manual");
+    let mut page = Vec::new();
+    man.render(&mut page)
+        .with_context(|| format!("man page of {}", cmd.get_name()))?;
+    Ok((man.get_filename(), page))
+}
+
+/// `sheaf help CMD [SUB...]`: the command's manual page, made from the
+/// same definitions as the installed one, so nothing need be installed.
+/// On a terminal, man(1) renders it (`man -l -`, through the user's
+/// pager); into a pipe or a test's buffer, man's plain-text rendering;
+/// without man(1), clap's long help (the same text without the layout).
+/// An unknown command is a usage error: one line, exit 2.
+pub fn help(cmd: Command, words: &[std::ffi::OsString], io: &mut crate::Io<'_>) -> Result<i32> {
+    let mut cur = built_for_man(cmd);
+    for (k, w) in words.iter().enumerate() {
+        let found = w.to_str().and_then(|w| {
+            cur.get_subcommands()
+                .find(|s| !s.is_hide_set() && s.get_name() == w)
+                .cloned()
+        });
+        let Some(sub) = found else {
+            let parent = std::iter::once(BIN)
+                .chain(words[..k].iter().filter_map(|w| w.to_str()))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let _ = writeln!(
+                io.stderr,
+                "sheaf: help: no command '{}' (see '{parent} --help')",
+                w.to_string_lossy()
+            );
+            return Ok(2);
+        };
+        cur = sub;
+    }
+    let (_, page) = man_page(&cur)?;
+    if io.stdout_is_tty() {
+        // man(1) on the terminal itself, paged as the user's man pages are.
+        io.stdout.flush().context("writing the manual page")?;
+        if let Ok((true, _)) = run_man(&page, false) {
+            return Ok(0);
+        }
+    } else if let Ok((true, text)) = run_man(&page, true) {
+        io.stdout
+            .write_all(&text)
+            .and_then(|()| io.stdout.flush())
+            .context("writing the manual page")?;
+        return Ok(0);
+    }
+    // No man(1) (or it failed): the same text as clap renders it.
+    write!(io.stdout, "{}", cur.render_long_help())
+        .and_then(|()| io.stdout.flush())
+        .context("writing the help")?;
+    Ok(0)
+}
+
+/// Run `man -l -` on the roff `page`: whether it succeeded, and its output
+/// when `capture` (plain text: man(1) drops the terminal's bold and
+/// underline when its output is not a terminal, and pages only to one).
+fn run_man(page: &[u8], capture: bool) -> std::io::Result<(bool, Vec<u8>)> {
+    use std::process::{Command as Proc, Stdio};
+    let mut c = Proc::new("man");
+    c.args(["-l", "-"]).stdin(Stdio::piped());
+    if capture {
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .env("MANPAGER", "cat")
+            .env("PAGER", "cat");
+    }
+    let mut child = c.spawn()?;
+    let mut stdin = child.stdin.take().expect("piped");
+    // Written from a thread: man may write output before it has read all
+    // of its input, and a full pipe either way would block both.
+    let page = page.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&page));
+    let out = child.wait_with_output()?;
+    let wrote = writer.join().is_ok_and(|r| r.is_ok());
+    Ok((out.status.success() && wrote, out.stdout))
 }
 
 #[cfg(test)]

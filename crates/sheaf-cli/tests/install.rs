@@ -134,6 +134,146 @@ fn every_command_has_a_man_page_that_man_renders() {
     assert!(load.contains("sheaf pool load") && load.contains("\\-\\-sh"));
 }
 
+/// Text with man(1)'s terminal emphasis (`X\bX` bold, `_\bX` underline)
+/// taken out, as `col -b` does.
+fn unemphasised(s: &str) -> String {
+    let mut out: Vec<char> = Vec::new();
+    for c in s.chars() {
+        if c == '\u{8}' {
+            out.pop();
+            continue;
+        }
+        out.push(c);
+    }
+    out.into_iter().collect()
+}
+
+/// `sheaf help CMD [SUB]` shows the command's manual page without
+/// installing anything: man's rendering into a pipe, through the user's
+/// pager on a terminal, clap's long help where man(1) is missing; a command
+/// that does not exist is one line and exit 2.
+#[test]
+fn help_command_shows_its_manual_page_without_installing() {
+    if !prerequisite(
+        on_path("man") && on_path("script"),
+        "man and script (Debian packages man-db, bsdutils)",
+    ) {
+        return;
+    }
+    // Into a pipe: the page as man renders it, plain text.
+    let o = sheaf(["help", "mount"]).ok();
+    let text = o.text();
+    assert!(!text.contains('\u{8}'), "no terminal emphasis in a pipe");
+    for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS"] {
+        assert!(
+            text.lines().any(|l| l == section),
+            "no {section} section:\n{text}"
+        );
+    }
+    assert!(text.starts_with("sheaf-mount(1)"), "{text}");
+    assert!(text.contains("--upper") && text.contains("--foreground"));
+    // A subcommand's page.
+    let text = sheaf(["help", "pool", "load"]).ok().text();
+    assert!(text.starts_with("sheaf-pool-load(1)"), "{text}");
+    let synopsis = text.split("\nSYNOPSIS\n").nth(1).expect("a SYNOPSIS");
+    // (man justifies lines: words may be two spaces apart)
+    let words: Vec<&str> = synopsis.split_whitespace().take(3).collect();
+    assert_eq!(words, ["sheaf", "pool", "load"], "{text}");
+    assert!(text.contains("--sh"), "{text}");
+    // The same page as `sheaf man --dir` writes, rendered by man -l.
+    let t = tmpdir();
+    let dir = t.path().join("man1");
+    sheaf(["man".as_ref(), "--dir".as_ref(), dir.as_os_str()]).ok();
+    let installed = run_cmd(
+        Command::new("man")
+            .arg("-l")
+            .arg(dir.join("sheaf-pool-load.1"))
+            .env_remove("MANPAGER")
+            .env_remove("PAGER")
+            .stdin(Stdio::null()),
+    )
+    .ok()
+    .text();
+    assert_eq!(text, installed);
+    // In-process (a test's buffers): the same.
+    assert_eq!(sheaf_in(["help", "pool", "load"]).ok().text(), installed);
+
+    // On a terminal: man(1) itself, through the user's pager, with emphasis.
+    let paged = t.path().join("paged");
+    let line = format!("{} help mount", bin());
+    run_cmd(
+        Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env("MANPAGER", format!("tee {}", paged.display()))
+            .env("TERM", "xterm")
+            .stdin(Stdio::null()),
+    )
+    .ok();
+    let p = fs::read_to_string(&paged).expect("man ran the pager");
+    assert!(p.contains('\u{8}'), "bold on a terminal: {p}");
+    assert!(
+        unemphasised(&p).lines().any(|l| l == "SYNOPSIS"),
+        "{}",
+        unemphasised(&p)
+    );
+
+    // Without man(1): clap's long help of the command.
+    let empty = t.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let o = run_cmd(cmd().args(["help", "mount"]).env("PATH", &empty)).ok();
+    assert!(
+        o.text().contains("Usage: sheaf mount") && o.text().contains("--upper"),
+        "{}",
+        o.describe()
+    );
+
+    // `sheaf help` alone is still the overview.
+    let overview = sheaf(["help"]).ok().text();
+    assert!(overview.contains("Commands:"), "{overview}");
+    assert!(overview.contains("sheaf help COMMAND"), "{overview}");
+
+    // `sheaf help remote` is a topic, not a command: every flag under the
+    // heading "Remote images (URLs)" of `sheaf --help`, explained.
+    let top = sheaf(["--help"]).ok().text();
+    let flags: Vec<&str> = top
+        .split("\nRemote images (URLs):\n")
+        .nth(1)
+        .expect("a remote heading in --help")
+        .lines()
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert!(
+        flags.len() >= 7 && flags.contains(&"--cache-size"),
+        "{flags:?}"
+    );
+    let remote = sheaf(["help", "remote"]).ok().text();
+    for f in &flags {
+        assert!(remote.contains(&format!("\n      {f} ")), "{f}: {remote}");
+    }
+    assert!(remote.contains("ssh://") && !remote.contains("SYNOPSIS"));
+
+    // A command that does not exist: one line naming it, exit 2.
+    for (args, line) in [
+        (
+            &["help", "nosuch"][..],
+            "sheaf: help: no command 'nosuch' (see 'sheaf --help')",
+        ),
+        (
+            &["help", "pool", "nosuch"][..],
+            "sheaf: help: no command 'nosuch' (see 'sheaf pool --help')",
+        ),
+        (
+            &["help", "man"][..],
+            "sheaf: help: no command 'man' (see 'sheaf --help')",
+        ),
+    ] {
+        let o = sheaf(args).fails_with(2);
+        assert_eq!(o.one_err_line(), line, "{}", o.describe());
+        assert!(o.stdout.is_empty(), "{}", o.describe());
+    }
+}
+
 const BASH_COMPLETION: &str = "/usr/share/bash-completion/bash_completion";
 
 /// The candidates `_sheaf` puts in COMPREPLY for the command line `words`
