@@ -7,6 +7,11 @@
 //! paged streams ([`meta`]). It knows the format through `sheaf-format`, and
 //! nothing about caches or mounts.
 //!
+//! Every input whose files can be read in any order (a directory, the
+//! merged view of a stack) is packed by one plan ([`plan`]: packing order,
+//! dictionary samples, pack boundaries, similarity groups); streams are
+//! packed in the order they come.
+//!
 //! It reads images in two places: [`stack_input`], the merged view of
 //! stacked layers (a `sheaf_read::Stack`) walked as entries, which is how
 //! `sheaf merge` flattens them; and [`base`], the earlier image of an
@@ -32,6 +37,7 @@ pub mod normalize;
 pub mod options;
 pub mod order;
 pub mod pack;
+mod plan;
 pub mod rewrite;
 pub mod scan;
 pub mod similar;
@@ -44,7 +50,7 @@ pub use input::{Input, TarStream};
 pub use options::{BuildError, BuildOptions, Compression};
 pub use pack::Progress;
 
-use order::{boundary_of, packing_order, prefetch_ranks};
+use order::prefetch_ranks;
 use pack::{Out, Packer};
 use sheaf_format::{
     superblock::{MAX_BLOCK, MAX_PAGE, MIN_BLOCK, MIN_PAGE},
@@ -346,9 +352,15 @@ pub fn build(
             let name = p.display().to_string();
             tar_input::read_tar(f, &name, opts, &mut packer, &mut problems, cancel)?
         }
-        Input::Entries(src) => {
-            entries::read_entries(&**src, opts, &mut packer, &mut problems, cancel)?
-        }
+        Input::Entries(src) => entries::read_entries(
+            &**src,
+            opts,
+            &prefetch,
+            &mut packer,
+            &mut problems,
+            &progress,
+            cancel,
+        )?,
         Input::Layer(stream) => tar_input::read_layer(
             stream,
             &stream.name,
@@ -572,7 +584,7 @@ fn write_tail<W: std::io::Write>(
 }
 
 /// Remove files that could not be read from their directories (`--skip-errors`).
-fn drop_nodes(tree: &mut Tree, ids: &[NodeId]) {
+pub(crate) fn drop_nodes(tree: &mut Tree, ids: &[NodeId]) {
     if ids.is_empty() {
         return;
     }
@@ -625,43 +637,8 @@ struct DirInput<'a> {
 }
 
 impl DirInput<'_> {
-    /// Scan the directory, then read its files in packing order into
-    /// `packer`; the tree with every file's chunks.
-    /// A pack dictionary trained on small files read from the source,
-    /// spread over the packing order (see [`dict`]). A file that cannot be
-    /// read here is left out of the samples; the packing pass reports it.
-    fn train_dictionary(
-        &self,
-        tree: &Tree,
-        index: &[u32],
-        order: &[NodeId],
-        opts: &BuildOptions,
-    ) -> Option<Arc<sheaf_format::Dictionary>> {
-        let sizes: Vec<u64> = order
-            .iter()
-            .map(|&id| match tree.nodes[id as usize].kind {
-                Kind::File { size, .. } => size,
-                _ => 0,
-            })
-            .collect();
-        let picked = dict::pick_samples(&sizes, opts.pack_block_size() as u64);
-        let samples: Vec<Vec<u8>> = picked
-            .into_iter()
-            .filter_map(|i| {
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                    .open(self.src.join(tree.path(index, order[i])))
-                    .ok()?;
-                let mut b = Vec::with_capacity(sizes[i] as usize);
-                std::io::Read::read_to_end(&mut std::io::Read::take(f, sizes[i]), &mut b).ok()?;
-                Some(b)
-            })
-            .collect();
-        let refs: Vec<&[u8]> = samples.iter().map(|s| s.as_slice()).collect();
-        dict::train(&refs)
-    }
-
+    /// Scan the directory, then read its files in packing order
+    /// ([`plan::Plan`]) into `packer`; the tree with every file's chunks.
     fn read<W: std::io::Write + Send + 'static>(
         &self,
         opts: &BuildOptions,
@@ -682,40 +659,46 @@ impl DirInput<'_> {
         } else {
             scan::scan_dir(src, opts, problems, self.skip)?
         };
-        let (order, index) = packing_order(&tree, self.prefetch, &opts.pack_boundaries, opts.order);
-        let size_of = |tree: &Tree, id: NodeId| match tree.nodes[id as usize].kind {
-            Kind::File { size, .. } => size,
-            _ => 0,
-        };
-        let plan = match self.base {
+        let plan = plan::Plan::new(&tree, self.prefetch, opts);
+        let (order, index) = (&plan.order, &plan.index);
+        let size_of = plan::size_of;
+        let base_plan = match self.base {
             Some(b) => {
                 use std::os::unix::ffi::OsStrExt;
                 let files: Vec<(NodeId, Vec<u8>)> = order
                     .iter()
-                    .map(|&id| (id, tree.path(&index, id).as_os_str().as_bytes().to_vec()))
+                    .map(|&id| (id, tree.path(index, id).as_os_str().as_bytes().to_vec()))
                     .collect();
                 Some(b.plan(&tree, &files, opts.clamp_mtime, opts.base_max_stale_pct)?)
             }
             None => None,
         };
-        let reused = |id: NodeId| plan.as_ref().and_then(|p| p.reused.get(&id).copied());
+        let reused = |id: NodeId| base_plan.as_ref().and_then(|p| p.reused.get(&id).copied());
         if self.base.is_none() && opts.trains_dictionary() {
-            packer.set_dictionary(self.train_dictionary(&tree, &index, &order, opts));
+            // A file that cannot be read here is left out of the samples;
+            // the packing pass reports it.
+            let samples = plan.samples(&tree, opts, |id, size| {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(src.join(plan.path(&tree, id)))
+                    .ok()?;
+                let mut b = Vec::with_capacity(size as usize);
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, size), &mut b).ok()?;
+                Some(b)
+            });
+            packer.set_dictionary(plan::Plan::train(&samples));
         }
-        progress
-            .total_files
-            .store(order.len() as u64, Ordering::Relaxed);
-        packer.reserve(order.len());
         // What is read from the source (reused files are not).
         let total: u64 = order
             .iter()
             .filter(|&&id| reused(id).is_none())
             .map(|&id| size_of(&tree, id))
             .sum();
-        progress.total_bytes.store(total, Ordering::Relaxed);
+        plan.announce(packer, progress, total);
         let mut rep = self.base.map(|b| BaseReport {
             image: PathBuf::from(&b.name),
-            stale_bytes: plan.as_ref().map_or(0, |p| p.stale_bytes),
+            stale_bytes: base_plan.as_ref().map_or(0, |p| p.stale_bytes),
             ..Default::default()
         });
         // Reused files PREV stored once (identical content) share one new
@@ -728,11 +711,11 @@ impl DirInput<'_> {
         let mut versions_in: HashMap<u64, u32> = HashMap::new();
         if let Some(b) = self.base.filter(|_| opts.group_blocks) {
             use std::os::unix::ffi::OsStrExt;
-            for &id in &order {
+            for &id in order {
                 let Some((pf, 1)) = reused(id) else { continue };
                 let c = b.chunks(pf, 1)[0];
                 if !c.is_hole() && (size_of(&tree, id) as usize) < opts.pack_block_size() as usize {
-                    let g = order::group_key(tree.path(&index, id).as_os_str().as_bytes());
+                    let g = order::group_key(tree.path(index, id).as_os_str().as_bytes());
                     versions_in.insert(g, c.block);
                 }
             }
@@ -740,8 +723,7 @@ impl DirInput<'_> {
         let mut unreadable = Vec::new();
         // Files come grouped by directory: keep the current one's handle.
         let mut dir: Option<(NodeId, PathBuf, Option<File>)> = None;
-        let mut group: Option<usize> = None;
-        for id in order {
+        for &id in order {
             if cancel.load(Ordering::Relaxed) {
                 return Err(BuildError::Interrupted);
             }
@@ -760,15 +742,11 @@ impl DirInput<'_> {
                 r.reused_bytes += size;
                 continue;
             }
-            let rel = tree.path(&index, id);
+            let rel = tree.path(index, id);
             let path = src.join(&rel);
-            if !opts.pack_boundaries.is_empty() {
+            {
                 use std::os::unix::ffi::OsStrExt;
-                let g = boundary_of(rel.as_os_str().as_bytes(), &opts.pack_boundaries);
-                if g != group {
-                    packer.cut_pack()?;
-                    group = g;
-                }
+                plan.start_file(packer, rel.as_os_str().as_bytes())?;
             }
             let parent = tree.nodes[id as usize].parent;
             if dir.as_ref().is_none_or(|d| d.0 != parent) {
@@ -798,13 +776,9 @@ impl DirInput<'_> {
                     continue;
                 }
             };
-            {
-                use std::os::unix::ffi::OsStrExt;
-                packer.set_group_of(rel.as_os_str().as_bytes());
-                if let Some(b) = self.base {
-                    let old = packer.group().and_then(|g| versions_in.get(&g).copied());
-                    packer.set_version_in(&b.image, &b.refs, old)?;
-                }
+            if let Some(b) = self.base {
+                let old = packer.group().and_then(|g| versions_in.get(&g).copied());
+                packer.set_version_in(&b.image, &b.refs, old)?;
             }
             match packer.add_file(&mut f, &path.display().to_string(), id, cancel) {
                 Ok((size, range)) => {

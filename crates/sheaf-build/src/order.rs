@@ -181,7 +181,9 @@ pub fn packing_order(
         .nodes
         .iter()
         .enumerate()
-        .filter(|(_, n)| matches!(n.kind, Kind::File { .. }))
+        // A node no name leads to (a duplicate name replaced by a later
+        // entry of a stream) is not packed.
+        .filter(|(_, n)| n.links > 0 && matches!(n.kind, Kind::File { .. }))
         .map(|(i, n)| (i as NodeId, group(n.parent)))
         .collect();
     let ranks = prefetch_ranks(tree, &index, prefetch);

@@ -5,8 +5,11 @@
 //! directories with the attributes of the topmost layer holding them.
 //!
 //! The walk is depth-first, each directory before its entries, and memory is
-//! the listings of the directories on the current path. Files are read once,
-//! in walk order, which follows each layer's packing order closely: a few
+//! the listings of the directories on the current path. Regular files are
+//! [`EntryKind::Deferred`]: the builder reads each once, after the walk, in
+//! the packing order a directory build gives the same tree
+//! ([`crate::plan`]), with its dictionary and defaults. A layer built by
+//! sheaf was packed in that order, so the reads follow its blocks and a few
 //! blocks of cache per layer are enough ([`layer_options`]).
 //!
 //! The one place this crate reads images; everything else here works from
@@ -21,7 +24,7 @@ use sheaf_read::{Found, Image, ImageOptions, Inode, MergedDir, Stack, StackEntry
 pub const LAYER_BLOCK_CACHE: usize = 32 << 20;
 
 /// The options to open each layer of a merge with: a small block cache
-/// ([`LAYER_BLOCK_CACHE`]), since each file is read once, in walk order.
+/// ([`LAYER_BLOCK_CACHE`]), since each file is read once, in packing order.
 pub fn layer_options() -> ImageOptions {
     ImageOptions {
         block_cache_bytes: LAYER_BLOCK_CACHE,
@@ -114,7 +117,10 @@ impl<'a> Walk<'a> {
         let t = ino.file_type();
         let kind = match t {
             FileType::Directory => EntryKind::Dir,
-            FileType::Regular => EntryKind::File(Box::new(FileReader { img, ino, off: 0 })),
+            FileType::Regular => EntryKind::Deferred {
+                size: r.size,
+                data: Box::new(FileReader { img, ino, off: 0 }),
+            },
             FileType::Symlink => EntryKind::Symlink(img.read_link(&ino).map_err(err)?),
             FileType::CharDevice | FileType::BlockDevice => EntryKind::Device(r.data),
             FileType::Fifo | FileType::Socket => EntryKind::Special,
