@@ -19,6 +19,13 @@ pyo3::create_exception!(
     "The image's bytes failed verification (corrupt, truncated, hostile or changed): nothing unverified is ever returned."
 );
 
+pyo3::create_exception!(
+    sheaf,
+    NotAnImageError,
+    PyOSError,
+    "The file is not a sheaf image (a text file, a tar, a SquashFS image...): its first bytes are not a sheaf image's or an image index's. errno EINVAL."
+);
+
 /// Why an operation failed.
 #[derive(Debug)]
 pub enum Error {
@@ -79,6 +86,7 @@ enum Kind {
     NotDir,
     Permission,
     Integrity,
+    NotAnImage,
     Os,
     Value,
 }
@@ -113,6 +121,12 @@ fn read_kind(e: &ReadError) -> (Kind, i32) {
             (Kind::NotFound, _) => (Kind::Os, libc::EIO),
             k => k,
         },
+        // Bytes that do not begin as an image (or an image index) does:
+        // another kind of file, not a damaged image.
+        ReadError::Format {
+            err: sheaf_format::FormatError::BadMagic(_),
+            ..
+        } => (Kind::NotAnImage, libc::EINVAL),
         // An inode number beyond the table comes only from a damaged or
         // hostile image.
         ReadError::Format { .. } | ReadError::NoInode(_) => (Kind::Integrity, libc::EIO),
@@ -129,6 +143,14 @@ impl Error {
             }
             Error::Open(e) => {
                 let (k, n) = match e {
+                    // The reader refuses a directory as InvalidInput ("is a
+                    // directory"); Python code expects IsADirectoryError.
+                    OpenError::Local { source, path }
+                        if source.kind() == std::io::ErrorKind::InvalidInput
+                            && std::path::Path::new(path).is_dir() =>
+                    {
+                        (Kind::IsDir, libc::EISDIR)
+                    }
                     OpenError::Local { source, .. } | OpenError::Remote { source, .. } => {
                         io_kind(source)
                     }
@@ -170,6 +192,7 @@ impl Error {
             Kind::NotDir => PyNotADirectoryError::new_err(msg),
             Kind::Permission => PyPermissionError::new_err(msg),
             Kind::Integrity => IntegrityError::new_err(msg),
+            Kind::NotAnImage => NotAnImageError::new_err(msg),
             Kind::Os => PyOSError::new_err(msg),
             Kind::Value => return PyValueError::new_err(msg),
         };

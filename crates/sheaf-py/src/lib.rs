@@ -19,7 +19,7 @@ mod view;
 
 use error::{guard, Error};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBytes, PyList};
 use sheaf_read::Inode;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -117,29 +117,143 @@ fn os_name(name: &[u8]) -> std::ffi::OsString {
     std::ffi::OsStr::from_bytes(name).to_os_string()
 }
 
-/// The fields of one entry, as a dict (the names of `os.stat_result`'s
-/// fields without `st_`, plus `type`, `target` and `layer`).
-fn stat_dict<'py>(py: Python<'py>, s: &view::Stat) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let r = &s.ino.rec;
-    d.set_item("type", s.ino.file_type().name())?;
-    d.set_item("mode", r.mode)?;
-    d.set_item("ino", s.ino.ino)?;
-    d.set_item("nlink", r.nlink)?;
-    d.set_item("uid", r.uid)?;
-    d.set_item("gid", r.gid)?;
-    d.set_item("size", s.ino.stat_size())?;
-    d.set_item("mtime", r.mtime_sec as f64 + f64::from(r.mtime_nsec) / 1e9)?;
-    d.set_item(
-        "mtime_ns",
-        i128::from(r.mtime_sec) * 1_000_000_000 + i128::from(r.mtime_nsec),
-    )?;
-    d.set_item("layer", s.layer)?;
-    match &s.target {
-        Some(t) => d.set_item("target", os_name(t))?,
-        None => d.set_item("target", py.None())?,
+/// An entry's attributes, as `os.stat_result` names them (`st_mode`,
+/// `st_size`, `st_mtime`, `st_mtime_ns`, ...), plus `type`, `target` (a
+/// symlink's) and `layer` (of a stack). An image keeps one time: atime
+/// and ctime are the mtime, as a mount shows them.
+#[pyclass(frozen, module = "sheaf", name = "Stat")]
+struct Stat {
+    /// Type and permission bits (`stat.S_ISDIR(st.st_mode)` works).
+    #[pyo3(get)]
+    st_mode: u32,
+    /// The inode number in its image.
+    #[pyo3(get)]
+    st_ino: u32,
+    /// Always 0: an image is no device.
+    #[pyo3(get)]
+    st_dev: u64,
+    #[pyo3(get)]
+    st_nlink: u32,
+    #[pyo3(get)]
+    st_uid: u32,
+    #[pyo3(get)]
+    st_gid: u32,
+    /// stat(2)'s size: 0 for devices, fifos and sockets.
+    #[pyo3(get)]
+    st_size: u64,
+    /// 512-byte blocks: the size rounded up, as a mount shows.
+    #[pyo3(get)]
+    st_blocks: u64,
+    /// 4096, as a mount shows.
+    #[pyo3(get)]
+    st_blksize: u32,
+    /// A device's number (`os.major`, `os.minor`), else 0.
+    #[pyo3(get)]
+    st_rdev: u64,
+    mtime_sec: i64,
+    mtime_nsec: u32,
+    /// file, directory, symlink, char-device, block-device, fifo, socket.
+    #[pyo3(get, name = "type")]
+    kind: &'static str,
+    /// The layer of a stack it is shown from (0 for one image).
+    #[pyo3(get)]
+    layer: usize,
+    target: Option<std::ffi::OsString>,
+}
+
+impl Stat {
+    fn new(s: &view::Stat) -> Stat {
+        use sheaf_format::FileType as Ft;
+        let r = &s.ino.rec;
+        let kind = s.ino.file_type();
+        Stat {
+            st_mode: r.mode,
+            st_ino: s.ino.ino,
+            st_dev: 0,
+            st_nlink: r.nlink,
+            st_uid: r.uid,
+            st_gid: r.gid,
+            st_size: s.ino.stat_size(),
+            st_blocks: s.ino.stat_blocks(),
+            st_blksize: 4096,
+            st_rdev: match kind {
+                Ft::CharDevice | Ft::BlockDevice => r.data,
+                _ => 0,
+            },
+            mtime_sec: r.mtime_sec,
+            mtime_nsec: r.mtime_nsec,
+            kind: kind.name(),
+            layer: s.layer,
+            target: s.target.as_deref().map(os_name),
+        }
     }
-    Ok(d)
+
+    fn ns(&self) -> i128 {
+        i128::from(self.mtime_sec) * 1_000_000_000 + i128::from(self.mtime_nsec)
+    }
+
+    fn secs(&self) -> f64 {
+        self.mtime_sec as f64 + f64::from(self.mtime_nsec) / 1e9
+    }
+}
+
+#[pymethods]
+impl Stat {
+    /// Modification time in seconds (a float), as `os.stat_result`'s.
+    #[getter]
+    fn st_mtime(&self) -> f64 {
+        self.secs()
+    }
+    /// The mtime: an image keeps no access time.
+    #[getter]
+    fn st_atime(&self) -> f64 {
+        self.secs()
+    }
+    /// The mtime: an image keeps no change time.
+    #[getter]
+    fn st_ctime(&self) -> f64 {
+        self.secs()
+    }
+    /// Modification time in nanoseconds (an int).
+    #[getter]
+    fn st_mtime_ns(&self) -> i128 {
+        self.ns()
+    }
+    #[getter]
+    fn st_atime_ns(&self) -> i128 {
+        self.ns()
+    }
+    #[getter]
+    fn st_ctime_ns(&self) -> i128 {
+        self.ns()
+    }
+    /// A symlink's target, else None.
+    #[getter]
+    fn target(&self) -> Option<std::ffi::OsString> {
+        self.target.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "sheaf.Stat(type={:?}, st_mode=0o{:o}, st_ino={}, st_nlink={}, st_uid={}, st_gid={}, st_size={}, st_mtime_ns={}{})",
+            self.kind,
+            self.st_mode,
+            self.st_ino,
+            self.st_nlink,
+            self.st_uid,
+            self.st_gid,
+            self.st_size,
+            self.ns(),
+            match &self.target {
+                Some(t) => format!(", target={:?}", t.to_string_lossy()),
+                None => String::new(),
+            }
+        )
+    }
+}
+
+fn stat_obj<'py>(py: Python<'py>, s: &view::Stat) -> PyResult<Bound<'py, Stat>> {
+    Bound::new(py, Stat::new(s))
 }
 
 /// The thread pool of `read_many(threads=N)`: one, kept for the N last
@@ -218,13 +332,13 @@ impl Image {
         py: Python<'py>,
         path: PathBuf,
         follow_symlinks: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<Bound<'py, Stat>> {
         let v = self.view.clone();
         let p = path_bytes(&path);
         let s = py
             .detach(|| guard(|| v.stat(&p, follow_symlinks)))
             .map_err(|e| e.into_py(py))?;
-        stat_dict(py, &s)
+        stat_obj(py, &s)
     }
 
     /// The names in directory `path`, sorted (with `detail`: (name, stat)
@@ -244,7 +358,7 @@ impl Image {
         let out = PyList::empty(py);
         for (name, st) in entries {
             match st {
-                Some(s) if detail => out.append((os_name(&name), stat_dict(py, &s)?))?,
+                Some(s) if detail => out.append((os_name(&name), stat_obj(py, &s)?))?,
                 _ => out.append(os_name(&name))?,
             }
         }
@@ -275,7 +389,7 @@ impl Image {
         let out = PyList::empty(py);
         for (name, st, sub) in entries {
             let st = match st {
-                Some(s) => stat_dict(py, &s)?.into_any(),
+                Some(s) => stat_obj(py, &s)?.into_any(),
                 None => py.None().into_bound(py),
             };
             let sub = match sub {
@@ -429,7 +543,12 @@ fn _sheaf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Image>()?;
     m.add_class::<Handle>()?;
     m.add_class::<Dir>()?;
+    m.add_class::<Stat>()?;
     m.add("IntegrityError", m.py().get_type::<error::IntegrityError>())?;
+    m.add(
+        "NotAnImageError",
+        m.py().get_type::<error::NotAnImageError>(),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

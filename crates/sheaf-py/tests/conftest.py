@@ -204,3 +204,104 @@ def sshd(tmp_path, monkeypatch):
     monkeypatch.setenv("SHEAF_SSH", s.ssh_command())
     yield s
     s.stop()
+
+
+class SeaweedS3:
+    """SeaweedFS (`weed server`: master, volume, filer and S3 gateway in one
+    process) on 127.0.0.1 with authentication on, as tests/common/servers.rs
+    starts it for the CLI's tests: one identity (ACCESS_KEY / SECRET_KEY),
+    anonymous requests refused. Buckets are made and objects put through the
+    filer's own HTTP API (no S3 client in the tests)."""
+
+    ACCESS_KEY = "sheafTestAccessKey"
+    SECRET_KEY = "sheafTestSecretKey0123456789"
+
+    def __init__(self, dir: Path):
+        weed = shutil.which("weed")
+        assert weed, "weed (SeaweedFS) is needed: scripts/deps.sh test builds it"
+        self.port = free_port()
+        wd = (dir / f"weed-{self.port}").resolve()
+        (wd / "data").mkdir(parents=True)
+        config = wd / "s3.json"
+        config.write_text(
+            '{"identities":[{"name":"sheaf-test","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
+            '"actions":["Admin","Read","List","Tagging","Write"]}]}' % (self.ACCESS_KEY, self.SECRET_KEY)
+        )
+        self.ports = [self.port] + [free_port() for _ in range(7)]
+        m, mg, v, vg, self.filer_port, fg, s3g = self.ports[1:]
+        args = [
+            weed, "server", f"-dir={wd / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            f"-master.port={m}", f"-master.port.grpc={mg}", "-master.volumeSizeLimitMB=64",
+            f"-volume.port={v}", f"-volume.port.grpc={vg}", "-volume.max=8",
+            f"-filer.port={self.filer_port}", f"-filer.port.grpc={fg}",
+            "-s3", f"-s3.port={self.port}", f"-s3.port.grpc={s3g}", f"-s3.config={config}",
+            "-s3.autoCreateBucket=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-volume.preStopSeconds=0",
+        ]
+        self.log = wd / "weed.log"
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT
+        )
+        deadline = time.time() + 90
+        for port in (self.port, self.filer_port):
+            while True:
+                assert self.proc.poll() is None, f"weed exited: {self.log.read_text()[-3000:]}"
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.time() < deadline, f"weed did not start in 90 s: {self.log.read_text()[-3000:]}"
+                    time.sleep(0.2)
+        # The gateway listens before the filer behind it answers.
+        while self._filer("GET", "/?pretty=y") >= 500:
+            assert time.time() < deadline, f"weed's filer never answered: {self.log.read_text()[-3000:]}"
+            time.sleep(0.2)
+
+    def _filer(self, method: str, path: str, body: bytes = b"") -> int:
+        import http.client
+
+        c = http.client.HTTPConnection("127.0.0.1", self.filer_port, timeout=60)
+        try:
+            headers = {"Content-Type": "application/octet-stream"} if body else {}
+            c.request(method, path, body=body, headers=headers)
+            return c.getresponse().status
+        except OSError:
+            return 599
+        finally:
+            c.close()
+
+    def make_bucket(self, name: str):
+        st = self._filer("POST", f"/buckets/{name}/")
+        assert st < 300, f"making bucket {name}: HTTP {st}"
+
+    def put_file(self, bucket: str, key: str, src: Path):
+        st = self._filer("PUT", f"/buckets/{bucket}/{key}", Path(src).read_bytes())
+        assert st < 300, f"putting {bucket}/{key}: HTTP {st}"
+
+    def env(self) -> dict:
+        """What sheaf (and the AWS CLI) read to reach it."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": self.SECRET_KEY,
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}",
+            "AWS_REGION": "us-east-1",
+        }
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        # The Unix sockets weed leaves in /tmp, named after its ports.
+        for p in self.ports:
+            for s in Path("/tmp").glob(f"seaweedfs-*-{p}.sock"):
+                s.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory):
+    s = SeaweedS3(tmp_path_factory.mktemp("s3"))
+    yield s
+    s.stop()

@@ -7,9 +7,11 @@ point, so ``import sheaf`` is not needed first):
 
 ``fo`` is the image: a path or URL sheaf opens itself, a ``sheaf.Image``,
 or, in a chained URL, whatever the outer protocol names. When that protocol
-is one sheaf reads itself (file, http, https, ssh/sftp) the URL goes to
+is one sheaf reads itself (file, http, https, ssh/sftp, s3) the URL goes to
 sheaf's own reader (node cache, mirrors, range reads of only what is
-needed); any other (s3, gcs, memory, ...) is read through fsspec, range by
+needed), and fsspec's filesystem for it (aiohttp, paramiko, s3fs) is not
+needed (sheaf._links); any other (gcs, memory, ..., or s3 with s3fs's
+options such as ``s3={"key": ...}``) is read through fsspec, range by
 range, and verified all the same.
 """
 
@@ -24,7 +26,7 @@ from fsspec.utils import infer_storage_options
 
 import sheaf
 
-_OWN = {"file", "local", "http", "https", "ssh", "sftp"}
+_OWN = {"file", "local", "http", "https", "ssh", "sftp", "s3", "s3a"}  # read by sheaf itself
 _TYPES = {"file": "file", "directory": "directory", "symlink": "link"}
 
 
@@ -65,6 +67,11 @@ def _open_image(fo, target_protocol, target_options, policy) -> "sheaf.Image":
                     opts.setdefault("port", so["port"])
                 fo = so["path"]
             return sheaf.open(_ssh_url(fo, opts), **policy)
+        if proto in ("s3", "s3a") and not opts:
+            # Credentials, region and endpoint as the CLI finds them
+            # (AWS_* variables, ~/.aws); s3fs's own options go to s3fs.
+            key = fo.split("://", 1)[1] if "://" in fo else fo
+            return sheaf.open(f"s3://{key}", **policy)
         # Any other protocol: fsspec reads the ranges sheaf asks for.
         fs = fsspec.filesystem(proto, **opts)
         path = fs._strip_protocol(fo)
@@ -131,26 +138,26 @@ class SheafFileSystem(AbstractFileSystem):
     def _get_kwargs_from_urls(path):
         return {}
 
-    def _entry(self, path: str, st: dict) -> dict:
-        kind = _TYPES.get(st["type"], "other")
+    def _entry(self, path: str, st: "sheaf.Stat") -> dict:
+        kind = _TYPES.get(st.type, "other")
         d = {
             "name": path,
-            "size": st["size"],
+            "size": st.st_size,
             "type": kind,
-            "mode": st["mode"],
-            "ino": st["ino"],
-            "nlink": st["nlink"],
-            "uid": st["uid"],
-            "gid": st["gid"],
-            "mtime": st["mtime"],
-            "islink": st["type"] == "symlink",
+            "mode": st.st_mode,
+            "ino": st.st_ino,
+            "nlink": st.st_nlink,
+            "uid": st.st_uid,
+            "gid": st.st_gid,
+            "mtime": st.st_mtime,
+            "islink": st.type == "symlink",
         }
-        if st["type"] == "symlink":
-            d["destination"] = st["target"]
+        if st.type == "symlink":
+            d["destination"] = st.target
             try:
                 t = self.image.stat(path, True)
-                d["type"] = _TYPES.get(t["type"], "other")
-                d["size"] = t["size"]
+                d["type"] = _TYPES.get(t.type, "other")
+                d["size"] = t.st_size
             except (FileNotFoundError, NotADirectoryError, OSError):
                 pass
         return d
@@ -158,7 +165,7 @@ class SheafFileSystem(AbstractFileSystem):
     def ls(self, path, detail=True, **kwargs):
         path = self._strip_protocol(path)
         st = self.image.stat(path, True)
-        if st["type"] != "directory":
+        if st.type != "directory":
             out = [self._entry(path, self.image.stat(path, False))]
         else:
             out = [
@@ -230,7 +237,7 @@ class SheafFileSystem(AbstractFileSystem):
 
     def modified(self, path):
         st = self.image.stat(self._strip_protocol(path), True)
-        return datetime.datetime.fromtimestamp(st["mtime"], tz=datetime.timezone.utc)
+        return datetime.datetime.fromtimestamp(st.st_mtime, tz=datetime.timezone.utc)
 
     def ukey(self, path):
         return f"{self.image.root}:{self._strip_protocol(path)}"
