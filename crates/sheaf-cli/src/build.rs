@@ -97,14 +97,15 @@ pub struct ImageArgs {
     /// Do not train a zstd dictionary on the input's small files. By default
     /// an image compressed with zstd gets one (110 KiB, kept in the image)
     /// when the input has 16 MiB or more of small files, sampled across a
-    /// directory or from the first 32 MiB of a tar stream; its packs come
-    /// out 1–3% smaller. Readers older than the dictionary format refuse
-    /// such images.
+    /// directory or a merged stack, or from the first 32 MiB of a tar
+    /// stream; its packs come out 1–3% smaller. Readers older than the
+    /// dictionary format refuse such images.
     #[arg(long)]
     no_dict: bool,
-    /// Packing order of a directory's files: versions (the versions of one
-    /// file side by side: paths equal but for version numbers such as
-    /// 1.24.4) or directory (by directory, then name). For measurements.
+    /// Packing order of a directory's or a merged stack's files: versions
+    /// (the versions of one file side by side: paths equal but for version
+    /// numbers such as 1.24.4) or directory (by directory, then name). For
+    /// measurements.
     #[arg(long, default_value = "versions", value_name = "ORDER", hide = true)]
     order: String,
     /// Give every file of a pack or more a block of its own, even when the

@@ -62,7 +62,8 @@ Examples:
 The result is what `sheaf ls -R BASE,LAYER,...` shows: later layers win,
 whiteouts and opaque directories are applied and none is left in the image.
 Directories take the attributes of the topmost layer holding them. Files
-are packed in merged-tree order, each layer's data read once.")]
+are packed as `sheaf build` packs a directory's (the same order, trained
+dictionary and defaults), each layer's data read once.")]
 pub struct MergeArgs {
     /// The layers, bottom first (files or URLs).
     #[arg(required = true, value_name = "IMAGE")]
