@@ -165,8 +165,9 @@ pub fn info(
 mode, links, owner, group, size, modification time and name, aligned, after a\n\
 'total' line of 1 KiB blocks, with times as GNU ls shows them (--time-style\n\
 full-iso, long-iso, iso or +FORMAT for others); on a terminal, names are quoted\n\
-as GNU ls quotes them. -R prints every path below PATH relative to it, one per\n\
-line (not GNU's per-directory sections). --json prints one array of entries.\n\
+as GNU ls quotes them. -R lists PATH and every directory below it as GNU ls -R\n\
+does: a 'DIR:' line before each, a blank line between them (PATH as given, '.'\n\
+when none is). --json prints one array of entries, paths relative to PATH.\n\
 \n\
 Examples:\n  sheaf ls -lh data.sheaf some/dir\n  sheaf ls -R base.sheaf,layer.sheaf"
 )]
@@ -175,8 +176,7 @@ pub struct LsArgs {
     /// OCI whiteouts applied and not shown).
     image: PathBuf,
     /// Directory or file inside the image (default: the root).
-    #[arg(default_value = "/")]
-    path: std::ffi::OsString,
+    path: Option<std::ffi::OsString>,
     /// Long listing: mode, links, owner, group, size, mtime, name -> target.
     #[arg(short, long)]
     long: bool,
@@ -199,7 +199,7 @@ pub struct LsArgs {
     /// long-iso, iso, or +FORMAT (strftime).
     #[arg(long, value_name = "STYLE", default_value = "locale")]
     time_style: String,
-    /// Recurse into subdirectories (paths printed relative to PATH).
+    /// List subdirectories too, each under a 'DIR:' line, as GNU ls -R.
     #[arg(short = 'R', long)]
     recursive: bool,
     /// Print a JSON array of entries (path, type, mode, size, links, uid,
@@ -209,6 +209,13 @@ pub struct LsArgs {
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     help: Option<bool>,
+}
+
+impl LsArgs {
+    /// The path inside the image named on the command line.
+    fn path(&self) -> &[u8] {
+        self.path.as_deref().map_or(b"/", |p| p.as_bytes())
+    }
 }
 
 pub(crate) use sheaf_read::find::mode_string;
@@ -224,6 +231,8 @@ struct Lister<'a> {
     now: i64,
     names: crate::ident::Names,
     json: Vec<serde_json::Value>,
+    /// With -R, whether a directory's section was printed yet.
+    sections: bool,
 }
 
 impl Lister<'_> {
@@ -238,7 +247,42 @@ impl Lister<'_> {
             now: crate::find::now().0,
             names: crate::ident::Names::default(),
             json: Vec::new(),
+            sections: false,
         })
+    }
+
+    /// With -R, the line before a directory's entries, as GNU ls -R prints
+    /// it: `DIR:`, DIR the operand (`.` when none was given) joined with
+    /// the directory's path below it, after a blank line but the first.
+    fn section(&mut self, o: &mut impl Write, rel: &[u8]) -> Result<()> {
+        if !self.a.recursive || self.a.json {
+            return Ok(());
+        }
+        let mut dir = self
+            .a
+            .path
+            .as_deref()
+            .map_or(b".".to_vec(), |p| p.as_bytes().to_vec());
+        if !rel.is_empty() {
+            if !dir.ends_with(b"/") {
+                dir.push(b'/');
+            }
+            dir.extend_from_slice(rel);
+        }
+        if std::mem::replace(&mut self.sections, true) {
+            writeln!(o)?;
+        }
+        writeln!(o, "{}:", self.name(&dir))?;
+        Ok(())
+    }
+
+    /// How an entry of the directory at `prefix` is named: by its path
+    /// below PATH in JSON, by its name in text (as ls, under -R's lines).
+    fn entry_name(&self, prefix: &[u8], name: &[u8]) -> Vec<u8> {
+        match self.a.json {
+            true => join_name(prefix, name),
+            false => name.to_vec(),
+        }
     }
 
     /// Whether `name` (its last component) is shown.
@@ -388,9 +432,9 @@ pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>) -
         return ls_stack(&a, remote, io);
     }
     let img = open_path(&a.image, remote)?;
-    let path = a.path.as_bytes();
-    let start = img.resolve(path)?;
     let mut l = Lister::new(&a, io.stdout_is_tty())?;
+    let path = a.path();
+    let start = img.resolve(path)?;
     let mut o = std::io::BufWriter::new(&mut *io.stdout);
     if start.file_type() != FileType::Directory || a.directory {
         let name = if a.directory {
@@ -405,10 +449,13 @@ pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>) -
     let mut seen = sheaf_read::Seen::new(&img);
     while let Some((dir, prefix)) = stack.pop() {
         seen.enter(&img, &dir)?;
+        l.section(&mut o, &prefix)?;
         let n = img.dir_len(&dir)?;
         let mut subdirs = Vec::new();
         let mut entries: Vec<Entry<'_>> = Vec::new();
-        if a.all && !a.recursive {
+        // . and .. in every directory listed, as ls -a (in JSON, at the
+        // top only).
+        if a.all && !(a.recursive && a.json) {
             entries.push((&img, dir, b".".to_vec()));
             entries.push((&img, img.inode(dir.rec.parent)?, b"..".to_vec()));
         }
@@ -417,13 +464,12 @@ pub fn ls(a: LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>) -
                 continue;
             }
             let ino = img.child(&dir, e.ino, e.file_type)?;
-            let full = join_name(&prefix, &e.name);
             if a.recursive && e.file_type == FileType::Directory {
-                subdirs.push((ino, full.clone()));
+                subdirs.push((ino, join_name(&prefix, &e.name)));
             }
-            entries.push((&img, ino, full));
+            entries.push((&img, ino, l.entry_name(&prefix, &e.name)));
         }
-        l.batch(&mut o, &entries, !a.recursive)?;
+        l.batch(&mut o, &entries, true)?;
         stack.extend(subdirs.into_iter().rev());
     }
     l.finish(&mut o).map(|()| 0)
@@ -436,8 +482,8 @@ fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>
     use sheaf_read::Found;
     let layers = crate::util::stack_layers(&a.image).expect("ls_stack is given a stack");
     let stack = crate::util::open_stack(&layers, remote)?;
-    let path = a.path.as_bytes();
     let mut l = Lister::new(a, io.stdout_is_tty())?;
+    let path = a.path();
     let mut o = std::io::BufWriter::new(&mut *io.stdout);
     let start = stack.resolve(path)?;
     let dir = match start {
@@ -466,6 +512,7 @@ fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>
     let mut seen = sheaf_read::SeenMerged::new(&stack);
     while let Some((dir, prefix)) = todo.pop() {
         seen.enter(&stack, &dir)?;
+        l.section(&mut o, &prefix)?;
         let mut subdirs = Vec::new();
         let mut entries: Vec<Entry<'_>> = Vec::new();
         for e in stack.read_dir(&dir)? {
@@ -474,15 +521,14 @@ fn ls_stack(a: &LsArgs, remote: &crate::util::RemoteArgs, io: &mut crate::Io<'_>
             }
             let img = &stack.layers()[e.layer];
             let ino = stack.entry_inode(&dir, &e)?;
-            let full = join_name(&prefix, &e.name);
             if a.recursive && e.file_type == FileType::Directory {
                 if let Some(Found::Dir(d)) = stack.lookup(&dir, &e.name)? {
-                    subdirs.push((d, full.clone()));
+                    subdirs.push((d, join_name(&prefix, &e.name)));
                 }
             }
-            entries.push((&**img, ino, full));
+            entries.push((&**img, ino, l.entry_name(&prefix, &e.name)));
         }
-        l.batch(&mut o, &entries, !a.recursive)?;
+        l.batch(&mut o, &entries, true)?;
         todo.extend(subdirs.into_iter().rev());
     }
     l.finish(&mut o).map(|()| 0)

@@ -207,7 +207,8 @@ fn source_date_epoch_and_owner_make_builds_of_copies_identical() {
     .ok()
     .text();
     assert!(l.lines().count() > 5);
-    for line in l.lines() {
+    // Every entry, under its directory's line and `total` (as GNU ls -lR).
+    for line in ls_sections(&l).iter().flat_map(|s| &s.1[1..]) {
         assert!(
             line.contains(" 1234567890.000000000 "),
             "--mtime not applied: {line}"
@@ -603,9 +604,11 @@ fn exclude_leaves_out_matching_files_and_whole_directories() {
             "cache",
         ],
     );
-    let listing = sheaf(["ls".as_ref(), img.as_os_str(), "-R".as_ref()])
-        .ok()
-        .text();
+    let listing = ls_r_paths(
+        &sheaf(["ls".as_ref(), img.as_os_str(), "-R".as_ref()])
+            .ok()
+            .text(),
+    );
     let mut got: Vec<&str> = listing.lines().collect();
     got.sort();
     let want = [
@@ -623,9 +626,11 @@ fn exclude_leaves_out_matching_files_and_whole_directories() {
     // A pattern relative to the source root.
     let img2 = t.path().join("y.sheaf");
     build(&src, &img2, &["--exclude", "lib/deep"]);
-    let listing = sheaf(["ls".as_ref(), img2.as_os_str(), "-R".as_ref()])
-        .ok()
-        .text();
+    let listing = ls_r_paths(
+        &sheaf(["ls".as_ref(), img2.as_os_str(), "-R".as_ref()])
+            .ok()
+            .text(),
+    );
     assert!(!listing.contains("lib/deep"), "{listing}");
     assert!(
         listing.contains("lib/x.o\n") && listing.contains("build/sub/z.c\n"),
@@ -701,9 +706,11 @@ fn skip_errors_leaves_out_unreadable_files_and_lists_them() {
         "skipped path not listed: {}",
         o.stderr
     );
-    let listing = sheaf(["ls".as_ref(), img.as_os_str(), "-R".as_ref()])
-        .ok()
-        .text();
+    let listing = ls_r_paths(
+        &sheaf(["ls".as_ref(), img.as_os_str(), "-R".as_ref()])
+            .ok()
+            .text(),
+    );
     assert!(
         !listing.contains("secret"),
         "skipped file is in the image:\n{listing}"
@@ -1005,5 +1012,67 @@ fn sparse_files_with_the_same_data_at_different_offsets_are_not_merged() {
             o.stdout == fs::read(src.join(f)).unwrap(),
             "{f} reads back wrong"
         );
+    }
+}
+
+/// `sheaf ls -R` prints what GNU `ls -R` prints for the source tree: a
+/// `DIR:` line before each directory's entries, a blank line between
+/// directories, the operand as given (`.` when none).
+#[test]
+fn ls_recursive_prints_the_sections_gnu_ls_prints() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    for f in [
+        "a.txt",
+        "B.txt",
+        ".hidden",
+        "sub/x",
+        "sub/.h",
+        "sub/deeper/y",
+        "sub/with space/z",
+        "other/q",
+    ] {
+        let p = src.join(f);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        write(&p, b"data\n");
+    }
+    fs::create_dir_all(src.join("sub/empty")).unwrap();
+    fs::create_dir_all(src.join(".dotdir/in")).unwrap();
+    let img = t.path().join("x.sheaf");
+    build(&src, &img, &[]);
+    let gnu = |args: &[&str]| -> String {
+        let o = run_cmd(
+            Command::new("ls")
+                .args(args)
+                .current_dir(&src)
+                .env("LC_ALL", "C"),
+        )
+        .ok();
+        o.text()
+    };
+    for args in [
+        &["-R"][..],
+        &["-R", "sub"],
+        &["-R", "sub/"],
+        &["-Ra", "sub"],
+        &["-RA"],
+        &["-R", "sub/deeper"],
+    ] {
+        let mut a: Vec<&std::ffi::OsStr> = vec!["ls".as_ref(), args[0].as_ref(), img.as_os_str()];
+        a.extend(args[1..].iter().map(std::ffi::OsStr::new));
+        let ours = sheaf(a).ok().text();
+        assert_eq!(ours, gnu(args), "ls {args:?}");
+    }
+    // With -l: the same sections, each with its `total` line first.
+    let ours = ls_sections(
+        &sheaf(["ls".as_ref(), "-lR".as_ref(), img.as_os_str()])
+            .ok()
+            .text(),
+    );
+    let theirs = ls_sections(&gnu(&["-lR"]));
+    let dirs = |s: &[(String, Vec<String>)]| s.iter().map(|s| s.0.clone()).collect::<Vec<_>>();
+    assert_eq!(dirs(&ours), dirs(&theirs));
+    for (d, lines) in &ours {
+        assert!(lines[0].starts_with("total "), "{d}: {lines:?}");
     }
 }

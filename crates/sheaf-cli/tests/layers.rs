@@ -34,7 +34,7 @@ fn ls_on_a_stack_shows_the_merged_view() {
     build(&top, &ti, &[]).ok();
     let stack = format!("{},{}", bi.display(), ti.display());
     let o = sheaf_in(["ls", "-R", &stack]).ok();
-    assert_eq!(o.text(), "a\nb\nc\na/y\na/z\nb/new\n");
+    assert_eq!(ls_r_paths(&o.text()), "a\nb\nc\na/y\na/z\nb/new\n");
     // A file of the top layer over a directory of the base.
     let o = sheaf_in(["ls", "-l", &stack, "c"]).ok();
     assert!(o.text().starts_with("-rw"), "{}", o.text());
@@ -143,7 +143,7 @@ fn describe_tree(root: &Path) -> Vec<String> {
 /// (-A: whiteouts are dot names, which ls leaves out without it).
 fn ls_r(image: &str) -> Vec<String> {
     let o = sheaf_in(["ls", "-AR", image]).ok();
-    let mut v: Vec<String> = o.text().lines().map(String::from).collect();
+    let mut v: Vec<String> = ls_r_paths(&o.text()).lines().map(String::from).collect();
     v.sort();
     v
 }

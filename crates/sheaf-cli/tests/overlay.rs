@@ -153,7 +153,10 @@ fn a_union_of_three_layers_follows_the_oci_rules() {
         .collect::<Vec<_>>()
         .join(",");
     let o = sheaf(["ls", &stack, "-R"]).ok();
-    let mut ls: Vec<String> = o.text().lines().map(|l| l.to_string()).collect();
+    let mut ls: Vec<String> = ls_r_paths(&o.text())
+        .lines()
+        .map(|l| l.to_string())
+        .collect();
     ls.sort();
     let mut plain: Vec<String> = want
         .iter()

@@ -374,10 +374,15 @@ fn ls_long_recursive_lists_every_path_with_its_attributes() {
             .collect::<Vec<_>>()
             .join(" ")
     };
-    let listing = format!(
-        "\n{}\n",
-        o.text().lines().map(squeeze).collect::<Vec<_>>().join("\n")
-    );
+    // GNU's sections: each directory's entries under its `./DIR:` line.
+    let sections: std::collections::HashMap<String, String> = ls_sections(&o.text())
+        .into_iter()
+        .map(|(dir, lines)| {
+            let lines: Vec<String> = lines.iter().map(|l| squeeze(l)).collect();
+            (dir, format!("\n{}\n", lines.join("\n")))
+        })
+        .collect();
+    let listing = o.text();
     let mut missing = Vec::new();
     let paths = walk(&f.src);
     for p in &paths[1..] {
@@ -408,9 +413,14 @@ fn ls_long_recursive_lists_every_path_with_its_attributes() {
             size,
             md.mtime(),
             md.mtime_nsec(),
-            lossy(p)
+            lossy(p.rsplit(|&b| b == b'/').next().unwrap())
         ));
-        if !listing.contains(&format!("\n{line}\n")) {
+        let dir = match p.iter().rposition(|&b| b == b'/') {
+            Some(i) => format!("./{}", lossy(&p[..i])),
+            None => ".".to_string(),
+        };
+        let section = sections.get(&dir).map_or("", String::as_str);
+        if !section.contains(&format!("\n{line}\n")) {
             missing.push(line);
         }
     }
@@ -427,11 +437,22 @@ fn ls_long_recursive_lists_every_path_with_its_attributes() {
             .join("\n  "),
         listing.chars().take(3000).collect::<String>()
     );
+    // Without -l: each name in its directory's section (names hold
+    // newlines, so sections are searched, not split into lines).
     let plain = sheaf(["ls".as_ref(), f.img.as_os_str(), "-R".as_ref()]).ok();
     let plain = format!("\n{}", plain.text());
     for p in &paths[1..] {
+        let (dir, name) = match p.iter().rposition(|&b| b == b'/') {
+            Some(i) => (format!("./{}", lossy(&p[..i])), lossy(&p[i + 1..])),
+            None => (".".to_string(), lossy(p)),
+        };
+        let at = plain
+            .find(&format!("\n{dir}:\n"))
+            .unwrap_or_else(|| panic!("`ls -R` lacks the section {dir:?}"));
+        let section = &plain[at + dir.len() + 2..];
+        let section = &section[..section.find("\n\n").map_or(section.len(), |e| e + 1)];
         assert!(
-            plain.contains(&format!("\n{}\n", lossy(p))),
+            section.contains(&format!("\n{name}\n")),
             "`ls -R` lacks {:?}",
             lossy(p)
         );

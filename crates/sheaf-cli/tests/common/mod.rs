@@ -822,3 +822,41 @@ pub fn ssh_signer(dir: &Path) -> (PathBuf, PathBuf) {
     .unwrap();
     (key, signers)
 }
+
+/// `sheaf ls -R`'s output (GNU ls -R's sections: `DIR:`, the entries of
+/// DIR, a blank line between sections) as (DIR, entry lines) pairs.
+pub fn ls_sections(text: &str) -> Vec<(String, Vec<String>)> {
+    text.trim_end_matches('\n')
+        .split("\n\n")
+        .map(|s| {
+            let mut l = s.lines();
+            let h = l.next().unwrap_or_default();
+            let h = h
+                .strip_suffix(':')
+                .unwrap_or_else(|| panic!("not a section: {s:?}"));
+            (h.to_string(), l.map(String::from).collect())
+        })
+        .collect()
+}
+
+/// The paths `sheaf ls -R` (without -l) lists, relative to the directory
+/// listed, one a line, in its order: its sections' names joined to their
+/// directories.
+pub fn ls_r_paths(text: &str) -> String {
+    let sections = ls_sections(text);
+    let root = sections.first().map(|s| s.0.clone()).unwrap_or_default();
+    let mut out = String::new();
+    for (dir, names) in &sections {
+        let rel = dir.strip_prefix(root.as_str()).unwrap_or(dir);
+        let rel = rel.trim_start_matches('/');
+        for n in names {
+            if !rel.is_empty() {
+                out.push_str(rel);
+                out.push('/');
+            }
+            out.push_str(n);
+            out.push('\n');
+        }
+    }
+    out
+}
