@@ -770,11 +770,7 @@ fn run_inner(a: RunArgs, remote: &crate::util::RemoteArgs) -> Result<i32> {
 
 /// An I/O error without Rust's "(os error N)" suffix.
 fn io_text(e: &std::io::Error) -> String {
-    let s = e.to_string();
-    match s.find(" (os error") {
-        Some(i) => s[..i].to_string(),
-        None => s,
-    }
+    sheaf_format::without_os_error(&e.to_string())
 }
 
 /// A fresh directory only this user can enter, removed when sheaf exits

@@ -1076,3 +1076,44 @@ fn ls_recursive_prints_the_sections_gnu_ls_prints() {
         assert!(lines[0].starts_with("total "), "{d}: {lines:?}");
     }
 }
+
+/// I/O errors reach the user as the system's message, as other tools print
+/// it, without Rust's " (os error N)".
+#[test]
+fn io_errors_are_printed_without_os_error_numbers() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    small_tree(&src, 3);
+    let img = t.path().join("x.sheaf");
+    build(&src, &img, &[]);
+    let file = src.join("README.txt");
+    let missing = t.path().join("missing.sheaf");
+    let under_file = file.join("x.sheaf");
+    let p = |p: &Path| p.to_string_lossy().into_owned();
+    for (args, want) in [
+        (
+            vec!["info".to_string(), p(&missing)],
+            "No such file or directory",
+        ),
+        (vec!["ls".to_string(), p(&under_file)], "Not a directory"),
+        // sysfs refuses new files to everyone, root too.
+        (
+            vec!["build".into(), p(&src), "-o".into(), "/sys/x.sheaf".into()],
+            "Permission denied",
+        ),
+        (
+            vec!["extract".into(), p(&img), "-C".into(), p(&under_file)],
+            "Not a directory",
+        ),
+        (
+            vec!["cat".into(), p(&missing), "a".into()],
+            "No such file or directory",
+        ),
+    ] {
+        let o = sheaf(&args);
+        assert_eq!(o.code, 1, "{args:?}: {}", o.describe());
+        let l = o.one_err_line();
+        assert!(l.contains(want), "{args:?}: {l}");
+        assert!(!o.stderr.contains("(os error"), "{args:?}: {l}");
+    }
+}

@@ -61,13 +61,14 @@ impl FormatError {
 
 /// An error and its chain of causes (`source()`) on one line, each cause
 /// after a colon unless the text before already says it; newlines become
-/// spaces. The one rule for every message sheaf prints or passes between
-/// processes.
+/// spaces, and Rust's " (os error N)" after an I/O error's text goes
+/// ([`without_os_error`]). The one rule for every message sheaf prints or
+/// passes between processes.
 pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = String::new();
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cur {
-        let t = c.to_string();
+        let t = without_os_error(&c.to_string());
         if !t.is_empty() && !s.contains(&t) {
             if !s.is_empty() {
                 s.push_str(": ");
@@ -77,4 +78,44 @@ pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
         cur = c.source();
     }
     s.replace('\n', " ")
+}
+
+/// `text` without the " (os error N)" that Rust's `io::Error` adds to the
+/// system's message ("No such file or directory (os error 2)"), wherever
+/// it was quoted: users read the message, as other tools print it.
+pub fn without_os_error(text: &str) -> String {
+    const MARK: &str = " (os error ";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(MARK) {
+        let after = &rest[i + MARK.len()..];
+        let digits = after
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'-')
+            .count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..i]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..i + MARK.len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn os_error_numbers_are_left_out() {
+        // ENOENT is 2 on Linux.
+        let e = std::io::Error::from_raw_os_error(2);
+        let wrapped = std::io::Error::other(format!("/x: {e}"));
+        assert_eq!(super::one_line(&wrapped), "/x: No such file or directory");
+        assert_eq!(
+            super::without_os_error("a (os error 13): b (os error x) (os error 2)"),
+            "a: b (os error x)"
+        );
+    }
 }

@@ -29,7 +29,7 @@ pub mod superblock;
 
 pub use codec::Codec;
 pub use dict::{DictLookup, Dictionary};
-pub use error::{one_line, FormatError};
+pub use error::{one_line, without_os_error, FormatError};
 pub use layout::{
     BlockRef, Header, SectionEntry, SectionKind, Trailer, BLOCK_REF_LEN, HEADER_LEN,
     SECTION_ENTRY_LEN, SECTION_FLAG_REQUIRED, TRAILER_LEN,

@@ -115,7 +115,12 @@ pub fn hand_over(args: &[OsString]) -> String {
     use std::os::unix::process::CommandExt;
     let me = match std::env::current_exe() {
         Ok(p) => p,
-        Err(e) => return format!("cannot find this program's path: {e}"),
+        Err(e) => {
+            return format!(
+                "cannot find this program's path: {}",
+                sheaf_format::one_line(&e)
+            )
+        }
     };
     let Some(full) = full_path(&me) else {
         return format!(
@@ -132,7 +137,7 @@ pub fn hand_over(args: &[OsString]) -> String {
         cmd.arg0(a0);
     }
     let err = cmd.args(args.iter().skip(1)).env(EXE_ENV, &me).exec();
-    format!("{}: {err}", full.display())
+    format!("{}: {}", full.display(), sheaf_format::one_line(&err))
 }
 
 #[cfg(test)]
