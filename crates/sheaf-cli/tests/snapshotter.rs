@@ -9,6 +9,8 @@
 //! containerd's path; a recorded prefetch list fills the node cache at pull.
 
 mod common;
+#[path = "snapshotter/restart.rs"]
+mod restart;
 use common::oci::*;
 use common::servers::{Nginx, Registry};
 use common::*;
@@ -542,6 +544,13 @@ fn scenario(t: &Path) {
         .ok();
     assert_eq!(o.text(), "hello from layer 1\n");
     assert_eq!(keys(&ctd, &sn), before, "the snapshots survive the restart");
+    // Their mounts stayed alive: no line says one was made again.
+    let log = fs::read_to_string(&sn.log).unwrap();
+    assert_eq!(
+        log.matches("mounted again after a restart").count(),
+        0,
+        "{log}"
+    );
     // A union mount whose server and watchdog were both killed stays as a
     // dead mount; the restarted snapshotter detaches and makes it again.
     let unions: Vec<PathBuf> = fs::read_dir(sn.root.join("snapshots"))
@@ -588,9 +597,18 @@ fn scenario(t: &Path) {
         "the dead mount was not made again: {}",
         common::servers::tail(&sn.log, 20)
     );
-    assert!(fs::read_to_string(&sn.log)
-        .unwrap()
-        .contains("its mount had died; mounting again"));
+    // One line for the one mount made again, none for those alive.
+    let log = fs::read_to_string(&sn.log).unwrap();
+    assert_eq!(
+        log.matches("its mount had died; mounting again").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("mounted again after a restart").count(),
+        1,
+        "{log}"
+    );
     ctd.ctr(&["task", "kill", "-s", "KILL", "long"]);
     let t0 = Instant::now();
     while ctd.ctr(&["task", "delete", "long"]).code != 0 {

@@ -20,9 +20,63 @@ pub enum Target {
     Syslog,
 }
 
+/// How a line on stderr looks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `sheaf: LEVEL: message`, for a terminal.
+    Plain,
+    /// containerd's own style, for services:
+    /// `time="2026-11-28T20:05:59.123456789Z" level=info msg="..."`.
+    Logfmt,
+    /// One JSON object per line: `{"time":...,"level":...,"msg":...}`.
+    Json,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" | "logfmt" => Ok(Format::Logfmt),
+            "json" => Ok(Format::Json),
+            "plain" => Ok(Format::Plain),
+            _ => Err(format!("{s}: not a log format (text, json)")),
+        }
+    }
+}
+
 struct Logger {
     target: Target,
     prefix: String,
+    format: Format,
+}
+
+/// A logfmt value as containerd's logger (logrus) writes it: bare when
+/// every character is a letter, a digit or one of `-._/@^+`, else quoted
+/// (escaped as Go's strconv.Quote does).
+fn logfmt_value(v: &str) -> String {
+    if !v.is_empty()
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._/@^+".contains(c))
+    {
+        return v.to_string();
+    }
+    // A JSON string is Go's quoting for everything a message holds.
+    serde_json::Value::String(v.to_string()).to_string()
+}
+
+/// One line of a service's log in `format` (no newline).
+pub fn format_line(format: Format, level: log::Level, msg: &str, now: SystemTime) -> String {
+    let time = humantime::format_rfc3339_nanos(now).to_string();
+    let level = level.as_str().to_lowercase();
+    match format {
+        Format::Plain => format!("sheaf: {level}: {msg}"),
+        Format::Logfmt => format!(
+            "time={} level={level} msg={}",
+            logfmt_value(&time),
+            logfmt_value(msg)
+        ),
+        Format::Json => serde_json::json!({ "time": time, "level": level, "msg": msg }).to_string(),
+    }
 }
 
 impl log::Log for Logger {
@@ -36,7 +90,10 @@ impl log::Log for Logger {
         }
         let msg = format!("{}{}", self.prefix, r.args());
         match &self.target {
-            Target::Stderr => eprintln!("sheaf: {}: {msg}", r.level().as_str().to_lowercase()),
+            Target::Stderr => eprintln!(
+                "{}",
+                format_line(self.format, r.level(), &msg, SystemTime::now())
+            ),
             Target::File(f) => {
                 let t = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
@@ -138,15 +195,21 @@ pub fn destination() -> Option<String> {
 /// Install the process-wide logger (once; later calls are ignored).
 /// `prefix` starts every message, e.g. the mountpoint.
 pub fn init(target: Target, prefix: String, verbose: bool) {
-    if let Target::Syslog = target {
-        // SAFETY: a static identifier string.
-        unsafe { libc::openlog(c"sheaf".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
-    }
     let level = if verbose {
         log::LevelFilter::Debug
     } else {
         log::LevelFilter::Info
     };
+    init_with(target, prefix, level, Format::Plain);
+}
+
+/// [`init`] for a service: messages at `level` and above, on stderr in
+/// `format` (files and syslog keep their own line format).
+pub fn init_with(target: Target, prefix: String, level: log::LevelFilter, format: Format) {
+    if let Target::Syslog = target {
+        // SAFETY: a static identifier string.
+        unsafe { libc::openlog(c"sheaf".as_ptr(), libc::LOG_PID, libc::LOG_DAEMON) };
+    }
     let _ = DESTINATION.set(match &target {
         Target::Stderr => "stderr".into(),
         Target::Syslog => "syslog".into(),
@@ -160,7 +223,42 @@ pub fn init(target: Target, prefix: String, verbose: bool) {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "a file".into()),
     });
-    if log::set_boxed_logger(Box::new(Logger { target, prefix })).is_ok() {
+    let logger = Logger {
+        target,
+        prefix,
+        format,
+    };
+    if log::set_boxed_logger(Box::new(logger)).is_ok() {
         log::set_max_level(level);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn service_lines_are_containerds_style() {
+        // 2026-11-28T20:05:59.000000123Z, computed by hand: 20,785 days
+        // from 1970-01-01 to 2026-11-28, plus 20:05:59.
+        let t = UNIX_EPOCH + Duration::new(20_785 * 86_400 + 20 * 3600 + 5 * 60 + 59, 123);
+        assert_eq!(
+            format_line(Format::Logfmt, log::Level::Info, "sha256:ab: lazy", t),
+            r#"time="2026-11-28T20:05:59.000000123Z" level=info msg="sha256:ab: lazy""#
+        );
+        assert_eq!(
+            format_line(Format::Logfmt, log::Level::Warn, "ready", t),
+            r#"time="2026-11-28T20:05:59.000000123Z" level=warn msg=ready"#
+        );
+        assert_eq!(
+            format_line(Format::Logfmt, log::Level::Error, "a \"q\"\nb", t),
+            r#"time="2026-11-28T20:05:59.000000123Z" level=error msg="a \"q\"\nb""#
+        );
+        let j: serde_json::Value =
+            serde_json::from_str(&format_line(Format::Json, log::Level::Debug, "x=1", t)).unwrap();
+        assert_eq!(j["time"], "2026-11-28T20:05:59.000000123Z");
+        assert_eq!(j["level"], "debug");
+        assert_eq!(j["msg"], "x=1");
     }
 }

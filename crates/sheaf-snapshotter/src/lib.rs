@@ -27,6 +27,8 @@
 
 pub mod state;
 
+pub mod listen;
+
 use containerd_snapshots as snapshots;
 use containerd_snapshots::api::types::Mount;
 use containerd_snapshots::tonic::{self, Status};
@@ -278,7 +280,8 @@ impl SheafSnapshotter {
         for (key, snap) in &st.snaps {
             if snap.kind != Kind::Committed {
                 match s.ensure_mounted(snap, &st) {
-                    Ok(()) => log::info!("{key}: mounted again after a restart"),
+                    Ok(true) => log::info!("{key}: mounted again after a restart"),
+                    Ok(false) => log::debug!("{key}: its mount is alive"),
                     Err(e) => log::warn!("{key}: {e}"),
                 }
             }
@@ -351,10 +354,11 @@ impl SheafSnapshotter {
 
     /// The union mount an active snapshot or view is served from (none for
     /// one with no parent layers: its upper directory is bound directly).
-    fn ensure_mounted(&self, snap: &Snap, st: &State) -> Result<(), SnapError> {
+    /// Whether it was mounted now (false: it was alive, or none is needed).
+    fn ensure_mounted(&self, snap: &Snap, st: &State) -> Result<bool, SnapError> {
         let layers = st.layers_under(&snap.parent);
         if layers.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let d = self.dir(snap.id);
         let fs = d.join("fs");
@@ -367,7 +371,7 @@ impl SheafSnapshotter {
                 .map_err(|e| internal("detaching a dead mount", e))?;
         }
         if is_mounted(&fs) {
-            return Ok(());
+            return Ok(false);
         }
         // trusted-path: a snapshot's directory in the snapshotter's root
         std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
@@ -386,7 +390,7 @@ impl SheafSnapshotter {
                 },
             });
         }
-        let mut req = sheaf_mount::MountRequest::new(images, fs);
+        let mut req = sheaf_mount::MountRequest::new(images, fs.clone());
         if snap.kind == Kind::Active && !snap.overlay {
             req.upper = Some(d.join("upper"));
         }
@@ -399,7 +403,14 @@ impl SheafSnapshotter {
             &["mount".as_ref(), "--request".as_ref(), "-".as_ref()],
             Some(&req.encode()),
             "mounting the layers",
-        )
+        )?;
+        log::debug!(
+            "{}: {} layer(s) mounted for snapshot {}",
+            fs.display(),
+            layers.len(),
+            snap.id
+        );
+        Ok(true)
     }
 
     fn mounts_of(&self, snap: &Snap, st: &State) -> Result<Vec<Mount>, SnapError> {
@@ -618,7 +629,10 @@ impl SheafSnapshotter {
             overlay,
         };
         let mounts = match self.mounts_of(&snap, &st) {
-            Ok(m) => m,
+            Ok(m) => {
+                log::debug!("{key}: container root: {}", describe(&m));
+                m
+            }
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&d);
                 return Err(e);
@@ -675,6 +689,15 @@ impl SheafSnapshotter {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         (st.lazy_layers, st.applied_layers)
     }
+}
+
+/// The mounts containerd is handed, on one line (for the debug log).
+fn describe(mounts: &[Mount]) -> String {
+    mounts
+        .iter()
+        .map(|m| format!("{} {} ({})", m.r#type, m.source, m.options.join(",")))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// An error and its sources, on one line.
@@ -890,48 +913,99 @@ impl snapshots::Snapshotter for SheafSnapshotter {
     }
 }
 
-/// Serve on the unix socket `socket` until SIGTERM or SIGINT.
+/// How a run of [`serve`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// SIGTERM or SIGINT: exit.
+    Exit,
+    /// SIGHUP: execute again in place, keeping the socket.
+    Restart,
+}
+
+/// Serve on the unix socket `socket` until SIGTERM or SIGINT; on SIGHUP,
+/// finish the requests being answered and execute again in place with
+/// the socket kept open ([`listen`]).
 ///
-/// The socket listens before the state is opened and the snapshots'
-/// mounts are made again, so a client that connects during a restart
-/// waits in the backlog instead of being refused; systemd is told the
-/// service is ready (`READY=1` on `$NOTIFY_SOCKET`, for `Type=notify`)
-/// once requests are answered.
+/// The socket is the one systemd handed over (socket activation) when
+/// there is one, else `socket` is bound. It listens before the state is
+/// opened and the snapshots' mounts are made again, so a client that
+/// connects during a restart waits in the backlog instead of being
+/// refused; systemd is told the service is ready (`READY=1` on
+/// `$NOTIFY_SOCKET`, for `Type=notify`) once requests are answered.
 pub fn serve(cfg: Config, socket: &Path) -> std::io::Result<()> {
+    let listener = match listen::inherited().map_err(std::io::Error::other)? {
+        Some(l) => {
+            let name = l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| p.display().to_string()))
+                .unwrap_or_else(|| "an unnamed socket".into());
+            log::info!("serving on the socket handed over: {name}");
+            l
+        }
+        None => listen::bind(socket)?,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    rt.block_on(async move {
-        let _ = std::fs::remove_file(socket);
-        if let Some(p) = socket.parent() {
-            // trusted-path: the socket's directory the admin named
-            std::fs::create_dir_all(p)?;
-        }
-        // Only root may connect (a connection mounts as root): the socket
-        // is made 0600 whatever the umask, with no moment when it is wider.
-        // SAFETY: umask has no preconditions; nothing else creates files
-        // while the runtime has not started serving.
-        let old = unsafe { libc::umask(0o177) };
-        let uds = tokio::net::UnixListener::bind(socket);
-        // SAFETY: as above.
-        unsafe { libc::umask(old) };
-        let uds = uds?;
+    let served = listener.try_clone()?;
+    let stop = rt.block_on(async move {
+        served.set_nonblocking(true)?;
+        let uds = tokio::net::UnixListener::from_std(served)?;
         let sn = Arc::new(tokio::task::block_in_place(|| SheafSnapshotter::open(cfg))?);
         notify_ready();
+        log::info!("ready");
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(uds);
-        let stop = async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                    .expect("signal");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+        let (tx, rx) = tokio::sync::watch::channel(None::<Stop>);
+        tokio::spawn(async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let (Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) else {
+                return log::error!("cannot handle signals");
+            };
+            let why = tokio::select! {
+                _ = term.recv() => Stop::Exit,
+                _ = tokio::signal::ctrl_c() => Stop::Exit,
+                _ = hup.recv() => Stop::Restart,
+            };
+            if why == Stop::Restart {
+                log::info!(
+                    "SIGHUP: finishing the requests being answered, then restarting in place"
+                );
+            }
+            let _ = tx.send(Some(why));
+        });
+        let signalled = {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(Option::is_some).await;
             }
         };
-        tonic::transport::Server::builder()
+        let server = tonic::transport::Server::builder()
             .add_service(snapshots::server(sn))
-            .serve_with_incoming_shutdown(incoming, stop)
-            .await
-            .map_err(std::io::Error::other)
-    })
+            .serve_with_incoming_shutdown(incoming, signalled);
+        // A request that does not end does not hold a restart or an exit
+        // for ever.
+        let overdue = {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(Option::is_some).await;
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                log::warn!("requests still running 10 s after the signal; stopping anyway");
+            }
+        };
+        tokio::select! {
+            r = server => r.map_err(std::io::Error::other)?,
+            _ = overdue => {}
+        }
+        let why = *rx.borrow();
+        Ok::<_, std::io::Error>(why.unwrap_or(Stop::Exit))
+    })?;
+    rt.shutdown_timeout(Duration::from_secs(2));
+    if stop == Stop::Restart {
+        return Err(listen::reexec(&listener));
+    }
+    Ok(())
 }
