@@ -68,8 +68,9 @@ soak: build
 
 # The programs (`sheaf`, small, mounts local images itself and runs
 # libexec/sheaf/sheaf-full, the whole tool, for everything else), the helper
-# mount(8) runs for `-t fuse.sheaf` and fstab, and the systemd unit of the containerd snapshotter (not enabled: add
-# --repo lines to it, then `systemctl enable --now sheaf-snapshotter`), a man
+# mount(8) runs for `-t fuse.sheaf` and fstab, the systemd units of the containerd snapshotter (not
+# enabled: add --repo to the service's ExecStart, then `systemctl enable --now
+# sheaf-snapshotter.socket sheaf-snapshotter.service`; docs/containers.md), a man
 # page per command (`man sheaf-mount`) and the bash, zsh and fish completions,
 # all made from the same definitions as --help. `install-files` only copies
 # what is built (scripts/deb.sh runs it).
@@ -84,6 +85,7 @@ install-files:
 	ln -sf $(PREFIX)/bin/sheaf $(DESTDIR)/sbin/mount.fuse.sheaf
 	install -d $(DESTDIR)/etc/systemd/system
 	$(SHEAF) snapshotter --systemd-unit | sed 's|^ExecStart=[^ ]*|ExecStart=$(PREFIX)/bin/sheaf|' > $(DESTDIR)/etc/systemd/system/sheaf-snapshotter.service
+	$(SHEAF) snapshotter --systemd-socket > $(DESTDIR)/etc/systemd/system/sheaf-snapshotter.socket
 	install -d $(MAN1)
 	$(SHEAF) man --dir $(MAN1)
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Debian package of the built sheaf (`make deb` builds first): what
 # `make install-files` installs with PREFIX=/usr (sheaf, libexec/sheaf/sheaf-full,
-# /sbin/mount.fuse.sheaf, the snapshotter's systemd unit as a conffile, man
+# /sbin/mount.fuse.sheaf, the snapshotter's systemd units as conffiles, man
 # pages, bash/zsh/fish completions), Depends from dpkg-shlibdeps plus fuse3.
 # Usage: scripts/deb.sh [OUTDIR]   (default target/debian; prints the .deb's path)
 # SHEAF=path/to/sheaf picks other binaries (sheaf-full beside it).
@@ -51,7 +51,7 @@ fi
 
 (cd "$stage" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z | xargs -0 md5sum) \
   > "$stage/DEBIAN/md5sums"
-echo /etc/systemd/system/sheaf-snapshotter.service > "$stage/DEBIAN/conffiles"
+printf '%s\n' /etc/systemd/system/sheaf-snapshotter.service /etc/systemd/system/sheaf-snapshotter.socket > "$stage/DEBIAN/conffiles"
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
 cat > "$stage/DEBIAN/control" <<EOF
 Package: sheaf
@@ -69,7 +69,7 @@ Description: pack directory trees into verifiable read-only images
  local files or lazily over HTTP. Images can be signed with OpenSSH keys.
  .
  Includes the mount(8) helper for -t fuse.sheaf, the containerd
- snapshotter's systemd unit (not enabled), man pages and completions.
+ snapshotter's systemd units (not enabled), man pages and completions.
 EOF
 mkdir -p "$out"
 deb=$out/sheaf_${version}_${arch}.deb
