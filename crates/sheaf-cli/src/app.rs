@@ -231,6 +231,16 @@ enum Cmd {
         #[arg(value_parser = docs::SHELLS)]
         shell: String,
     },
+    /// List the entries of an image whose paths start with PREFIX, for the
+    /// bash completion script.
+    #[command(hide = true)]
+    CompleteImagePath {
+        /// The image (a local file, or a stack of them).
+        image: PathBuf,
+        /// A path inside the image, as typed so far.
+        #[arg(default_value = "")]
+        prefix: std::ffi::OsString,
+    },
     /// Write a man page for every command into DIR (`make install` runs it).
     #[command(hide = true)]
     Man {
@@ -368,7 +378,7 @@ impl<'a> Io<'a> {
 
 /// The commands that write only through [`Io`] (all their output, errors
 /// included), which tests may run in-process with [`run`].
-pub const IO_COMMANDS: [&str; 23] = [
+pub const IO_COMMANDS: [&str; 24] = [
     "build",
     "commit",
     "merge",
@@ -392,6 +402,7 @@ pub const IO_COMMANDS: [&str; 23] = [
     "completions",
     "man",
     "shell-init",
+    "complete-image-path",
 ];
 
 /// Run the `sheaf` command line `args` (the program name first, as
@@ -501,6 +512,9 @@ fn dispatch(args: Vec<std::ffi::OsString>, io: &mut Io<'_>) -> i32 {
         Cmd::Stats { mountpoint, json } => mount::stats(&mountpoint, json, io),
         Cmd::Completions { shell } => docs::completions(command(), &shell, io),
         Cmd::Man { dir } => docs::man(command(), &dir),
+        Cmd::CompleteImagePath { image, prefix } => {
+            docs::complete_image_path(&image, &prefix, r, io)
+        }
     };
     finish(r, io)
 }

@@ -2,6 +2,7 @@
 //! definitions as `--help` (clap_mangen, clap_complete): `sheaf completions
 //! SHELL` and the hidden `sheaf man --dir DIR` that `make install` runs.
 
+use crate::options::OptionValue;
 use anyhow::{bail, Context, Result};
 use clap::{Command, ValueHint};
 use std::io::Write;
@@ -42,11 +43,71 @@ pub fn completion_script(mut cmd: Command, shell: &str) -> Result<String> {
     let mut buf = Vec::new();
     clap_complete::generate(sh, &mut cmd, BIN, &mut buf);
     let script = String::from_utf8(buf).context("clap_complete wrote a non-UTF-8 script")?;
-    if sh == Shell::Bash {
-        bash_with_paths(&cmd, script)
-    } else {
-        Ok(script)
+    match sh {
+        Shell::Bash => bash_with_paths(&cmd, script),
+        Shell::Zsh => zsh_with_mount_options(script),
+        _ => fish_with_mount_options(script),
     }
+}
+
+/// The one line of a zsh or fish script that completes `sheaf mount -o`,
+/// found by the option's help text: (its start, its end).
+fn mount_o_line(script: &str, marker: &str) -> Result<(usize, usize)> {
+    let mut found = script.match_indices(marker).filter(|(at, _)| {
+        let start = script[..*at].rfind('\n').map_or(0, |k| k + 1);
+        let line = &script[start..];
+        let line = &line[..line.find('\n').unwrap_or(line.len())];
+        line.contains("Mount options")
+    });
+    let (Some((at, _)), None) = (found.next(), found.next()) else {
+        bail!("clap_complete's script changed shape: cannot add mount option completion");
+    };
+    let start = script[..at].rfind('\n').map_or(0, |k| k + 1);
+    let end = script[at..].find('\n').map_or(script.len(), |k| at + k);
+    Ok((start, end))
+}
+
+/// zsh: `sheaf mount -o` completes the option names, comma-separated, and
+/// the values of those that take one of a few words (zsh's `_values`).
+fn zsh_with_mount_options(script: String) -> Result<String> {
+    let (start, end) = mount_o_line(&script, ":OPTS:_default'")?;
+    let specs: Vec<String> = crate::options::OFFERED
+        .iter()
+        .map(|(n, v)| match v {
+            OptionValue::Switch => format!("\"{n}\""),
+            OptionValue::Any => format!("\"{n}:value: \""),
+            OptionValue::OneOf(w) => format!("\"{n}:value:({})\"", w.join(" ")),
+        })
+        .collect();
+    let line = script[start..end].replacen(
+        ":OPTS:_default'",
+        &format!(":OPTS:_values -s , \"mount option\" {}'", specs.join(" ")),
+        1,
+    );
+    Ok(format!("{}{line}{}", &script[..start], &script[end..]))
+}
+
+/// fish: `sheaf mount -o` completes the option names, comma-separated
+/// (fish's `__fish_complete_list`, as its own mount completion does).
+fn fish_with_mount_options(script: String) -> Result<String> {
+    let (start, end) = mount_o_line(&script, "__fish_sheaf_using_subcommand mount\" -s o ")?;
+    let names: Vec<String> = crate::options::OFFERED
+        .iter()
+        .map(|(n, v)| match v {
+            OptionValue::Switch => n.to_string(),
+            _ => format!("{n}="),
+        })
+        .collect();
+    let line = format!(
+        "{} -f -a \"(__fish_complete_list , __fish_sheaf_mount_options)\"",
+        &script[start..end]
+    );
+    Ok(format!(
+        "{}{line}{}\n# Added by sheaf: the names `sheaf mount -o` takes.\nfunction __fish_sheaf_mount_options\n    printf '%s\\n' {}\nend\n",
+        &script[..start],
+        &script[end..],
+        names.join(" ")
+    ))
 }
 
 /// clap_complete's bash script offers only the options where a positional
@@ -90,12 +151,119 @@ _sheaf() {{
     fi
     case "$cmd,$prev" in
 {dir_opts}    esac
+    if [[ "$cmd" == sheaf__subcmd__mount ]] && _sheaf__after_o; then
+        _sheaf__mount_options
+        return 0
+    fi
     [[ "$cur" == -* ]] && return 0
     for w in "${{COMPREPLY[@]}}"; do
         [[ "$w" == -* ]] || return 0
     done
     case "$cmd" in
+{image_paths}    esac
+    case "$cmd" in
 {files}{dirs}    esac
+    return 0
+}}
+
+# The word being completed as typed, whole: bash splits `mem_cache=1G` at
+# '=' (COMP_WORDBREAKS), the line does not.
+_sheaf__typed() {{
+    local line="${{COMP_LINE:0:COMP_POINT}}"
+    REPLY="${{line##*[[:space:]]}}"
+}}
+
+# Whether the word being completed is the value of -o.
+_sheaf__after_o() {{
+    local line="${{COMP_LINE:0:COMP_POINT}}" typed before
+    _sheaf__typed
+    typed="$REPLY"
+    before="${{line%"$typed"}}"
+    before="${{before%"${{before##*[![:space:]]}}"}}"
+    [[ "${{before##*[[:space:]]}}" == -o ]]
+}}
+
+# `sheaf mount -o LIST`: the option names, or an option's values after '='.
+_sheaf__mount_options() {{
+    local typed item head c
+    _sheaf__typed
+    typed="$REPLY"
+    item="${{typed##*,}}"
+    head="${{typed%"$item"}}"
+    COMPREPLY=()
+    # (option names and values hold no spaces: the words split as usual)
+    local words=()
+    if [[ "$item" == *=* ]]; then
+        case "${{item%%=*}}" in
+{option_values}        esac
+        words=( $(compgen -P "$head${{item%%=*}}=" -W "${{words[*]}}" -- "${{item#*=}}") )
+    else
+        words=( $(compgen -P "$head" -W "{option_names}" -- "$item") )
+    fi
+    # Relative to the word bash completes (after its last '=' or ':').
+    for c in "${{words[@]}}"; do
+        COMPREPLY+=( "${{c:${{#typed}}-${{#cur}}}}" )
+    done
+    compopt -o nospace 2>/dev/null
+}}
+
+# Shell quoting taken off a word without expanding anything in it
+# (backslashes, '...', "..."), and a leading ~/.
+_sheaf__dequote() {{
+    local s="$1" out="" c q="" i
+    for (( i = 0; i < ${{#s}}; i++ )); do
+        c="${{s:i:1}}"
+        if [[ -z "$q" ]]; then
+            case "$c" in
+                \\) i=$(( i + 1 )); out+="${{s:i:1}}" ;;
+                \'|\") q="$c" ;;
+                *) out+="$c" ;;
+            esac
+        elif [[ "$c" == "$q" ]]; then
+            q=""
+        elif [[ "$q" == '"' && "$c" == \\ ]]; then
+            i=$(( i + 1 ))
+            out+="${{s:i:1}}"
+        else
+            out+="$c"
+        fi
+    done
+    [[ "$out" == "~/"* ]] && out="$HOME/${{out#"~/"}}"
+    REPLY="$out"
+}}
+
+# Paths inside the image named by the command's first positional argument
+# (a local file or stack; `sheaf complete-image-path` lists them): for the
+# arguments after it, or only the one right after it when $1 is "one".
+# $2: the options of the command that take a value. Fails (to let files
+# be completed) where no image path goes.
+_sheaf__in_image() {{
+    local i w n=0 img="" sub="${{cmd##*__}}" seen=""
+    for (( i = 1; i < COMP_CWORD; i++ )); do
+        w="${{COMP_WORDS[i]}}"
+        if [[ -z "$seen" ]]; then
+            [[ "$w" == "$sub" ]] && seen=1
+            continue
+        fi
+        case "$w" in
+            =) i=$(( i + 1 )) ;;
+            -*) [[ " $2 " == *" $w "* && "${{COMP_WORDS[i+1]}}" != = ]] && i=$(( i + 1 )) ;;
+            *) n=$(( n + 1 )); [[ $n == 1 ]] && img="$w" ;;
+        esac
+    done
+    [[ -n "$img" && $n -ge 1 ]] || return 1
+    [[ "$1" == one && $n -gt 1 ]] && return 1
+    _sheaf__dequote "$img"
+    img="$REPLY"
+    [[ -e "${{img%%,*}}" ]] || return 1
+    _sheaf__dequote "$cur"
+    local IFS=$'\n' c q
+    COMPREPLY=()
+    for c in $("${{COMP_WORDS[0]}}" complete-image-path -- "$img" "$REPLY" 2>/dev/null); do
+        printf -v q %q "$c"
+        COMPREPLY+=( "$q" )
+    done
+    [[ ${{#COMPREPLY[@]}} == 1 && "${{COMPREPLY[0]}}" == */ ]] && compopt -o nospace 2>/dev/null
     return 0
 }}
 
@@ -111,6 +279,30 @@ _sheaf__paths() {{
 }}
 "#,
         dir_opts = arm(&k.dir_options, "_sheaf__paths d; return 0"),
+        image_paths = k
+            .image_paths
+            .iter()
+            .map(|(name, how, valued)| format!(
+                "        {name}) _sheaf__in_image {how} \"{}\" && return 0 ;;\n",
+                valued.join(" ")
+            ))
+            .collect::<String>(),
+        option_names = crate::options::OFFERED
+            .iter()
+            .map(|(n, v)| match v {
+                OptionValue::Switch => n.to_string(),
+                _ => format!("{n}="),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        option_values = crate::options::OFFERED
+            .iter()
+            .filter_map(|(n, v)| match v {
+                OptionValue::OneOf(words) =>
+                    Some(format!("            {n}) words=({}) ;;\n", words.join(" "))),
+                _ => None,
+            })
+            .collect::<String>(),
         files = arm(&k.files, "_sheaf__paths f"),
         dirs = arm(&k.dirs, "_sheaf__paths d"),
     ));
@@ -153,7 +345,21 @@ struct PathArgs {
     dirs: Vec<String>,
     /// `COMMAND,OPTION` for each option that takes a directory.
     dir_options: Vec<String>,
+    /// Commands whose arguments after the image are paths inside it
+    /// ([`IMAGE_PATHS`]): (name, "one" or "all", the flags that take a
+    /// value, which the script skips with their values).
+    image_paths: Vec<(String, &'static str, Vec<String>)>,
 }
+
+/// Commands whose arguments after the image name entries inside it: all of
+/// them (cat, extract), or only the first (ls, du, find: then an expression).
+const IMAGE_PATHS: [(&str, &str); 5] = [
+    ("cat", "all"),
+    ("extract", "all"),
+    ("ls", "one"),
+    ("du", "one"),
+    ("find", "one"),
+];
 
 impl PathArgs {
     /// Add `cmd` (built, so that global options are in every subcommand),
@@ -173,6 +379,26 @@ impl PathArgs {
             self.files.push(name.to_string());
         } else if hints.contains(&ValueHint::DirPath) {
             self.dirs.push(name.to_string());
+        }
+        let path = name
+            .split("__subcmd__")
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ");
+        if let Some((_, how)) = IMAGE_PATHS.iter().find(|(c, _)| *c == path) {
+            let valued = cmd
+                .get_opts()
+                .flat_map(|o| {
+                    let longs = o.get_long_and_visible_aliases().unwrap_or_default();
+                    let shorts = o.get_short_and_visible_aliases().unwrap_or_default();
+                    longs
+                        .into_iter()
+                        .map(|l| format!("--{l}"))
+                        .chain(shorts.into_iter().map(|c| format!("-{c}")))
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            self.image_paths.push((name.to_string(), how, valued));
         }
         for o in cmd.get_opts() {
             if o.get_value_hint() == ValueHint::DirPath && !o.is_hide_set() {
@@ -194,6 +420,55 @@ impl PathArgs {
             self.collect(sub, &n);
         }
     }
+}
+
+/// `sheaf complete-image-path IMAGE PREFIX` (hidden; the bash completion
+/// script runs it on TAB): the entries of the image's directory that
+/// PREFIX names (up to its last `/`) whose names start with the rest, one
+/// path a line as PREFIX spells it, directories ending in `/`. A stack
+/// lists its merged tree. Never the network on a key press: a URL lists
+/// nothing; names holding a newline are left out.
+pub fn complete_image_path(
+    image: &Path,
+    prefix: &std::ffi::OsStr,
+    remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
+) -> Result<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let layers = crate::util::stack_layers(image).unwrap_or_else(|| vec![image.to_path_buf()]);
+    if layers
+        .iter()
+        .any(|l| sheaf_net::is_url(&l.to_string_lossy()))
+    {
+        return Ok(0);
+    }
+    let stack = crate::util::open_stack(&layers, remote)?;
+    let p = prefix.as_bytes();
+    let (dir, part) = match p.iter().rposition(|&b| b == b'/') {
+        Some(k) => p.split_at(k + 1),
+        None => (&b""[..], p),
+    };
+    let sheaf_read::Found::Dir(d) = stack.resolve(dir)? else {
+        return Ok(0);
+    };
+    let mut out = Vec::new();
+    for e in stack.read_dir(&d)? {
+        let hidden = e.name.starts_with(b".") && !part.starts_with(b".");
+        if !e.name.starts_with(part) || hidden || e.name.contains(&b'\n') {
+            continue;
+        }
+        out.extend_from_slice(dir);
+        out.extend_from_slice(&e.name);
+        if e.file_type == sheaf_format::FileType::Directory {
+            out.push(b'/');
+        }
+        out.push(b'\n');
+    }
+    io.stdout
+        .write_all(&out)
+        .and_then(|()| io.stdout.flush())
+        .context("writing the paths")?;
+    Ok(0)
 }
 
 /// `sheaf man --dir DIR`: write every man page into DIR (created if missing).

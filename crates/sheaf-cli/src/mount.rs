@@ -31,7 +31,7 @@ Mount options (-o, comma-separated, repeatable):
   allow_other       let other users in (non-root: needs user_allow_other in /etc/fuse.conf)
   allow_root        let root in
   suid, dev         honour setuid bits / device files (root only; default nosuid,nodev)
-  noexec            forbid running programs from the mount
+  noexec, exec      forbid / allow (the default) running programs from the mount
   log=FILE          append messages to FILE (default: syslog, `journalctl -t sheaf`;
                     without one (no /dev/log), /var/log/sheaf/MOUNT.log for root,
                     ~/.local/state/sheaf/log/MOUNT.log for users)

@@ -280,13 +280,20 @@ const BASH_COMPLETION: &str = "/usr/share/bash-completion/bash_completion";
 /// (the last one being completed), with bash-completion's framework and the
 /// generated script loaded, run in `cwd`.
 fn complete(script: &Path, cwd: &Path, words: &[&str]) -> Vec<String> {
+    complete_line(script, cwd, &words.join(" "), words)
+}
+
+/// [`complete`] with the command line as typed (`line`) apart from the
+/// words bash made of it (`words`: bash splits `a=b` at `=`), and the
+/// `sheaf` under test first on PATH (the script runs it to list images).
+fn complete_line(script: &Path, cwd: &Path, line: &str, words: &[&str]) -> Vec<String> {
     let prog = r#"
 source /usr/share/bash-completion/bash_completion || exit 97
 source "$1" || exit 98
 shift
 COMP_WORDS=("$@")
 COMP_CWORD=$(( $# - 1 ))
-COMP_LINE="$*"
+COMP_LINE="$SHEAF_TEST_LINE"
 COMP_POINT=${#COMP_LINE}
 _sheaf sheaf "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}" || exit 99
 printf '%s\n' "${COMPREPLY[@]}"
@@ -299,6 +306,8 @@ printf '%s\n' "${COMPREPLY[@]}"
             .arg(script)
             .args(words)
             .current_dir(cwd)
+            .env("SHEAF_TEST_LINE", line)
+            .env("PATH", path_with_sheaf())
             .stdin(Stdio::null()),
     )
     .ok();
@@ -383,6 +392,223 @@ fn bash_completes_commands_options_and_image_paths() {
     );
 }
 
+/// PATH with the directory of the `sheaf` under test first.
+fn path_with_sheaf() -> std::ffi::OsString {
+    let dir = Path::new(bin()).parent().unwrap().to_path_buf();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(dir).chain(std::env::split_paths(&rest))).unwrap()
+}
+
+/// `sheaf mount -o` completes the option names the parser takes, after
+/// commas and `=` as bash splits them, and the values of those with a few;
+/// cat, ls, du, find and extract complete paths inside the image (a stack's
+/// merged tree), listed here from the directory the image was built from.
+#[test]
+fn bash_completes_mount_options_and_paths_inside_images() {
+    if !prerequisite(
+        Path::new(BASH_COMPLETION).is_file(),
+        "bash-completion (Debian package bash-completion)",
+    ) {
+        return;
+    }
+    let t = tmpdir();
+    let script = t.path().join("sheaf.bash");
+    fs::write(&script, sheaf(["completions", "bash"]).ok().stdout).unwrap();
+    let d = t.path().join("work");
+    fs::create_dir_all(&d).unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let c = |line: &str, w: &[&str]| complete_line(&script, &d, line, w);
+
+    // -o: names (a value-taking one with its '='), after a comma too.
+    assert_eq!(
+        c("sheaf mount -o allow_", &["sheaf", "mount", "-o", "allow_"]),
+        s(&["allow_other", "allow_root"])
+    );
+    assert_eq!(
+        c("sheaf mount -o re", &["sheaf", "mount", "-o", "re"]),
+        s(&["readahead=", "readdirplus=", "record="])
+    );
+    assert_eq!(
+        c(
+            "sheaf mount -o noexec,mem_c",
+            &["sheaf", "mount", "-o", "noexec,mem_c"]
+        ),
+        s(&["noexec,mem_cache="])
+    );
+    // As bash splits the line at '=': the candidates continue the last word.
+    assert_eq!(
+        c(
+            "sheaf mount -o mem_cache=1G,allow_o",
+            &["sheaf", "mount", "-o", "mem_cache", "=", "1G,allow_o"]
+        ),
+        s(&["1G,allow_other"])
+    );
+    assert_eq!(
+        c(
+            "sheaf mount -o readdirplus=a",
+            &["sheaf", "mount", "-o", "readdirplus", "=", "a"]
+        ),
+        s(&["always", "auto"])
+    );
+    assert_eq!(
+        c(
+            "sheaf mount -o io_uring=",
+            &["sheaf", "mount", "-o", "io_uring", "=", ""]
+        ),
+        s(&["auto", "off"])
+    );
+    // Every name offered is one `sheaf mount --help` documents.
+    let help = sheaf(["mount", "--help"]).ok().text();
+    let documented: BTreeSet<&str> = help
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .collect();
+    let offered = c("sheaf mount -o ", &["sheaf", "mount", "-o", ""]);
+    assert!(offered.len() > 20, "{offered:?}");
+    for name in offered {
+        let key = name.trim_end_matches('=');
+        assert!(
+            documented.contains(key),
+            "{key} is offered but not in mount --help"
+        );
+    }
+
+    // Paths inside an image.
+    let src = t.path().join("src");
+    for f in [
+        "notes.txt",
+        "sub/x.txt",
+        "sub/deeper/y",
+        "with space/z",
+        ".hidden",
+    ] {
+        fs::create_dir_all(src.join(f).parent().unwrap()).unwrap();
+        write(&src.join(f), b"x");
+    }
+    let img = d.join("img.sheaf");
+    sheaf([
+        "build".as_ref(),
+        src.as_os_str(),
+        "-o".as_ref(),
+        img.as_os_str(),
+    ])
+    .ok();
+    // What the directory holds, as bash would insert it.
+    let listed = |dir: &str, start: &str| -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(src.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                let n = e.file_name().into_string().unwrap();
+                let slash = if e.file_type().unwrap().is_dir() {
+                    "/"
+                } else {
+                    ""
+                };
+                format!("{dir}{}{slash}", n.replace(' ', "\\ "))
+            })
+            .filter(|p| p.starts_with(&format!("{dir}{start}")))
+            .filter(|p| start.starts_with('.') || !p[dir.len()..].starts_with('.'))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(listed("", "").len(), 3, "{:?}", listed("", ""));
+    assert_eq!(
+        c("sheaf cat img.sheaf ", &["sheaf", "cat", "img.sheaf", ""]),
+        listed("", "")
+    );
+    assert_eq!(
+        c(
+            "sheaf cat img.sheaf su",
+            &["sheaf", "cat", "img.sheaf", "su"]
+        ),
+        listed("", "su")
+    );
+    assert_eq!(
+        c(
+            "sheaf cat img.sheaf notes.txt sub/",
+            &["sheaf", "cat", "img.sheaf", "notes.txt", "sub/"]
+        ),
+        listed("sub/", "")
+    );
+    assert_eq!(
+        c(
+            "sheaf ls -l img.sheaf .",
+            &["sheaf", "ls", "-l", "img.sheaf", "."]
+        ),
+        listed("", ".")
+    );
+    assert_eq!(
+        c(
+            "sheaf du -d 1 img.sheaf w",
+            &["sheaf", "du", "-d", "1", "img.sheaf", "w"]
+        ),
+        listed("", "w")
+    );
+    assert_eq!(
+        c(
+            "sheaf find img.sheaf sub/d",
+            &["sheaf", "find", "img.sheaf", "sub/d"]
+        ),
+        listed("sub/", "d")
+    );
+    assert_eq!(
+        c(
+            "sheaf extract -C out img.sheaf sub/x",
+            &["sheaf", "extract", "-C", "out", "img.sheaf", "sub/x"]
+        ),
+        listed("sub/", "x")
+    );
+    // The image itself is still a local file; ls takes one path: after
+    // it, local files again.
+    assert_eq!(
+        c("sheaf cat im", &["sheaf", "cat", "im"]),
+        s(&["img.sheaf"])
+    );
+    assert_eq!(
+        c(
+            "sheaf ls img.sheaf sub i",
+            &["sheaf", "ls", "img.sheaf", "sub", "i"]
+        ),
+        s(&["img.sheaf"])
+    );
+    // A quoted image name with a space, and a stack's merged tree (the
+    // top layer hides notes.txt and adds sub/new).
+    fs::copy(&img, d.join("my img.sheaf")).unwrap();
+    let top = t.path().join("top");
+    fs::create_dir_all(top.join("sub")).unwrap();
+    write(&top.join(".wh.notes.txt"), b"");
+    write(&top.join("sub/new"), b"x");
+    sheaf([
+        "build".as_ref(),
+        top.as_os_str(),
+        "-o".as_ref(),
+        d.join("top.sheaf").as_os_str(),
+    ])
+    .ok();
+    assert_eq!(
+        c(
+            "sheaf cat my\\ img.sheaf sub/",
+            &["sheaf", "cat", "my\\ img.sheaf", "sub/"]
+        ),
+        listed("sub/", "")
+    );
+    assert_eq!(
+        c(
+            "sheaf cat 'my img.sheaf',top.sheaf ",
+            &["sheaf", "cat", "'my img.sheaf',top.sheaf", ""]
+        ),
+        s(&["sub/", "with\\ space/"])
+    );
+    assert_eq!(
+        c(
+            "sheaf cat img.sheaf,top.sheaf sub/",
+            &["sheaf", "cat", "img.sheaf,top.sheaf", "sub/"]
+        ),
+        s(&["sub/deeper/", "sub/new", "sub/x.txt"])
+    );
+}
+
 #[test]
 fn completions_for_each_shell_and_a_one_line_error_for_others() {
     let zsh = sheaf_in(["completions", "zsh"]).ok().text();
@@ -402,6 +628,23 @@ fn completions_for_each_shell_and_a_one_line_error_for_others() {
     );
     let bash = sheaf_in(["completions", "bash"]).ok().text();
     assert!(bash.contains("complete -F _sheaf") && bash.contains("_sheaf()"));
+    // `sheaf mount -o`: zsh's _values and fish's list offer the options.
+    let zsh_o = zsh
+        .lines()
+        .find(|l| l.contains("-o+[Mount options"))
+        .expect("zsh: mount -o");
+    assert!(
+        zsh_o.contains(":OPTS:_values -s , ")
+            && zsh_o.contains("\"allow_other\"")
+            && zsh_o.contains("\"readdirplus:value:(auto always never)\""),
+        "{zsh_o}"
+    );
+    let fish_o = fish
+        .lines()
+        .find(|l| l.contains("mount\" -s o "))
+        .expect("fish: mount -o");
+    assert!(fish_o.contains("__fish_complete_list , __fish_sheaf_mount_options"));
+    assert!(fish.contains("function __fish_sheaf_mount_options") && fish.contains(" allow_other "));
     for (sh, text) in [("zsh", &zsh), ("fish", &fish), ("bash", &bash)] {
         if on_path(sh) {
             let f = tmpdir();

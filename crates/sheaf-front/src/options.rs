@@ -54,6 +54,53 @@ pub struct RemoteOptions {
     pub failback: Option<f64>,
 }
 
+/// What follows a mount option's name, as completion offers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionValue {
+    /// Nothing: a switch (`allow_other`).
+    Switch,
+    /// `=` and a value of the user's (`mem_cache=1G`).
+    Any,
+    /// `=` and one of these words (`readdirplus=auto`).
+    OneOf(&'static [&'static str]),
+}
+
+/// The `-o` options users write, for shell completion: every one
+/// [`MountOptions::parse`] acts on, without `cache_size=` (the old name of
+/// `mem_cache=`) and the fstab words it accepts and ignores.
+pub const OFFERED: &[(&str, OptionValue)] = {
+    use OptionValue::*;
+    &[
+        ("mem_cache", Any),
+        ("threads", Any),
+        ("readahead", Any),
+        ("readdirplus", OneOf(&["auto", "always", "never"])),
+        ("io_uring", OneOf(&["auto", "off"])),
+        ("uid", Any),
+        ("gid", Any),
+        ("allow_other", Switch),
+        ("allow_root", Switch),
+        ("suid", Switch),
+        ("nosuid", Switch),
+        ("dev", Switch),
+        ("nodev", Switch),
+        ("exec", Switch),
+        ("noexec", Switch),
+        ("log", Any),
+        ("debug", Switch),
+        ("record", Any),
+        ("prefetch", Any),
+        ("prefetch_metadata", OneOf(&["on", "off"])),
+        ("cache_dir", Any),
+        ("cache_quota", Any),
+        ("no_cache", Switch),
+        ("mirror", Any),
+        ("proxy", Any),
+        ("timeout", Any),
+        ("failback", Any),
+    ]
+};
+
 /// Mount options after parsing `-o`.
 #[derive(Debug, Clone)]
 pub struct MountOptions {
@@ -346,6 +393,70 @@ mod tests {
         .remote;
         assert_eq!(r.mirrors, ["a", "b"]);
         assert_eq!((r.timeout, r.cache_quota), (Some(2.5), Some(1 << 20)));
+    }
+
+    /// Every option completion offers is one the parser takes, with each
+    /// of its listed values; and it takes no other option than these, the
+    /// old name and the ignored fstab words (found by trying every word of
+    /// the parser's source that could be an option name).
+    #[test]
+    fn offered_options_are_the_parsed_ones() {
+        for (name, v) in OFFERED {
+            let tries: Vec<String> = match v {
+                OptionValue::Switch => vec![name.to_string()],
+                OptionValue::Any => vec![format!("{name}=1")],
+                OptionValue::OneOf(vs) => vs.iter().map(|x| format!("{name}={x}")).collect(),
+            };
+            for t in tries {
+                MountOptions::parse(std::slice::from_ref(&t), false)
+                    .unwrap_or_else(|e| panic!("{t}: {e}"));
+            }
+        }
+        let src = include_str!("options.rs");
+        let body = src
+            .split("fn apply(")
+            .nth(1)
+            .and_then(|b| b.split("fn fs_config").next())
+            .unwrap();
+        let ignored = [
+            "cache_size",
+            "ro",
+            "defaults",
+            "auto",
+            "noauto",
+            "user",
+            "users",
+            "nouser",
+            "nofail",
+            "_netdev",
+            "async",
+            "atime",
+            "noatime",
+            "relatime",
+            "nodiratime",
+            "rw",
+            "comment",
+        ];
+        for word in body.split('"').skip(1).step_by(2) {
+            let arm = format!("\"{word}\" =>");
+            let or = format!("\"{word}\" |");
+            let is_key = body.contains(&arm) || body.contains(&or);
+            if !is_key || ignored.contains(&word) {
+                continue;
+            }
+            // A value word of an option (`"auto" | "on"`) parses as no option.
+            let as_opt = |o: &str| MountOptions::parse(&[o.into()], false);
+            let known = as_opt(word).is_ok()
+                || as_opt(&format!("{word}=1"))
+                    .err()
+                    .is_none_or(|e| !e.to_string().contains("unknown mount option"));
+            if known {
+                assert!(
+                    OFFERED.iter().any(|(n, _)| *n == word),
+                    "mount option {word} is not offered to completion"
+                );
+            }
+        }
     }
 
     #[test]
