@@ -80,6 +80,11 @@ pub struct SnapshotterArgs {
     /// roots handed to containerd).
     #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug", "trace"])]
     log_level: String,
+    /// Serve the counters (layers lazy, applied, refused; remounts;
+    /// removals; snapshots) in Prometheus's text format at
+    /// http://ADDR/metrics, e.g. 127.0.0.1:9877.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
     /// Log lines as containerd writes its own (text: time=… level=…
     /// msg=…) or one JSON object per line.
     #[arg(long, default_value = "text", value_name = "FORMAT", value_parser = ["text", "json"])]
@@ -146,6 +151,9 @@ fn service_unit(
     argv.extend(a.repos.iter().map(|r| format!("--repo={r}")));
     if a.no_overlay {
         argv.push("--no-overlay".into());
+    }
+    if let Some(m) = a.metrics {
+        argv.push(format!("--metrics={m}"));
     }
     if a.policy.require_signature {
         argv.push("--require-signature".into());
@@ -243,6 +251,7 @@ pub fn run(a: SnapshotterArgs, remote: &crate::util::RemoteArgs) -> Result<i32> 
         proxy: remote.proxy.clone(),
         fetch_args: remote.to_args(),
         overlay: !a.no_overlay && sheaf_snapshotter::overlay_available(),
+        metrics: a.metrics,
     };
     sheaf_snapshotter::serve(cfg, &a.socket)
         .with_context(|| format!("snapshotter on {}", a.socket.display()))?;

@@ -42,6 +42,8 @@ struct Snapshotter {
     log: PathBuf,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// Where `--metrics` serves the counters.
+    metrics_port: u16,
 }
 
 impl Snapshotter {
@@ -57,6 +59,7 @@ impl Snapshotter {
             log: dir.join("snapshotter.log"),
             args: Vec::new(),
             env,
+            metrics_port: common::servers::free_port(),
         };
         s.spawn();
         s
@@ -76,6 +79,7 @@ impl Snapshotter {
             .arg(&self.root)
             .arg("--repo")
             .arg(&self.repo)
+            .arg(format!("--metrics=127.0.0.1:{}", self.metrics_port))
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(log.try_clone().unwrap())
@@ -110,6 +114,15 @@ impl Snapshotter {
                 .unwrap_or_else(|e| format!("gone: {e}")),
             None => "not started".into(),
         }
+    }
+    /// A sample of `--metrics`' text, e.g.
+    /// `sheaf_snapshotter_layers_total{path="lazy"}`.
+    fn metric(&self, sample: &str) -> u64 {
+        let (code, text) = common::servers::http_get(self.metrics_port, "/metrics");
+        assert_eq!(code, 200, "{text}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {sample} in:\n{text}"))
     }
     fn state(&self) -> serde_json::Value {
         serde_json::from_slice(&fs::read(self.root.join("state.json")).unwrap()).unwrap()
@@ -480,12 +493,26 @@ fn scenario(t: &Path) {
         (st["lazy_layers"].as_u64(), st["applied_layers"].as_u64()),
         (Some(3), Some(1))
     );
-    // Each decision is logged, as the counters count them.
+    // Each decision is logged, as the counters count them, and served
+    // the same in Prometheus's format.
     let log = fs::read_to_string(&sn.log).unwrap();
     assert_eq!(log.matches(": lazy, from ").count(), 3, "{log}");
     assert_eq!(
         log.matches("applied by containerd and packed").count(),
         1,
+        "{log}"
+    );
+    assert_eq!(
+        sn.metric(r#"sheaf_snapshotter_layers_total{path="lazy"}"#),
+        3
+    );
+    assert_eq!(
+        sn.metric(r#"sheaf_snapshotter_layers_total{path="applied"}"#),
+        1
+    );
+    assert!(
+        log.lines()
+            .all(|l| l.starts_with("time=\"") && l.contains(" level=")),
         "{log}"
     );
 

@@ -28,6 +28,7 @@
 pub mod state;
 
 pub mod listen;
+pub mod metrics;
 
 use containerd_snapshots as snapshots;
 use containerd_snapshots::api::types::Mount;
@@ -37,6 +38,7 @@ use state::{Kind, Layer, Snap, State};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -112,6 +114,20 @@ pub struct Config {
     /// Serve containers' roots as kernel overlayfs over a read-only union
     /// (else as a writable union); see [`overlay_available`].
     pub overlay: bool,
+    /// Where to serve the counters in Prometheus's text format
+    /// (`GET /metrics`), if anywhere.
+    pub metrics: Option<std::net::SocketAddr>,
+}
+
+/// What [`SheafSnapshotter::ensure_mounted`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mounting {
+    /// Nothing: the mount was alive, or none is needed.
+    Alive,
+    /// Mounted (it was not).
+    Made,
+    /// Mounted again in place of a dead one.
+    Remade,
 }
 
 /// Whether this kernel has overlayfs (`/proc/filesystems`, after trying to
@@ -209,6 +225,7 @@ pub fn overlay_to_oci(upper: &Path) -> std::io::Result<()> {
 pub struct SheafSnapshotter {
     cfg: Config,
     state: Mutex<State>,
+    runtime: metrics::Runtime,
 }
 
 fn now() -> u64 {
@@ -275,13 +292,17 @@ impl SheafSnapshotter {
         let s = SheafSnapshotter {
             cfg,
             state: Mutex::new(st),
+            runtime: metrics::Runtime::default(),
         };
         let st = s.state.lock().unwrap_or_else(|e| e.into_inner());
         for (key, snap) in &st.snaps {
             if snap.kind != Kind::Committed {
                 match s.ensure_mounted(snap, &st) {
-                    Ok(true) => log::info!("{key}: mounted again after a restart"),
-                    Ok(false) => log::debug!("{key}: its mount is alive"),
+                    Ok(Mounting::Made | Mounting::Remade) => {
+                        s.runtime.remounts.fetch_add(1, Ordering::Relaxed);
+                        log::info!("{key}: mounted again after a restart")
+                    }
+                    Ok(Mounting::Alive) => log::debug!("{key}: its mount is alive"),
                     Err(e) => log::warn!("{key}: {e}"),
                 }
             }
@@ -354,14 +375,14 @@ impl SheafSnapshotter {
 
     /// The union mount an active snapshot or view is served from (none for
     /// one with no parent layers: its upper directory is bound directly).
-    /// Whether it was mounted now (false: it was alive, or none is needed).
-    fn ensure_mounted(&self, snap: &Snap, st: &State) -> Result<bool, SnapError> {
+    fn ensure_mounted(&self, snap: &Snap, st: &State) -> Result<Mounting, SnapError> {
         let layers = st.layers_under(&snap.parent);
         if layers.is_empty() {
-            return Ok(false);
+            return Ok(Mounting::Alive);
         }
         let d = self.dir(snap.id);
         let fs = d.join("fs");
+        let mut done = Mounting::Made;
         if is_mounted(&fs) && sheaf_mount::is_dead(&fs) {
             // Its server died (killed with its watchdog): detach the dead
             // mount and make it again. Containers that had it bound keep
@@ -369,9 +390,10 @@ impl SheafSnapshotter {
             log::info!("{}: its mount had died; mounting again", fs.display());
             sheaf_mount::kernel::unmount(&fs, true)
                 .map_err(|e| internal("detaching a dead mount", e))?;
+            done = Mounting::Remade;
         }
         if is_mounted(&fs) {
-            return Ok(false);
+            return Ok(Mounting::Alive);
         }
         // trusted-path: a snapshot's directory in the snapshotter's root
         std::fs::create_dir_all(&fs).map_err(|e| internal("mount point", e))?;
@@ -410,11 +432,13 @@ impl SheafSnapshotter {
             layers.len(),
             snap.id
         );
-        Ok(true)
+        Ok(done)
     }
 
     fn mounts_of(&self, snap: &Snap, st: &State) -> Result<Vec<Mount>, SnapError> {
-        self.ensure_mounted(snap, st)?;
+        if self.ensure_mounted(snap, st)? == Mounting::Remade {
+            self.runtime.remounts.fetch_add(1, Ordering::Relaxed);
+        }
         let d = self.dir(snap.id);
         let ro = snap.kind == Kind::View;
         let source = if st.layers_under(&snap.parent).is_empty() {
@@ -684,10 +708,10 @@ impl SheafSnapshotter {
         }
     }
 
-    /// Counters: layers served lazily, layers containerd applied.
-    pub fn counters(&self) -> (u64, u64) {
+    /// The counters in Prometheus's text format ([`metrics::render`]).
+    pub fn metrics(&self) -> String {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        (st.lazy_layers, st.applied_layers)
+        metrics::render(&st, &self.runtime)
     }
 }
 
@@ -894,6 +918,7 @@ impl snapshots::Snapshotter for SheafSnapshotter {
             })
             .map_err(|e| internal("removing the snapshot", e))?;
         st.snaps.remove(&key);
+        self.runtime.removals.fetch_add(1, Ordering::Relaxed);
         log::info!("{key}: removed");
         st.save(&self.cfg.root)
             .map_err(|e| internal("saving state", e))
@@ -953,6 +978,14 @@ pub fn serve(cfg: Config, socket: &Path) -> std::io::Result<()> {
         served.set_nonblocking(true)?;
         let uds = tokio::net::UnixListener::from_std(served)?;
         let sn = Arc::new(tokio::task::block_in_place(|| SheafSnapshotter::open(cfg))?);
+        if let Some(addr) = sn.cfg.metrics {
+            let m = sn.clone();
+            tokio::spawn(async move {
+                if let Err(e) = metrics::serve(addr, move || m.metrics()).await {
+                    log::error!("{e}");
+                }
+            });
+        }
         notify_ready();
         log::info!("ready");
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(uds);
