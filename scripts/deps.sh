@@ -23,6 +23,7 @@ case "$tier" in test|bench)
       python3-h5py:  # the HDF5-over-ssh test (Debian's /usr/bin/python3)
       docker-registry:docker-registry skopeo:skopeo umoci:umoci apache2-utils:htpasswd   # container images (tests/containers.rs; htpasswd: a registry with basic auth)
       containerd:containerd runc:runc python3-grpcio:  # tests/snapshotter.rs (a CRI pull from Debian's python3)
+      systemd:systemd-socket-activate   # tests/snapshotter.rs: socket activation and systemd-analyze verify of the units
       iproute2:ip iptables:iptables)  # network namespaces (bench/cluster.sh); bytes counted by the kernel (tests/s3.rs)
 esac
 if [ "$tier" = bench ]; then want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll

@@ -180,6 +180,22 @@ fn restarts_of_the_snapshotter_refuse_no_request() {
     };
     let socket_unit = gen("--systemd-socket");
     let service_unit = gen("--systemd-unit");
+    // systemd's own check of the two units, as make install writes them.
+    let units = dir.join("units");
+    fs::create_dir_all(&units).unwrap();
+    fs::write(units.join("sheaf-snapshotter.socket"), &socket_unit).unwrap();
+    fs::write(units.join("sheaf-snapshotter.service"), &service_unit).unwrap();
+    let o = run_cmd(
+        Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(units.join("sheaf-snapshotter.socket"))
+            .arg(units.join("sheaf-snapshotter.service")),
+    );
+    assert!(
+        o.code == 0 && o.stderr.trim().is_empty(),
+        "systemd-analyze verify: {}",
+        o.stderr
+    );
     let listen = PathBuf::from(unit_value(&socket_unit, "ListenStream"));
     assert_eq!(listen, sock);
     assert_eq!(unit_value(&socket_unit, "SocketMode"), "0600");
