@@ -8,6 +8,8 @@
 //! shares the lazy layers; under a signature policy unsigned layers take
 //! containerd's path; a recorded prefetch list fills the node cache at pull.
 
+#[path = "snapshotter/admin.rs"]
+mod admin;
 mod common;
 #[path = "snapshotter/restart.rs"]
 mod restart;

@@ -81,8 +81,39 @@ impl Firing {
     }
 }
 
+/// Start `exec` (a unit's ExecStart, split) with the socket `held_fd` at
+/// descriptor 3 and LISTEN_FDS/LISTEN_PID, as systemd starts a
+/// socket-activated service; its output appended to `log`.
+pub(crate) fn activated(exec: &[String], held_fd: i32, log: &Path) -> Child {
+    let logf = || {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap()
+    };
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("LISTEN_PID=$$ LISTEN_FDS=1 exec \"$@\"")
+        .arg("sh")
+        .args(exec)
+        .stdout(logf())
+        .stderr(logf());
+    // SAFETY: dup2 and fcntl are async-signal-safe; the descriptor is the
+    // test's.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::dup2(held_fd, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c.spawn().unwrap()
+}
+
 /// The value of `key=` in a unit file.
-fn unit_value(unit: &str, key: &str) -> String {
+pub(crate) fn unit_value(unit: &str, key: &str) -> String {
     unit.lines()
         .find_map(|l| l.strip_prefix(&format!("{key}=")))
         .unwrap_or_else(|| panic!("no {key}= in:\n{unit}"))
@@ -90,7 +121,7 @@ fn unit_value(unit: &str, key: &str) -> String {
 }
 
 /// Wait until `log` holds `n` lines containing `what`.
-fn wait_log(log: &Path, what: &str, n: usize) {
+pub(crate) fn wait_log(log: &Path, what: &str, n: usize) {
     let t0 = Instant::now();
     while fs::read_to_string(log)
         .unwrap_or_default()
@@ -221,25 +252,7 @@ fn restarts_of_the_snapshotter_refuse_no_request() {
     let held = UnixListener::bind(&listen).unwrap();
     fs::set_permissions(&listen, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let held_fd = held.as_raw_fd();
-    let start_activated = || {
-        let mut c = Command::new("sh");
-        c.arg("-c")
-            .arg("LISTEN_PID=$$ LISTEN_FDS=1 exec \"$@\"")
-            .arg("sh")
-            .args(&exec)
-            .stdout(logf())
-            .stderr(logf());
-        // SAFETY: dup2 is async-signal-safe; the descriptor is the test's.
-        unsafe {
-            c.pre_exec(move || {
-                if libc::dup2(held_fd, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        c.spawn().unwrap()
-    };
+    let start_activated = || activated(&exec, held_fd, &log);
     let mut svc = start_activated();
     wait_log(&log, "msg=ready", 1);
     let ctd = Containerd::start(dir, "127.0.0.1:1", &sock);
