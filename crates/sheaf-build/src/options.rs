@@ -284,6 +284,15 @@ pub enum BuildError {
         /// What is wrong.
         detail: String,
     },
+    /// The input is neither a directory nor a tar archive (`kind`: what
+    /// it is, when its first bytes say).
+    #[error("{}", not_a_tar(path, *kind))]
+    NotATar {
+        /// The file given.
+        path: String,
+        /// What it is, if known.
+        kind: Option<sheaf_format::ForeignKind>,
+    },
     /// Writing the image failed.
     #[error("{path}: {cause}")]
     Output {
@@ -310,6 +319,25 @@ pub enum BuildError {
     /// The build was interrupted by a signal.
     #[error("interrupted")]
     Interrupted,
+}
+
+/// The message of [`BuildError::NotATar`].
+fn not_a_tar(path: &str, kind: Option<sheaf_format::ForeignKind>) -> String {
+    use sheaf_format::ForeignKind as K;
+    const TAKES: &str = "sheaf build takes a directory, a tar archive (plain or .gz, .zst, .xz, .bz2) or - for a tar on standard input";
+    match kind {
+        Some(K::SquashFs) => format!(
+            "{path} is a SquashFS image, not a directory or a tar archive; convert it: \
+             sqfs2tar {path} | sheaf build - -o IMAGE (sqfs2tar: Debian's squashfs-tools-ng)"
+        ),
+        Some(k) if k.is_compressed() => {
+            format!(
+                "{path} is {} that does not hold a tar archive; {TAKES}",
+                k.describe()
+            )
+        }
+        _ => format!("{path} is neither a directory nor a tar archive; {TAKES}"),
+    }
 }
 
 #[cfg(test)]

@@ -16,21 +16,46 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use tar::EntryType;
 
-/// Wrap `r` in the decompressor its first bytes announce.
+/// Wrap `r` in the decompressor its first bytes announce
+/// ([`sheaf_format::foreign::sniff`]).
 pub fn decompressor<'a>(r: impl Read + 'a) -> std::io::Result<Box<dyn Read + 'a>> {
+    use sheaf_format::ForeignKind as K;
     let mut br = BufReader::with_capacity(1 << 20, r);
     let head = br.fill_buf()?.to_vec();
-    Ok(if head.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::read::MultiGzDecoder::new(br))
-    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Box::new(zstd::stream::read::Decoder::with_buffer(br)?)
-    } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        Box::new(liblzma::read::XzDecoder::new_multi_decoder(br))
-    } else if head.starts_with(b"BZh") {
-        Box::new(bzip2::read::MultiBzDecoder::new(br))
-    } else {
-        Box::new(br)
+    Ok(match sheaf_format::foreign::sniff(&head) {
+        Some(K::Gzip) => Box::new(flate2::read::MultiGzDecoder::new(br)),
+        Some(K::Zstd) => Box::new(zstd::stream::read::Decoder::with_buffer(br)?),
+        Some(K::Xz) => Box::new(liblzma::read::XzDecoder::new_multi_decoder(br)),
+        Some(K::Bzip2) => Box::new(bzip2::read::MultiBzDecoder::new(br)),
+        _ => Box::new(br),
     })
+}
+
+/// `r`, a decompressed archive named `name`, checked to begin with a tar
+/// header (or to be an empty archive), else refused in words that say
+/// what it is ([`BuildError::NotATar`]): its first block is read, and
+/// given back in front of the rest.
+fn tar_stream<'a>(
+    mut r: Box<dyn Read + 'a>,
+    name: &str,
+    raw_head: &[u8],
+) -> Result<Box<dyn Read + 'a>, BuildError> {
+    let mut block = Vec::with_capacity(512);
+    (&mut r)
+        .take(512)
+        .read_to_end(&mut block)
+        .map_err(|e| BuildError::Input {
+            path: name.to_string(),
+            cause: e,
+        })?;
+    let empty = block.iter().all(|&b| b == 0) && (block.is_empty() || block.len() == 512);
+    if !empty && !sheaf_format::foreign::is_tar_header(&block) {
+        return Err(BuildError::NotATar {
+            path: name.to_string(),
+            kind: sheaf_format::foreign::sniff(raw_head),
+        });
+    }
+    Ok(Box::new(std::io::Cursor::new(block).chain(r)))
 }
 
 /// Parse a PAX time value `SEC[.FRAC]`.
@@ -129,10 +154,13 @@ pub fn read_tar<W: Write + Send + 'static>(
     problems: &mut Problems,
     cancel: &std::sync::atomic::AtomicBool,
 ) -> Result<Tree, BuildError> {
-    let r = decompressor(input).map_err(|e| BuildError::Input {
+    let io = |e| BuildError::Input {
         path: name.to_string(),
         cause: e,
-    })?;
+    };
+    let mut br = BufReader::with_capacity(1 << 20, input);
+    let raw_head = br.fill_buf().map_err(io)?.to_vec();
+    let r = tar_stream(decompressor(br).map_err(io)?, name, &raw_head)?;
     read_entries(r, name, false, opts, packer, problems, cancel)
 }
 

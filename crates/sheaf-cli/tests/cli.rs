@@ -1117,3 +1117,93 @@ fn io_errors_are_printed_without_os_error_numbers() {
         assert!(!o.stderr.contains("(os error"), "{args:?}: {l}");
     }
 }
+
+/// A tar archive, a compressed file, a SquashFS image or a text file given
+/// where an image goes is named for what it is, with the command that
+/// does what the user meant; `build` says what it takes.
+#[test]
+fn foreign_files_are_named_with_the_command_that_was_meant() {
+    let t = tmpdir();
+    let d = t.path();
+    fs::create_dir_all(d.join("data/sub")).unwrap();
+    write(&d.join("data/sub/a.txt"), b"a\n");
+    for (name, flags) in [("ds.tar", "-cf"), ("ds.tar.gz", "-czf")] {
+        run_cmd(
+            Command::new("tar")
+                .args([flags, name, "data"])
+                .current_dir(d),
+        )
+        .ok();
+    }
+    // A SquashFS superblock begins with its magic, 0x73717368
+    // little-endian: "hsqs".
+    let mut sqfs = b"hsqs".to_vec();
+    sqfs.resize(4096, 0);
+    write(&d.join("old.sqfs"), &sqfs);
+    write(&d.join("notes.txt"), b"not an image at all\n");
+    fs::create_dir(d.join("mp")).unwrap();
+    let p = |n: &str| d.join(n).to_string_lossy().into_owned();
+    let expect = [
+        (
+            "ds.tar",
+            format!("{} is a tar archive, not a sheaf image; pack it: sheaf build {} -o ds.sheaf", p("ds.tar"), p("ds.tar")),
+        ),
+        (
+            "ds.tar.gz",
+            format!("{} is a gzip-compressed file, not a sheaf image; if it holds a tar archive, pack it: sheaf build {} -o ds.sheaf", p("ds.tar.gz"), p("ds.tar.gz")),
+        ),
+        (
+            "old.sqfs",
+            format!("{} is a SquashFS image, not a sheaf image; convert it: sqfs2tar {} | sheaf build - -o old.sheaf (sqfs2tar: Debian's squashfs-tools-ng)", p("old.sqfs"), p("old.sqfs")),
+        ),
+        (
+            "notes.txt",
+            format!("{} is not a sheaf image (it does not begin with a sheaf header); sheaf build makes one from a directory or a tar archive", p("notes.txt")),
+        ),
+    ];
+    for (file, want) in &expect {
+        let f = p(file);
+        for args in [
+            vec!["info", &f],
+            vec!["ls", &f],
+            vec!["cat", &f, "data/sub/a.txt"],
+            vec!["check", &f],
+            vec!["du", &f],
+            vec!["find", &f],
+            vec!["mount", &f, &p("mp")],
+        ] {
+            let o = sheaf(&args);
+            assert_eq!(o.code, 1, "{args:?}: {}", o.describe());
+            assert_eq!(
+                o.one_err_line(),
+                format!("sheaf: error: {want}"),
+                "{args:?}"
+            );
+        }
+    }
+    // What the message says to run does it.
+    let img = d.join("ds.sheaf");
+    build(&d.join("ds.tar"), &img, &[]);
+    build(&d.join("ds.tar.gz"), &d.join("ds2.sheaf"), &[]);
+    let o = sheaf(["cat".as_ref(), img.as_os_str(), "data/sub/a.txt".as_ref()]).ok();
+    assert_eq!(o.text(), "a\n");
+    // build: what it takes, instead of a tar parser's complaint.
+    gzip(&d.join("notes.txt"));
+    let takes = "sheaf build takes a directory, a tar archive (plain or .gz, .zst, .xz, .bz2) or - for a tar on standard input";
+    for (file, want) in [
+        ("notes.txt", format!("{} is neither a directory nor a tar archive; {takes}", p("notes.txt"))),
+        ("notes.txt.gz", format!("{} is a gzip-compressed file that does not hold a tar archive; {takes}", p("notes.txt.gz"))),
+        ("old.sqfs", format!("{} is a SquashFS image, not a directory or a tar archive; convert it: sqfs2tar {} | sheaf build - -o IMAGE (sqfs2tar: Debian's squashfs-tools-ng)", p("old.sqfs"), p("old.sqfs"))),
+    ] {
+        let out = d.join("x.sheaf");
+        let o = sheaf(["build".as_ref(), d.join(file).as_os_str(), "-o".as_ref(), out.as_os_str()]);
+        assert_eq!(o.code, 1, "{file}: {}", o.describe());
+        assert_eq!(o.one_err_line(), format!("sheaf: error: {want}"));
+        assert!(!out.exists());
+    }
+}
+
+/// `gzip -k FILE`, asserting success.
+fn gzip(f: &Path) {
+    run_cmd(Command::new("gzip").arg("-k").arg(f)).ok();
+}

@@ -19,6 +19,7 @@ pub mod build_info;
 pub mod codec;
 pub mod dict;
 pub mod error;
+pub mod foreign;
 pub mod layers;
 pub mod layout;
 pub mod records;
@@ -30,6 +31,7 @@ pub mod superblock;
 pub use codec::Codec;
 pub use dict::{DictLookup, Dictionary};
 pub use error::{one_line, without_os_error, FormatError};
+pub use foreign::ForeignKind;
 pub use layout::{
     BlockRef, Header, SectionEntry, SectionKind, Trailer, BLOCK_REF_LEN, HEADER_LEN,
     SECTION_ENTRY_LEN, SECTION_FLAG_REQUIRED, TRAILER_LEN,

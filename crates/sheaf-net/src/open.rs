@@ -131,7 +131,13 @@ pub fn open_image(
     let mut reroutes = OPEN_REROUTES;
     let mut img = loop {
         match Image::open_with(src.clone(), opts) {
-            Err(ReadError::Format { .. }) if reroutes > 0 && src.reject(0) => reroutes -= 1,
+            // A mirror or proxy serving something else (an error page)
+            // is passed over for the next.
+            Err(ReadError::Format { .. } | ReadError::NotAnImage { .. })
+                if reroutes > 0 && src.reject(0) =>
+            {
+                reroutes -= 1
+            }
             r => break r?,
         }
     };

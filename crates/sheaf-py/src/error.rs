@@ -123,6 +123,7 @@ fn read_kind(e: &ReadError) -> (Kind, i32) {
         },
         // Bytes that do not begin as an image (or an image index) does:
         // another kind of file, not a damaged image.
+        ReadError::NotAnImage { .. } => (Kind::NotAnImage, libc::EINVAL),
         ReadError::Format {
             err: sheaf_format::FormatError::BadMagic(_),
             ..

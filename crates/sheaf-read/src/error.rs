@@ -1,6 +1,6 @@
 //! Errors of the read side.
 
-use sheaf_format::FormatError;
+use sheaf_format::{ForeignKind, FormatError};
 use thiserror::Error;
 
 /// Why a read failed. Messages name the image and the page or block.
@@ -25,6 +25,17 @@ pub enum ReadError {
         /// What is wrong.
         #[source]
         err: FormatError,
+    },
+    /// The file is not a sheaf image at all (it does not begin with a
+    /// sheaf header): `kind` says what it is when its first bytes tell,
+    /// and the message what to do with it (convert a SquashFS image, pack
+    /// a tar archive).
+    #[error("{}", not_an_image(image, *kind))]
+    NotAnImage {
+        /// Image name.
+        image: String,
+        /// What the file is, if known.
+        kind: Option<ForeignKind>,
     },
     /// No entry at that path.
     #[error("{0}: no such file or directory in the image")]
@@ -76,7 +87,55 @@ impl ReadError {
             ReadError::NotASymlink(_) => libc::EINVAL,
             ReadError::TooManyLinks(_) => libc::ELOOP,
             ReadError::Io { .. } | ReadError::Format { .. } => libc::EIO,
+            ReadError::NotAnImage { .. } => libc::EINVAL,
             ReadError::RootChanged { .. } => libc::EACCES,
         }
+    }
+}
+
+/// The name an image made from `file` would have: its file name without
+/// the archive's extensions, with `.sheaf` ("ds.tar.gz" gives "ds.sheaf").
+fn sheaf_name(file: &str) -> String {
+    let base = file.rsplit('/').next().unwrap_or(file);
+    let mut stem = base;
+    for ext in [
+        ".gz",
+        ".tgz",
+        ".zst",
+        ".tzst",
+        ".xz",
+        ".txz",
+        ".bz2",
+        ".tbz2",
+        ".tar",
+        ".sqfs",
+        ".squashfs",
+        ".img",
+    ] {
+        if let Some(s) = stem.strip_suffix(ext).filter(|s| !s.is_empty()) {
+            stem = s;
+        }
+    }
+    format!("{stem}.sheaf")
+}
+
+/// The message of [`ReadError::NotAnImage`].
+fn not_an_image(image: &str, kind: Option<ForeignKind>) -> String {
+    let out = sheaf_name(image);
+    match kind {
+        Some(ForeignKind::SquashFs) => format!(
+            "{image} is a SquashFS image, not a sheaf image; convert it: \
+             sqfs2tar {image} | sheaf build - -o {out} (sqfs2tar: Debian's squashfs-tools-ng)"
+        ),
+        Some(ForeignKind::Tar) => format!(
+            "{image} is a tar archive, not a sheaf image; pack it: sheaf build {image} -o {out}"
+        ),
+        Some(k) => format!(
+            "{image} is {}, not a sheaf image; if it holds a tar archive, pack it: sheaf build {image} -o {out}",
+            k.describe()
+        ),
+        None => format!(
+            "{image} is not a sheaf image (it does not begin with a sheaf header); sheaf build makes one from a directory or a tar archive"
+        ),
     }
 }

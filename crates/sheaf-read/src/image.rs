@@ -141,6 +141,13 @@ impl Image {
         let fmt = |what: &str, e: FormatError| ReadError::format(&name, what, e);
         let len = src.len();
         if len < (HEADER_LEN + TRAILER_LEN) as u64 {
+            // Too small to be one: unless it begins as one (or is empty,
+            // which is said in those words), not an image.
+            let mut head = vec![0u8; len.min(8) as usize];
+            read_at(&*src, &mut head, 0)?;
+            if !sheaf_format::layout::HEADER_MAGIC.starts_with(&head) {
+                return Err(not_an_image(&*src, len));
+            }
             return Err(ReadError::format(
                 &name,
                 "file",
@@ -157,7 +164,10 @@ impl Image {
         let mut head = [0u8; HEADER_LEN];
         read_at(&*src, &mut head, 0)?;
         index.add(0, &head);
-        Header::decode(&head).map_err(|e| fmt("header", e))?;
+        match Header::decode(&head) {
+            Err(FormatError::BadMagic(_)) => return Err(not_an_image(&*src, len)),
+            r => r.map_err(|e| fmt("header", e))?,
+        };
         let file_len = len;
         let tail_len = TAIL_READ.min(len - HEADER_LEN as u64);
         let mut tail_start = len - tail_len;
@@ -968,6 +978,20 @@ impl Piece {
     /// Whether it has no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The error for a source that does not begin with a sheaf header: what
+/// its first bytes say it is ([`sheaf_format::foreign::sniff`]).
+fn not_an_image(src: &dyn Source, len: u64) -> ReadError {
+    use sheaf_format::foreign::{sniff, SNIFF_LEN};
+    let mut head = vec![0u8; len.min(SNIFF_LEN as u64) as usize];
+    if let Err(e) = read_at(src, &mut head, 0) {
+        return e;
+    }
+    ReadError::NotAnImage {
+        image: src.name().to_string(),
+        kind: sniff(&head),
     }
 }
 
