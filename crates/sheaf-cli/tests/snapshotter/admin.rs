@@ -62,6 +62,9 @@ fn admin(t: &Path) {
     let lay = layout(t);
     let reg = Registry::start(t);
     reg.push(&lay.oci("gz"), "app:1");
+    // Pulled while the snapshotter restarts (its extra layer is not
+    // published: containerd fetches and applies that one).
+    reg.push(&lay.oci("extra"), "app:2");
     let host = reg.host();
     let www = t.join("www");
     let nginx = Nginx::start_with_root(t, &www);
