@@ -40,9 +40,10 @@ Most used:
   sheaf extract data.sheaf -C DIR      unpack
 
 Images are files, http(s)://, ssh:// or s3:// URLs (fetched lazily into a
-node cache) or published repositories; ls, cat, mount, run and merge also take
-stacks BASE,LAYER (later layers win). The flags under 'Remote images (URLs)'
-apply to every command that reads a URL ('sheaf help remote' says more).
+node cache) or published repositories; ls, cat, find, du, info, mount, run and
+merge also take stacks BASE,LAYER (later layers win). The flags under
+'Remote images (URLs)' apply to every command that reads a URL ('sheaf help
+remote' says more).
 'sheaf COMMAND --help' explains each command; 'sheaf help COMMAND' shows its
 manual page, installed or not ('man sheaf-COMMAND' once installed).";
 
@@ -62,7 +63,7 @@ Image forms:
   ssh://user@host/path/data.sheaf  over SFTP, with your OpenSSH keys and agent
   s3://bucket/key                  object storage, either form (AWS_* variables,
                                    ~/.aws; AWS_ENDPOINT_URL for other stores)
-  BASE,LAYER                       a stack (ls, cat, mount, run, merge)
+  BASE,LAYER                       a stack (ls, cat, find, du, info, mount, run, merge)
 
 Credentials in URLs (user:password@, signed query parameters) never appear
 in /proc/mounts, errors or `sheaf stats`.
@@ -131,8 +132,12 @@ enum Cmd {
     /// image, whiteouts applied.
     Merge(layers::MergeArgs),
     /// Summarise an image: entries, sizes, compression, dedup, root digest.
+    ///
+    /// A stack BASE,LAYER,... gets the merged tree's figures (inodes shown,
+    /// by type, file data, the layers' inodes that do not show) and then
+    /// each layer's, bottom first.
     Info {
-        /// The image.
+        /// The image, or a stack of layers BASE,LAYER,... (later layers win).
         image: PathBuf,
         /// Print JSON instead of text.
         #[arg(long)]

@@ -4,7 +4,7 @@
 use crate::util::RemoteArgs;
 use anyhow::{Context, Result};
 use sheaf_format::FileType;
-use sheaf_read::Step;
+use sheaf_read::{Inode, Order, Step};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -20,7 +20,8 @@ both for each row.\n\nExamples:\n  sheaf du -s -h data.sheaf\n  sheaf du -d 1 im
 sheaf du --inodes -d 1 hcp.sheaf /subjects   # where the millions of files are"
 )]
 pub struct DuArgs {
-    /// The image (file or URL).
+    /// The image (file or URL), or a stack of layers BASE,LAYER,... (its
+    /// merged tree; later layers win).
     image: PathBuf,
     /// Where to start in the image.
     #[arg(default_value = "/")]
@@ -65,9 +66,7 @@ impl Usage {
 
 /// `sheaf du`.
 pub fn du(a: DuArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
-    let img = crate::util::open_image(&a.image, remote)?;
     let start = crate::find::start_path(&a.path);
-    let ino = img.resolve(&start)?;
     let show_depth = if a.summarize {
         0
     } else {
@@ -89,11 +88,13 @@ pub fn du(a: DuArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32>
                 }
             }
         };
-    img.walk(ino, start, &mut |p, ino, depth| {
+    // Each entry, from the layer it shows from (0 for one image).
+    let mut visit = |p: &[u8], layer: usize, ino: &Inode, depth: usize| {
         close(&mut open, &mut rows, depth);
         let ft = ino.file_type();
         // A hardlinked file counts once, where the walk meets it first.
-        let again = ft == FileType::Regular && ino.rec.nlink > 1 && !linked.insert(ino.ino);
+        let again =
+            ft == FileType::Regular && ino.rec.nlink > 1 && !linked.insert((layer, ino.ino));
         let own = match ft {
             _ if again => Usage::default(),
             FileType::Regular | FileType::Symlink => Usage {
@@ -117,8 +118,24 @@ pub fn du(a: DuArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32>
             }
         }
         Ok(Step::Continue)
-    })
-    .with_context(|| a.image.display().to_string())?;
+    };
+    // One image, or the merged tree of a stack BASE,LAYER,...
+    let walked = match crate::util::stack_layers(&a.image) {
+        Some(layers) => {
+            let stack = crate::util::open_stack(&layers, remote)?;
+            let found = stack.resolve(&start)?;
+            stack.walk_in(Order::Pre, found, start, &mut |p, f, depth| {
+                let (layer, ino) = f.shown();
+                visit(p, layer, &ino, depth)
+            })
+        }
+        None => {
+            let img = crate::util::open_image(&a.image, remote)?;
+            let ino = img.resolve(&start)?;
+            img.walk(ino, start, &mut |p, ino, depth| visit(p, 0, ino, depth))
+        }
+    };
+    walked.with_context(|| a.image.display().to_string())?;
     close(&mut open, &mut rows, 0);
     let tty = io.stdout_is_tty();
     let mut o = std::io::BufWriter::new(&mut *io.stdout);

@@ -37,7 +37,8 @@ pub(crate) use sheaf_read::find::{local_time, name_or_id, now, start_path};
     "  sheaf find data.sheaf -type f -printf '%TY-%Tm-%Td %s %p\\n'"
 ))]
 pub struct FindArgs {
-    /// The image (file or URL).
+    /// The image (file or URL), or a stack of layers BASE,LAYER,... (its
+    /// merged tree; later layers win).
     image: PathBuf,
     /// [PATH] [EXPRESSION...]: where to start in the image (default /;
     /// relative paths start at the image's root and print as given), then
@@ -54,14 +55,24 @@ pub struct FindArgs {
 pub fn find(a: FindArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
     let (path, tokens) = sheaf_read::find::split_args(&a.rest);
     let e = sheaf_read::find::parse(tokens)?;
-    let img = crate::util::open_image(&a.image, remote)?;
     let start = start_path(&path);
     let quote = io
         .stdout_is_tty()
         .then_some(crate::util::terminal_name as fn(&[u8]) -> String);
     let out = std::io::BufWriter::with_capacity(1 << 16, &mut *io.stdout);
+    // One image, or the merged tree of a stack BASE,LAYER,...
+    let found = match crate::util::stack_layers(&a.image) {
+        Some(layers) => {
+            let stack = crate::util::open_stack(&layers, remote)?;
+            sheaf_read::find::run_stack(&stack, &start, &e, out, quote)
+        }
+        None => {
+            let img = crate::util::open_image(&a.image, remote)?;
+            sheaf_read::find::run(&img, &start, &e, out, quote)
+        }
+    };
     // The error names the path (and the image, where the image is at fault).
-    match sheaf_read::find::run(&img, &start, &e, out, quote) {
+    match found {
         Ok(_) => Ok(0),
         Err(FindError::Walk(err)) => {
             Err(anyhow::Error::new(err).context(a.image.display().to_string()))

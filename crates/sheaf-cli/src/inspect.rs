@@ -18,25 +18,107 @@ pub fn info(
     remote: &crate::util::RemoteArgs,
     io: &mut crate::Io<'_>,
 ) -> Result<i32> {
+    if let Some(layers) = crate::util::stack_layers(path) {
+        return info_stack(path, &layers, json, list_whiteouts, remote, io);
+    }
     let img = open_path(path, remote)?;
+    let shown = crate::util::shown(path);
+    let v = image_info(&img, &shown, list_whiteouts)?;
+    if json {
+        writeln!(io.stdout, "{}", serde_json::to_string_pretty(&v)?)?;
+        return Ok(0);
+    }
+    let tty = io.stdout_is_tty();
+    print_info(&mut *io.stdout, tty, &img, &v)?;
+    Ok(0)
+}
+
+/// What `sheaf info --json` says about one image.
+fn image_info(
+    img: &Image,
+    shown: &str,
+    list_whiteouts: bool,
+) -> Result<sheaf_read::info::ImageInfo> {
     let wo = if list_whiteouts {
-        Some(sheaf_read::info::whiteouts(&img)?)
+        Some(sheaf_read::info::whiteouts(img)?)
     } else {
         None
     };
-    let shown = crate::util::shown(path);
-    let v = sheaf_read::info::info(&img, &shown, wo.as_ref(), &|s| {
+    Ok(sheaf_read::info::info(img, shown, wo.as_ref(), &|s| {
         sheaf_read::info::SignatureInfo::of(sheaf_trust::describe(s))
-    })?;
-    let sb = img.superblock();
-    let build = &v.build;
-    let meta_bytes = v.metadata_bytes_uncompressed;
+    })?)
+}
+
+/// `sheaf info BASE,LAYER,...`: the merged tree's figures, then each
+/// layer's, bottom first.
+fn info_stack(
+    path: &Path,
+    layers: &[PathBuf],
+    json: bool,
+    list_whiteouts: bool,
+    remote: &crate::util::RemoteArgs,
+    io: &mut crate::Io<'_>,
+) -> Result<i32> {
+    let stack = crate::util::open_stack(layers, remote)?;
+    let infos = stack
+        .layers()
+        .iter()
+        .zip(layers)
+        .map(|(img, p)| image_info(img, &crate::util::shown(p), list_whiteouts))
+        .collect::<Result<Vec<_>>>()?;
+    let shown = crate::util::shown(path);
+    let v = sheaf_read::info::stack_info(&stack, &shown, infos)
+        .map_err(|e| anyhow::Error::new(e).context(shown.clone()))?;
     if json {
         writeln!(io.stdout, "{}", serde_json::to_string_pretty(&v)?)?;
         return Ok(0);
     }
     let tty = io.stdout_is_tty();
     let o = &mut *io.stdout;
+    let m = &v.merged;
+    writeln!(
+        o,
+        "stack:        {shown} ({} layers, bottom first; {})",
+        v.layers.len(),
+        human(m.image_bytes)
+    )?;
+    let types = m
+        .entries_by_type
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    writeln!(o, "merged:       {} inodes ({types})", m.inodes)?;
+    writeln!(
+        o,
+        "              {} logical; {} of the layers' inodes not shown (hidden, replaced, merged)",
+        human(m.logical_bytes),
+        m.hidden_inodes
+    )?;
+    let n = v.layers.len();
+    for (k, (img, info)) in stack.layers().iter().zip(&v.layers).enumerate() {
+        let which = match k {
+            0 => " (bottom)",
+            _ if k + 1 == n => " (top)",
+            _ => "",
+        };
+        writeln!(o, "\nlayer {} of {n}{which}:", k + 1)?;
+        print_info(o, tty, img, info)?;
+    }
+    Ok(0)
+}
+
+/// `sheaf info`'s text for one image.
+fn print_info(
+    o: &mut dyn Write,
+    tty: bool,
+    img: &Image,
+    v: &sheaf_read::info::ImageInfo,
+) -> Result<()> {
+    let sb = img.superblock();
+    let build = &v.build;
+    let meta_bytes = v.metadata_bytes_uncompressed;
+    let shown = &v.image;
     writeln!(o, "image:        {shown} ({})", human(img.len()))?;
     writeln!(o, "root digest:  {}", hex(&img.root_digest()))?;
     if img.signatures().is_empty() {
@@ -138,7 +220,7 @@ pub fn info(
         "built by:     {}",
         build.builder.as_deref().unwrap_or("?")
     )?;
-    if let Some((wh, opaque)) = &wo {
+    if let (Some(wh), Some(opaque)) = (&v.whiteouts, &v.opaque_dirs) {
         writeln!(o, "whiteouts:    {} (hidden in the layers below)", wh.len())?;
         // On a terminal quoted as ls does (an image's names may hold
         // escape sequences).
@@ -154,7 +236,7 @@ pub fn info(
             writeln!(o, "  {}/", q(p))?;
         }
     }
-    Ok(0)
+    Ok(())
 }
 
 /// Arguments of `sheaf ls`.

@@ -347,7 +347,7 @@ pub fn open_image_with(
     if stack_layers(arg).is_some() {
         // One image is opened here; stacks are opened by open_stack.
         anyhow::bail!(
-            "{s}: a stack of layers (BASE,LAYER) is read by ls, cat, mount, run and merge; for this command merge it first (sheaf merge {s} -o MERGED.sheaf)"
+            "{s}: a stack of layers (BASE,LAYER) is read by ls, cat, find, du, info, mount, run and merge; for this command merge it first (sheaf merge {s} -o MERGED.sheaf)"
         );
     }
     let o = sheaf_net::open_image(arg, &remote.config()?, opts, wrap)?;

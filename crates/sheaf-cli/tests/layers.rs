@@ -10,6 +10,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 #[test]
 fn ls_on_a_stack_shows_the_merged_view() {
@@ -628,4 +629,180 @@ fn a_writable_mount_commits_to_the_tree_it_showed() {
     assert_same_tree(&snap, &out, cmp);
     let ino = |p: &str| fs::metadata(out.join(p)).unwrap().ino();
     assert_eq!(ino("bin/tool"), ino("bin/tool-link"));
+}
+
+/// `find`, `du` and `info` on a stack `BASE,LAYER` read the merged tree.
+/// Expected values come from GNU find and du on the same tree made on disk
+/// with cp and rm: the base copied, the paths the top layer's whiteouts
+/// hide (and the directory its file replaces) removed, the top copied over,
+/// the whiteout files deleted.
+#[test]
+fn find_du_and_info_on_a_stack_read_the_merged_tree() {
+    let t = tmpdir();
+    let base = t.path().join("base");
+    let top = t.path().join("top");
+    let files: [(&Path, &[&str]); 2] = [
+        (
+            &base,
+            &[
+                "a/x", "a/y", "a/deep/f", "b/old", "keep", "c/inside", "e/only",
+            ],
+        ),
+        (
+            &top,
+            &[
+                "a/.wh.x",
+                "a/z",
+                ".wh.keep",
+                "b/.wh..wh..opq",
+                "b/new",
+                "c",
+                "e/.wh.only",
+                "empty-file",
+            ],
+        ),
+    ];
+    for (root, names) in files {
+        for f in names {
+            let p = root.join(f);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            let data = if f.contains(".wh.") || *f == "empty-file" {
+                String::new()
+            } else {
+                format!("{f} of {}\n", root.display()).repeat(f.len())
+            };
+            write(&p, data.as_bytes());
+        }
+    }
+    fs::create_dir_all(top.join("newdir/empty")).unwrap();
+    std::os::unix::fs::symlink("a/y", base.join("sym")).unwrap();
+    let (bi, ti) = (t.path().join("base.sheaf"), t.path().join("top.sheaf"));
+    build(&base, &bi, &[]).ok();
+    build(&top, &ti, &[]).ok();
+    let stack = format!("{},{}", bi.display(), ti.display());
+
+    // The merged tree on disk, by hand from the top layer's whiteouts.
+    let m = t.path().join("merged");
+    let sh = |script: &str| {
+        let o = run_cmd(
+            Command::new("bash")
+                .args(["-ec", script])
+                .current_dir(t.path()),
+        )
+        .ok();
+        o.text()
+    };
+    sh("mkdir merged && cp -a base/. merged/ \
+        && rm -rf merged/a/x merged/keep merged/b merged/c merged/e/only \
+        && cp -a top/. merged/ && find merged -name '.wh.*' -delete");
+    let gnu = |args: &str| -> Vec<String> {
+        let mut v: Vec<String> = sh(&format!("cd merged && {args}"))
+            .lines()
+            .map(String::from)
+            .collect();
+        v.sort();
+        v
+    };
+    let ours = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["find", stack.as_str(), "."];
+        a.extend(args);
+        let mut v: Vec<String> = sheaf_in(a).ok().text().lines().map(String::from).collect();
+        v.sort();
+        v
+    };
+    assert!(m.join("a/z").is_file() && !m.join("keep").exists());
+    // Every path, then files and links with sizes and types, then -empty.
+    assert_eq!(ours(&[]), gnu("find ."));
+    assert_eq!(ours(&[]).len(), 14, "{:?}", ours(&[]));
+    let printf = ["-type", "f", "-o", "-type", "l"];
+    let fmt = "%p %s %y %m\\n";
+    assert_eq!(
+        ours(&["(", "-type", "f", "-o", "-type", "l", ")", "-printf", fmt]),
+        gnu(&format!(
+            "find . \\( {} \\) -printf '{fmt}'",
+            printf.join(" ")
+        ))
+    );
+    assert_eq!(ours(&["-empty"]), gnu("find . -empty"));
+    assert_eq!(ours(&["-empty"]), ["./e", "./empty-file", "./newdir/empty"]);
+    assert_eq!(
+        ours(&["-depth", "-name", "?"]),
+        gnu("find . -depth -name '?'")
+    );
+
+    // du: per directory, entries as GNU du --inodes counts them; bytes: the
+    // files' and links' apparent sizes.
+    let du = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["du"];
+        a.extend(args);
+        a.extend([stack.as_str(), "."]);
+        let mut v: Vec<String> = sheaf_in(a).ok().text().lines().map(String::from).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(du(&["--inodes"]), gnu("du --inodes ."));
+    let total: u64 = sh("cd merged && find . \\( -type f -o -type l \\) -printf '%s\\n'")
+        .lines()
+        .map(|l| l.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(du(&["-s"]), [format!("{total}\t.")]);
+
+    // info: the merged figures, then each layer's own.
+    let count = |kind: &str| gnu(&format!("find . -type {kind}")).len() as u64;
+    let v = json(&sheaf_in(["info", "--json", &stack]).ok());
+    let merged = &v["merged"];
+    assert_eq!(merged["inodes"].as_u64(), Some(gnu("find .").len() as u64));
+    assert_eq!(
+        merged["entries_by_type"]["directory"].as_u64(),
+        Some(count("d"))
+    );
+    assert_eq!(merged["entries_by_type"]["file"].as_u64(), Some(count("f")));
+    assert_eq!(
+        merged["entries_by_type"]["symlink"].as_u64(),
+        Some(count("l"))
+    );
+    let file_bytes: u64 = gnu("find . -type f -printf '%s\\n'")
+        .iter()
+        .map(|l| l.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(merged["logical_bytes"].as_u64(), Some(file_bytes));
+    let alone =
+        |p: &Path| json(&sheaf_in(["info".as_ref(), "--json".as_ref(), p.as_os_str()]).ok());
+    let (bj, tj) = (alone(&bi), alone(&ti));
+    assert_eq!(v["layers"][0], bj);
+    assert_eq!(v["layers"][1], tj);
+    let layer_inodes = bj["inodes"].as_u64().unwrap() + tj["inodes"].as_u64().unwrap();
+    assert_eq!(
+        merged["hidden_inodes"].as_u64(),
+        Some(layer_inodes - gnu("find .").len() as u64)
+    );
+    assert_eq!(
+        merged["image_bytes"].as_u64(),
+        Some(fs::metadata(&bi).unwrap().len() + fs::metadata(&ti).unwrap().len())
+    );
+    assert_eq!(v["stack"].as_str(), Some(stack.as_str()));
+    let text = sheaf_in(["info", &stack]).ok().text();
+    assert!(
+        text.starts_with(&format!("stack:        {stack} (2 layers")),
+        "{text}"
+    );
+    let merged_line = format!(
+        "merged:       {} inodes ({} directory, {} file, {} symlink)",
+        gnu("find .").len(),
+        count("d"),
+        count("f"),
+        count("l")
+    );
+    assert!(text.contains(&merged_line), "{merged_line}\n{text}");
+    assert!(
+        text.contains("\nlayer 1 of 2 (bottom):\nimage:        "),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nlayer 2 of 2 (top):\nimage:        "),
+        "{text}"
+    );
+    // A path that the top layer hides is not found.
+    let o = sheaf_in(["find", &stack, "keep"]).fails_with(1);
+    assert!(o.one_err_line().contains("keep"), "{}", o.describe());
 }

@@ -9,6 +9,7 @@ use crate::error::ReadError;
 use crate::image::{Image, Inode};
 use crate::show::time_field;
 pub use crate::show::{local_time, mode_string, name_or_id};
+use crate::stack::{Found, MergedDir, Stack};
 use crate::walk::{Order, Step};
 use sheaf_format::FileType;
 use std::ffi::{CString, OsString};
@@ -501,6 +502,7 @@ fn matches(
     t: &Test,
     img: &Image,
     names: &mut crate::ident::Names,
+    merged: Option<&(&Stack, MergedDir)>,
     path: &[u8],
     ino: &Inode,
     now: i64,
@@ -528,7 +530,11 @@ fn matches(
         Test::Size(sign, n, unit) => compare(ino.stat_size().div_ceil(*unit), *sign, *n),
         Test::Empty => match ino.file_type() {
             FileType::Regular => r.size == 0,
-            FileType::Directory => img.dir_len(ino)? == 0,
+            // A merged directory is empty when nothing shows through it.
+            FileType::Directory => match merged {
+                Some((stack, d)) => stack.read_dir(d)?.is_empty(),
+                None => img.dir_len(ino)? == 0,
+            },
             _ => false,
         },
         Test::NewerThan(s, ns) => (r.mtime_sec, r.mtime_nsec) > (*s, *ns),
@@ -614,7 +620,15 @@ struct Eval<'a, W: Write> {
 impl<W: Write> Eval<'_, W> {
     fn eval(&mut self, n: &Node, path: &[u8], ino: &Inode, depth: usize) -> Result<bool> {
         Ok(match n {
-            Node::Test(t) => matches(t, self.ctx.img, &mut self.ctx.names, path, ino, self.now)?,
+            Node::Test(t) => matches(
+                t,
+                self.ctx.img,
+                &mut self.ctx.names,
+                self.ctx.merged.as_ref(),
+                path,
+                ino,
+                self.now,
+            )?,
             Node::Bool(b) => *b,
             Node::Not(a) => !self.eval(a, path, ino, depth)?,
             Node::And(a, b) => self.eval(a, path, ino, depth)? && self.eval(b, path, ino, depth)?,
@@ -786,7 +800,10 @@ impl<W: Write> Eval<'_, W> {
 /// What `-printf` and `-ls` read besides the entry: the image, the start
 /// path, and the names of owners.
 struct Ctx<'a> {
+    /// The image of the entry being evaluated (in a stack, its layer's).
     img: &'a Image,
+    /// In a stack, the entry's merged directory, when it is one.
+    merged: Option<(&'a Stack, MergedDir)>,
     start: &'a [u8],
     names: crate::ident::Names,
     /// How `-printf` quotes names: set when the output is a terminal.
@@ -899,49 +916,109 @@ pub fn run<W: Write>(
     quote: Option<fn(&[u8]) -> String>,
 ) -> Result<W> {
     let ino = img.resolve(start)?;
-    let (now_s, _) = now();
-    let mut ev = Eval {
-        ctx: Ctx {
-            img,
-            start,
-            names: crate::ident::Names::default(),
-            quote,
-        },
-        now: now_s,
-        scratch: Vec::new(),
-        out,
-        tty: quote.is_some(),
-        quote,
-        prune: false,
-        quit: false,
-    };
-    let order = if e.depth_first {
-        Order::Post(e.max_depth)
-    } else {
-        Order::Pre
-    };
+    let mut ev = Eval::new(img, start, out, quote);
     let mut out_err: Option<FindError> = None;
-    img.walk_in(order, ino, start.to_vec(), &mut |p, ino, depth| {
-        ev.prune = false;
+    img.walk_in(e.order(), ino, start.to_vec(), &mut |p, ino, depth| {
+        Ok(ev.visit(e, p, ino, depth, &mut out_err))
+    })
+    .map_err(FindError::Walk)?;
+    ev.finish(out_err)
+}
+
+/// [`run`] over the merged tree of a stack of layers (whiteouts applied
+/// and never seen): each entry is evaluated with the attributes of the
+/// layer it shows from (a directory, its top layer's), `-empty` on a
+/// directory means nothing shows through it, and `%i`, `-inum` and `-ls`
+/// give an entry's inode number in its layer.
+pub fn run_stack<W: Write>(
+    stack: &Stack,
+    start: &[u8],
+    e: &Expr,
+    out: W,
+    quote: Option<fn(&[u8]) -> String>,
+) -> Result<W> {
+    let found = stack.resolve(start)?;
+    let (l, _) = found.shown();
+    let mut ev = Eval::new(&stack.layers()[l], start, out, quote);
+    let mut out_err: Option<FindError> = None;
+    stack
+        .walk_in(e.order(), found, start.to_vec(), &mut |p, f, depth| {
+            let (l, ino) = f.shown();
+            ev.ctx.img = &stack.layers()[l];
+            ev.ctx.merged = match f {
+                Found::Dir(d) => Some((stack, d.clone())),
+                Found::Node(..) => None,
+            };
+            Ok(ev.visit(e, p, &ino, depth, &mut out_err))
+        })
+        .map_err(FindError::Walk)?;
+    ev.finish(out_err)
+}
+
+impl Expr {
+    /// The order of the walk the expression asks for (`-depth`).
+    fn order(&self) -> Order {
+        if self.depth_first {
+            Order::Post(self.max_depth)
+        } else {
+            Order::Pre
+        }
+    }
+}
+
+impl<'a, W: Write> Eval<'a, W> {
+    fn new(img: &'a Image, start: &'a [u8], out: W, quote: Option<fn(&[u8]) -> String>) -> Self {
+        Eval {
+            ctx: Ctx {
+                img,
+                merged: None,
+                start,
+                names: crate::ident::Names::default(),
+                quote,
+            },
+            now: now().0,
+            scratch: Vec::new(),
+            out,
+            tty: quote.is_some(),
+            quote,
+            prune: false,
+            quit: false,
+        }
+    }
+
+    /// Evaluate `e` on one entry of the walk; where the walk goes next. An
+    /// error (a closed pipe, `| head`, or a damaged entry) is kept in
+    /// `out_err` and stops the walk.
+    fn visit(
+        &mut self,
+        e: &Expr,
+        p: &[u8],
+        ino: &Inode,
+        depth: usize,
+        out_err: &mut Option<FindError>,
+    ) -> Step {
+        self.prune = false;
         if depth >= e.min_depth && depth <= e.max_depth {
-            if let Err(err) = ev.eval(&e.root, p, ino, depth) {
-                // A closed pipe (`| head`) or a damaged entry: stop here.
+            if let Err(err) = self.eval(&e.root, p, ino, depth) {
                 out_err.get_or_insert(err);
-                return Ok(Step::Stop);
+                return Step::Stop;
             }
         }
-        Ok(if ev.quit {
+        if self.quit {
             Step::Stop
-        } else if ev.prune || depth >= e.max_depth {
+        } else if self.prune || depth >= e.max_depth {
             Step::Prune
         } else {
             Step::Continue
-        })
-    })
-    .map_err(FindError::Walk)?;
-    if let Some(err) = out_err {
-        return Err(err);
+        }
     }
-    ev.out.flush()?;
-    Ok(ev.out)
+
+    /// The output, once the walk is over, or the error that stopped it.
+    fn finish(mut self, out_err: Option<FindError>) -> Result<W> {
+        if let Some(err) = out_err {
+            return Err(err);
+        }
+        self.out.flush()?;
+        Ok(self.out)
+    }
 }

@@ -226,6 +226,83 @@ pub fn info(
     })
 }
 
+/// What `sheaf info --json BASE,LAYER,...` prints (docs/json.md): the
+/// merged tree's figures and each layer's [`ImageInfo`], bottom first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StackInfo {
+    /// The stack as the user named it.
+    pub stack: String,
+    /// Each layer, bottom first, as `sheaf info --json` describes it alone.
+    pub layers: Vec<ImageInfo>,
+    /// The tree the stack shows.
+    pub merged: MergedInfo,
+}
+
+/// The merged tree of a stack: what a mount of it shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MergedInfo {
+    /// Inodes shown (a hardlinked file once, the root included).
+    pub inodes: u64,
+    /// Inodes shown per type name (as [`ImageInfo::entries_by_type`]).
+    pub entries_by_type: BTreeMap<String, u64>,
+    /// File data shown (a hardlinked file once).
+    pub logical_bytes: u64,
+    /// The layers' inodes that do not show: hidden by whiteouts, replaced
+    /// by a higher layer's entry, merged into a higher layer's directory,
+    /// or whiteouts themselves (the layers' `inodes` added up, less
+    /// `inodes`).
+    pub hidden_inodes: u64,
+    /// The layers' image bytes added up.
+    pub image_bytes: u64,
+}
+
+/// [`StackInfo`] of `stack`, named `name`, from its layers' [`ImageInfo`]
+/// (bottom first): walks the merged tree once.
+pub fn stack_info(
+    stack: &crate::Stack,
+    name: &str,
+    layers: Vec<ImageInfo>,
+) -> Result<StackInfo, ReadError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut by_type = BTreeMap::<String, u64>::new();
+    let mut logical = 0u64;
+    stack.walk_in(
+        crate::Order::Pre,
+        crate::Found::Dir(stack.root()?),
+        b"/".to_vec(),
+        &mut |_, f, _| {
+            let (l, ino) = f.shown();
+            // A directory counts once, from its top layer, however many
+            // layers it merges; a file once however many names it has.
+            if seen.insert((l, ino.ino)) {
+                *by_type
+                    .entry(ino.file_type().name().to_string())
+                    .or_default() += 1;
+                if ino.file_type() == sheaf_format::FileType::Regular {
+                    logical += ino.rec.size;
+                }
+            }
+            Ok(crate::Step::Continue)
+        },
+    )?;
+    let inodes = seen.len() as u64;
+    Ok(StackInfo {
+        stack: name.to_string(),
+        merged: MergedInfo {
+            inodes,
+            entries_by_type: by_type,
+            logical_bytes: logical,
+            hidden_inodes: layers
+                .iter()
+                .map(|l| l.inodes)
+                .sum::<u64>()
+                .saturating_sub(inodes),
+            image_bytes: layers.iter().map(|l| l.image_bytes).sum(),
+        },
+        layers,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

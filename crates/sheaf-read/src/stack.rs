@@ -344,6 +344,29 @@ impl Stack {
         })
     }
 
+    /// The entries of a merged directory with what each resolves to (a
+    /// directory merged across the layers that hold it), sorted by name,
+    /// whiteouts applied and never listed: what a walk of the merged tree
+    /// goes down ([`Stack::walk_in`]). Reads each part's listing once.
+    pub fn children(&self, dir: &MergedDir) -> Result<Vec<(Vec<u8>, Found)>, ReadError> {
+        let idx = self.index(dir)?;
+        let mut names: Vec<&Vec<u8>> = idx
+            .names
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(n, _)| n)
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .filter_map(|n| match self.lookup_in(dir, &idx, n) {
+                Ok(Some(f)) => Some(Ok((n.clone(), f))),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect()
+    }
+
     /// The entries of a merged directory, sorted by name, whiteouts applied
     /// and never listed.
     pub fn read_dir(&self, dir: &MergedDir) -> Result<Vec<StackEntry>, ReadError> {

@@ -3,7 +3,8 @@
 
 use crate::error::ReadError;
 use crate::image::{Image, Inode};
-use crate::tree::Seen;
+use crate::stack::{Found, Stack};
+use crate::tree::{Seen, SeenMerged};
 use sheaf_format::FileType;
 
 /// What a walk's visitor wants next.
@@ -160,6 +161,99 @@ impl Image {
                 seen.enter(self, dir)?;
                 let kids = self.children(dir)?;
                 stack.push(Frame {
+                    len: p.len(),
+                    kids,
+                    depth,
+                    after,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A walk of a [`Stack`]'s merged tree: called with each entry's path, what
+/// it resolves to (a merged directory, or a node of one layer:
+/// [`Found::shown`] gives its layer and inode) and its depth.
+pub type StackVisitor<'a> = dyn FnMut(&[u8], &Found, usize) -> Result<Step, ReadError> + 'a;
+
+/// One merged directory being listed by a stack walk.
+struct StackFrame {
+    len: usize,
+    kids: std::vec::IntoIter<(Vec<u8>, Found)>,
+    depth: usize,
+    after: Option<Found>,
+}
+
+impl Stack {
+    /// [`Image::walk_in`] over the merged tree: the same orders and steps,
+    /// whiteouts applied and never visited, each directory visited once
+    /// however many layers hold it (a layer that lists one twice is
+    /// refused, as in a one-image walk).
+    pub fn walk_in(
+        &self,
+        order: Order,
+        start: Found,
+        path: Vec<u8>,
+        visit: &mut StackVisitor<'_>,
+    ) -> Result<(), ReadError> {
+        let enter_first = |depth: usize| matches!(order, Order::Post(max) if depth < max);
+        let is_dir = |f: &Found| matches!(f, Found::Dir(_));
+        let mut seen = SeenMerged::new(self);
+        let first = !is_dir(&start) || !enter_first(0);
+        if first
+            && (visit(&path, &start, 0)? != Step::Continue
+                || !is_dir(&start)
+                || order != Order::Pre)
+        {
+            return Ok(());
+        }
+        let Found::Dir(d) = &start else {
+            return Ok(());
+        };
+        seen.enter(self, d)?;
+        let kids = self.children(d)?.into_iter();
+        let mut p = path;
+        let mut stack = vec![StackFrame {
+            len: p.len(),
+            kids,
+            depth: 0,
+            after: (order != Order::Pre).then(|| start.clone()),
+        }];
+        while let Some(top) = stack.last_mut() {
+            let Some((name, f)) = top.kids.next() else {
+                let done = stack.pop().expect("a frame was on top");
+                if let Some(dir) = done.after {
+                    p.truncate(done.len);
+                    if visit(&p, &dir, done.depth)? == Step::Stop {
+                        break;
+                    }
+                }
+                continue;
+            };
+            p.truncate(top.len);
+            if !p.ends_with(b"/") {
+                p.push(b'/');
+            }
+            p.extend_from_slice(&name);
+            let depth = top.depth + 1;
+            let dir = is_dir(&f);
+            let (enter, after) = if dir && enter_first(depth) {
+                (true, Some(f.clone()))
+            } else {
+                let step = visit(&p, &f, depth)?;
+                if step == Step::Stop {
+                    break;
+                }
+                (step == Step::Continue && dir && order == Order::Pre, None)
+            };
+            if enter {
+                let Found::Dir(d) = after.as_ref().unwrap_or(&f) else {
+                    unreachable!("only directories are entered")
+                };
+                seen.enter(self, d)?;
+                let kids = self.children(d)?.into_iter();
+                stack.push(StackFrame {
                     len: p.len(),
                     kids,
                     depth,
