@@ -4,8 +4,11 @@
 //! win, whiteouts and opaque directories applied and none left in the image,
 //! directories with the attributes of the topmost layer holding them.
 //!
-//! The walk is depth-first, each directory before its entries, and memory is
-//! the listings of the directories on the current path. Regular files are
+//! The walk visits directories as a directory scan does (each directory's
+//! entries together, then its subdirectories, from a stack), so the tree's
+//! nodes come in the order `sheaf build` of the same tree on disk gives
+//! them; memory is one directory's listing and the directories waiting to
+//! be listed. Regular files are
 //! [`EntryKind::Deferred`]: the builder reads each once, after the walk, in
 //! the packing order a directory build gives the same tree
 //! ([`crate::plan`]), with its dictionary and defaults. A layer built by
@@ -60,6 +63,7 @@ impl EntrySource for StackSource {
         Box::new(Walk {
             stack: &self.stack,
             started: false,
+            current: None,
             todo: Vec::new(),
             failed: false,
             seen: sheaf_read::SeenMerged::new(&self.stack),
@@ -67,19 +71,29 @@ impl EntrySource for StackSource {
     }
 }
 
-/// One directory being listed: its merged parts, its path, what is left.
+/// One directory being listed: its merged parts, its path, what is left,
+/// and the directories among what was given.
 struct Frame {
     dir: MergedDir,
     path: Vec<u8>,
     rest: std::vec::IntoIter<StackEntry>,
+    subdirs: Vec<(MergedDir, Vec<u8>)>,
 }
 
-/// A depth-first walk of the merged view, each directory before its
-/// entries; memory is the listings of the directories on the current path.
+/// A walk of the merged view in the order a directory scan visits a tree
+/// (`crate::scan::scan_dir`): a directory's entries all together, in name
+/// order, then its subdirectories, the last one first (a stack). Entries
+/// thus become the builder's nodes in the order a scan of the same tree
+/// on disk gives them, and the packing plan, which numbers directory
+/// classes in node order, packs them alike. Memory is the listing of one
+/// directory and the directories waiting to be listed.
 struct Walk<'a> {
     stack: &'a Stack,
     started: bool,
-    todo: Vec<Frame>,
+    /// The directory being listed.
+    current: Option<Frame>,
+    /// Directories to list, the last first.
+    todo: Vec<(MergedDir, Vec<u8>)>,
     failed: bool,
     /// Directories entered (a hostile layer cannot make the walk loop).
     seen: sheaf_read::SeenMerged,
@@ -106,6 +120,7 @@ impl<'a> Walk<'a> {
             dir,
             path,
             rest: list.into_iter(),
+            subdirs: Vec::new(),
         })
     }
 
@@ -145,19 +160,23 @@ impl<'a> Walk<'a> {
             self.started = true;
             let root = self.stack.root().map_err(|e| read_err(b"", e))?;
             let (l, ino) = root.parts[0];
-            let frame = self.frame(root, Vec::new())?;
-            self.todo.push(frame);
+            self.todo.push((root, Vec::new()));
             return self.entry(l, ino, Vec::new()).map(Some);
         }
         loop {
-            let Some(top) = self.todo.last_mut() else {
-                return Ok(None);
-            };
-            let Some(e) = top.rest.next() else {
-                self.todo.pop();
+            let Some(cur) = self.current.as_mut() else {
+                let Some((dir, path)) = self.todo.pop() else {
+                    return Ok(None);
+                };
+                self.current = Some(self.frame(dir, path)?);
                 continue;
             };
-            let mut path = top.path.clone();
+            let Some(e) = cur.rest.next() else {
+                let done = self.current.take().expect("a directory is being listed");
+                self.todo.extend(done.subdirs);
+                continue;
+            };
+            let mut path = cur.path.clone();
             if !path.is_empty() {
                 path.push(b'/');
             }
@@ -165,7 +184,7 @@ impl<'a> Walk<'a> {
             if e.file_type == FileType::Directory {
                 let found = self
                     .stack
-                    .lookup(&top.dir, &e.name)
+                    .lookup(&cur.dir, &e.name)
                     .map_err(|err| read_err(&path, err))?;
                 let Some(Found::Dir(d)) = found else {
                     return Err(BuildError::BadInput {
@@ -174,13 +193,12 @@ impl<'a> Walk<'a> {
                     });
                 };
                 let (l, ino) = d.parts[0];
-                let frame = self.frame(d, path.clone())?;
-                self.todo.push(frame);
+                cur.subdirs.push((d, path.clone()));
                 return self.entry(l, ino, path).map(Some);
             }
             let ino = self
                 .stack
-                .entry_inode(&top.dir, &e)
+                .entry_inode(&cur.dir, &e)
                 .map_err(|err| read_err(&path, err))?;
             return self.entry(e.layer, ino, path).map(Some);
         }
