@@ -10,7 +10,7 @@
 //! stream order, as it comes; a [`EntryKind::Deferred`] (a source that can
 //! be read in any order, such as images) after the walk, in the packing
 //! order a directory's files get, with the same dictionary, pack boundaries
-//! and groups ([`crate::plan`]).
+//! and groups (`plan.rs`).
 
 use crate::normalize::{Absolute, LinkKey, TreeBuilder};
 use crate::options::{BuildError, BuildOptions};
@@ -69,9 +69,9 @@ pub enum EntryKind<'a> {
     /// A regular file of `size` bytes (as far as the source knows) whose
     /// reader stays valid for the whole walk: it is read to its end after
     /// the walk, in packing order, as a directory's files are
-    /// ([`crate::plan`]). A source gives either these or
+    /// (`plan.rs`). A source gives either these or
     /// [`EntryKind::File`]s; those it gives as `File` are packed first, as
-    /// they come, without the trained dictionary.
+    /// they come, before the dictionary is trained.
     Deferred {
         /// The size, for the plan (the data read is what is stored).
         size: u64,

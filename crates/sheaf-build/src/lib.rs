@@ -8,7 +8,7 @@
 //! nothing about caches or mounts.
 //!
 //! Every input whose files can be read in any order (a directory, the
-//! merged view of a stack) is packed by one plan ([`plan`]: packing order,
+//! merged view of a stack) is packed by one plan (`plan.rs`: packing order,
 //! dictionary samples, pack boundaries, similarity groups); streams are
 //! packed in the order they come.
 //!

@@ -11,7 +11,7 @@
 //! be listed. Regular files are
 //! [`EntryKind::Deferred`]: the builder reads each once, after the walk, in
 //! the packing order a directory build gives the same tree
-//! ([`crate::plan`]), with its dictionary and defaults. A layer built by
+//! (`plan.rs`), with its dictionary and defaults. A layer built by
 //! sheaf was packed in that order, so the reads follow its blocks and a few
 //! blocks of cache per layer are enough ([`layer_options`]).
 //!
