@@ -831,17 +831,25 @@ fn a_pool_file_loads_by_its_recorded_name_and_gc_says_what_it_removes() {
     let env = |c: &mut Command| {
         c.env("SHEAF_CONFIG", &conf);
     };
+    // Run where the image lies, so that `./demo.sheaf` names it.
     let run = |args: &[&std::ffi::OsStr]| {
         let mut c = cmd();
         env(&mut c);
-        run_cmd(c.args(args))
+        run_cmd(c.args(args).current_dir(t.path()))
     };
-    let load = || {
-        let o = run(&["pool".as_ref(), "load".as_ref(), img.as_os_str()]);
-        assert_eq!(o.code, 0, "{}", o.describe());
+    let load_as = |arg: &std::ffi::OsStr| {
+        let o = run(&["pool".as_ref(), "load".as_ref(), arg]);
+        assert_eq!(o.code, 0, "load {arg:?}: {}", o.describe());
         assert!(is_mounted(&mp), "not mounted at {}", mp.display());
         assert!(mp.join("modulefiles/tool/2.0.lua").is_file());
     };
+    let load = || load_as(img.as_os_str());
+    // `pool load ./demo.sheaf` (a relative path, no NAME/VERSION in it).
+    assert_eq!(img, t.path().join("demo.sheaf"));
+    load_as("./demo.sheaf".as_ref());
+    let o = run(&["pool".as_ref(), "unload".as_ref(), "demo/1.0".as_ref()]);
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert!(!is_mounted(&mp));
     for how in [
         "demo/1.0".into(),
         img.clone().into_os_string(),
