@@ -121,8 +121,9 @@ fn read_kind(e: &ReadError) -> (Kind, i32) {
             (Kind::NotFound, _) => (Kind::Os, libc::EIO),
             k => k,
         },
-        // Bytes that do not begin as an image (or an image index) does:
-        // another kind of file, not a damaged image.
+        // Bytes that do not begin as an image does: another kind of file
+        // (the reader's message says which, and the command meant), not a
+        // damaged image. A bad magic elsewhere (an image index's) is too.
         ReadError::NotAnImage { .. } => (Kind::NotAnImage, libc::EINVAL),
         ReadError::Format {
             err: sheaf_format::FormatError::BadMagic(_),

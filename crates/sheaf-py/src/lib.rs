@@ -121,7 +121,8 @@ fn os_name(name: &[u8]) -> std::ffi::OsString {
 /// `st_size`, `st_mtime`, `st_mtime_ns`, ...), plus `type`, `target` (a
 /// symlink's) and `layer` (of a stack). An image keeps one time: atime
 /// and ctime are the mtime, as a mount shows them.
-#[pyclass(frozen, module = "sheaf", name = "Stat")]
+#[pyclass(frozen, eq, module = "sheaf", name = "Stat")]
+#[derive(PartialEq)]
 struct Stat {
     /// Type and permission bits (`stat.S_ISDIR(st.st_mode)` works).
     #[pyo3(get)]
@@ -199,6 +200,103 @@ impl Stat {
 
 #[pymethods]
 impl Stat {
+    /// The attributes an image keeps; the rest follow from them as a
+    /// mount shows them. What pickling calls (`__reduce__`), so stat
+    /// results reach a data loader's worker processes as
+    /// `os.stat_result`'s do.
+    #[new]
+    #[pyo3(signature = (st_mode, st_ino, st_nlink, st_uid, st_gid, st_size, st_rdev, st_mtime_ns, r#type, layer=0, target=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_new(
+        st_mode: u32,
+        st_ino: u32,
+        st_nlink: u32,
+        st_uid: u32,
+        st_gid: u32,
+        st_size: u64,
+        st_rdev: u64,
+        st_mtime_ns: i128,
+        r#type: &str,
+        layer: usize,
+        target: Option<std::ffi::OsString>,
+    ) -> PyResult<Stat> {
+        use sheaf_format::FileType as Ft;
+        let kind = [
+            Ft::Regular,
+            Ft::Directory,
+            Ft::Symlink,
+            Ft::CharDevice,
+            Ft::BlockDevice,
+            Ft::Fifo,
+            Ft::Socket,
+        ]
+        .into_iter()
+        .map(Ft::name)
+        .find(|n| *n == r#type)
+        .ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(
+                format!("type {type:?}: not a file type", type = r#type),
+            )
+        })?;
+        let sec = i64::try_from(st_mtime_ns.div_euclid(1_000_000_000))
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err("st_mtime_ns out of range"))?;
+        Ok(Stat {
+            st_mode,
+            st_ino,
+            st_dev: 0,
+            st_nlink,
+            st_uid,
+            st_gid,
+            st_size,
+            st_blocks: st_size.div_ceil(512),
+            st_blksize: 4096,
+            st_rdev,
+            mtime_sec: sec,
+            mtime_nsec: st_mtime_ns.rem_euclid(1_000_000_000) as u32,
+            kind,
+            layer,
+            target,
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> (
+        Bound<'py, pyo3::types::PyType>,
+        (
+            u32,
+            u32,
+            u32,
+            u32,
+            u32,
+            u64,
+            u64,
+            i128,
+            &'static str,
+            usize,
+            Option<std::ffi::OsString>,
+        ),
+    ) {
+        let s = slf.get();
+        (
+            slf.get_type(),
+            (
+                s.st_mode,
+                s.st_ino,
+                s.st_nlink,
+                s.st_uid,
+                s.st_gid,
+                s.st_size,
+                s.st_rdev,
+                s.ns(),
+                s.kind,
+                s.layer,
+                s.target.clone(),
+            ),
+        )
+    }
+
     /// Modification time in seconds (a float), as `os.stat_result`'s.
     #[getter]
     fn st_mtime(&self) -> f64 {

@@ -81,9 +81,10 @@ def test_a_file_that_is_no_image_raises_not_an_image(tree, tmp_path):
     tarball = tmp_path / "ds.tar"
     with tarfile.open(tarball, "w") as t:
         t.add(img, arcname="t.sheaf")
-    for p in (text, sqfs, tarball):
+    for p, says in ((text, "not a sheaf image"), (sqfs, "SquashFS"), (tarball, f"sheaf build {tarball}")):
         with pytest.raises(sheaf.NotAnImageError) as e:
             sheaf.open(p)
+        assert says in str(e.value), str(e.value)  # what it is, and the command meant
         assert not isinstance(e.value, sheaf.IntegrityError), p
         assert isinstance(e.value, OSError) and e.value.errno == errno.EINVAL
         assert str(p) in str(e.value) and "not a sheaf image" in str(e.value), str(e.value)
@@ -261,3 +262,22 @@ def test_the_public_namespace_is_all_and_only_all():
     for n in sheaf.__all__:
         assert hasattr(sheaf, n), n
     assert sheaf.Stat.__module__ == "sheaf"
+
+
+def test_stat_results_pickle_and_compare_as_os_stat_results_do(tree):
+    """A data loader's workers send stat results between processes."""
+    import pickle
+
+    _, img = tree
+    im = sheaf.open(img)
+    for p in ("", "top.txt", "latest", "sub-01/func/bold.nii.gz"):
+        st = im.lstat(p)
+        for proto in range(2, pickle.HIGHEST_PROTOCOL + 1):
+            back = pickle.loads(pickle.dumps(st, proto))
+            assert back == st and back is not st
+            for f in ("st_mode", "st_ino", "st_size", "st_blocks", "st_mtime_ns", "st_mtime", "type", "target", "layer"):
+                assert getattr(back, f) == getattr(st, f), (p, f)
+    assert im.stat("top.txt") == im.stat("top.txt") != im.stat("latest")
+    assert im.stat("top.txt") != im.stat("sub-01")
+    with pytest.raises(ValueError):
+        sheaf.Stat(0o100644, 1, 1, 0, 0, 3, 0, 0, "weird")
