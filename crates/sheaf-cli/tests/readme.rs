@@ -50,29 +50,17 @@ const ELSEWHERE: &[(&str, &str)] = &[
 fn sh_blocks() -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
     let mut heading = String::new();
-    let mut block: Option<Vec<String>> = None;
-    let mut pending = String::new();
+    let mut block: Option<Vec<&str>> = None;
     for line in README.lines() {
         match &mut block {
             None if line.starts_with("## ") => heading = line[3..].to_string(),
             None if line.trim() == "```sh" => block = Some(Vec::new()),
             None => {}
             Some(b) if line.trim() == "```" => {
-                out.push((heading.clone(), std::mem::take(b)));
+                out.push((heading.clone(), sh_lines(std::mem::take(b))));
                 block = None;
             }
-            Some(b) => {
-                let l = line.trim();
-                if let Some(cont) = l.strip_suffix('\\') {
-                    pending.push_str(cont);
-                    continue;
-                }
-                let full = format!("{pending}{l}");
-                pending.clear();
-                if !full.is_empty() && !full.starts_with('#') {
-                    b.push(full);
-                }
-            }
+            Some(b) => b.push(line),
         }
     }
     assert!(block.is_none(), "README: an sh block is not closed");

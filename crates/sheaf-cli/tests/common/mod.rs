@@ -860,3 +860,23 @@ pub fn ls_r_paths(text: &str) -> String {
     }
     out
 }
+
+/// The command lines of a Markdown `sh` block's text: continuation lines
+/// (ending in `\\`) joined, blank and comment-only lines dropped.
+pub fn sh_lines<'a>(block: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut pending = String::new();
+    for l in block {
+        let l = l.trim();
+        if let Some(c) = l.strip_suffix('\\') {
+            pending.push_str(c);
+            continue;
+        }
+        let full = format!("{pending}{l}");
+        pending.clear();
+        if !full.is_empty() && !full.starts_with('#') {
+            lines.push(full);
+        }
+    }
+    lines
+}

@@ -27,21 +27,7 @@ fn sequence() -> Vec<String> {
         .nth(1)
         .and_then(|b| b.split("\n```").next())
         .expect("its sh block");
-    let mut lines = Vec::new();
-    let mut pending = String::new();
-    for l in block.lines() {
-        let l = l.trim();
-        if let Some(c) = l.strip_suffix('\\') {
-            pending.push_str(c);
-            continue;
-        }
-        let full = format!("{pending}{l}");
-        pending.clear();
-        if !full.is_empty() && !full.starts_with('#') {
-            lines.push(full);
-        }
-    }
-    lines
+    sh_lines(block.lines())
 }
 
 #[test]
