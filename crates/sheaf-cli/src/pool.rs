@@ -558,6 +558,23 @@ fn publish(
     Ok(0)
 }
 
+/// What `pool gc --json` prints (docs/json.md; fields sorted, as printed
+/// before).
+#[derive(serde::Serialize)]
+struct GcReport {
+    dry_run: bool,
+    freed_bytes: u64,
+    removed: Vec<GcRemoved>,
+}
+
+/// A copy `pool gc` removed (or would remove).
+#[derive(serde::Serialize)]
+struct GcRemoved {
+    bytes: u64,
+    path: String,
+    pool: String,
+}
+
 fn gc(keep: usize, dry_run: bool, json: bool) -> Result<i32> {
     let cfg = config()?;
     let mut copies = local_copies(&cfg);
@@ -581,9 +598,11 @@ fn gc(keep: usize, dry_run: bool, json: bool) -> Result<i32> {
             let _ = std::fs::remove_file(sheaf_trust::policy::detached_path(&path));
         }
         if json {
-            removed.push(serde_json::json!({
-                "pool": pool, "path": path.display().to_string(), "bytes": bytes,
-            }));
+            removed.push(GcRemoved {
+                bytes,
+                path: path.display().to_string(),
+                pool,
+            });
         } else if dry_run {
             println!("would remove {}", path.display());
         } else {
@@ -592,10 +611,12 @@ fn gc(keep: usize, dry_run: bool, json: bool) -> Result<i32> {
         freed += bytes;
     }
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"dry_run": dry_run, "removed": removed, "freed_bytes": freed})
-        );
+        let report = GcReport {
+            dry_run,
+            freed_bytes: freed,
+            removed,
+        };
+        println!("{}", serde_json::to_string(&report)?);
         return Ok(0);
     }
     eprintln!(

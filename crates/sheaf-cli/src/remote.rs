@@ -314,18 +314,26 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) ->
     if a.json {
         // The new root, read back from what was written.
         let out = sheaf_read::open_path(&a.output)?;
-        writeln!(
-            io.stdout,
-            "{}",
-            json!({
-                "output": a.output.display().to_string(),
-                "bytes": len,
-                "root_digest": sheaf_format::hex(&out.root_digest()),
-                "from_root": sheaf_format::hex(&img.root_digest()),
-                "prefetch_blocks": first.len(),
-                "blocks": sb.block_count,
-            })
-        )?;
+        /// What `optimize --json` prints (docs/json.md; fields sorted, as
+        /// printed before).
+        #[derive(serde::Serialize)]
+        struct Optimized {
+            blocks: u64,
+            bytes: u64,
+            from_root: String,
+            output: String,
+            prefetch_blocks: usize,
+            root_digest: String,
+        }
+        let report = Optimized {
+            blocks: sb.block_count,
+            bytes: len,
+            from_root: sheaf_format::hex(&img.root_digest()),
+            output: a.output.display().to_string(),
+            prefetch_blocks: first.len(),
+            root_digest: sheaf_format::hex(&out.root_digest()),
+        };
+        writeln!(io.stdout, "{}", serde_json::to_string(&report)?)?;
         return Ok(0);
     }
     writeln!(

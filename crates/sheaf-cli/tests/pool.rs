@@ -892,12 +892,25 @@ fn a_pool_file_loads_by_its_recorded_name_and_gc_says_what_it_removes() {
     // 1.0 is mounted (kept, but counts as the kept newest), so 0.9 and 0.8 go.
     assert_eq!(removed, ["demo/0.9", "demo/0.8"], "{dry}");
     assert_eq!(dry["freed_bytes"].as_u64().unwrap(), 2 * size, "{dry}");
+    assert_eq!(dry["dry_run"].as_bool(), Some(true), "{dry}");
+    for (r, v) in dry["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(["0.9", "0.8"])
+    {
+        let path = local.join(format!("{v}.sheaf"));
+        assert_eq!(r["path"].as_str(), path.to_str(), "{dry}");
+        assert_eq!(r["bytes"].as_u64(), Some(size), "{dry}");
+    }
     assert!(
         local.join("0.8.sheaf").is_file(),
         "--dry-run removed a copy"
     );
     let done = gc(false);
     assert_eq!(done["removed"], dry["removed"]);
+    assert_eq!(done["dry_run"].as_bool(), Some(false), "{done}");
+    assert_eq!(done["freed_bytes"], dry["freed_bytes"]);
     assert!(!local.join("0.8.sheaf").exists() && !local.join("0.9.sheaf").exists());
     assert!(local.join("1.0.sheaf").is_file());
     let o = run(&["pool".as_ref(), "unload".as_ref(), "demo/1.0".as_ref()]);
