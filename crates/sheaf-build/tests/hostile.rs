@@ -364,8 +364,10 @@ fn sparse_tar_members_claiming_an_exbibyte_build_in_a_second() {
         within(Duration::from_secs(60), kind, move || {
             pack(&Input::TarFile(tar), &i2).unwrap()
         });
+        // Under a second on a quiet 2-core machine; 2.5 s seen under a
+        // load of 4 to 10. Reading the claimed bytes would take years.
         let took = start.elapsed();
-        assert!(took < Duration::from_secs(2), "{kind}: {took:?}");
+        assert!(took < Duration::from_secs(20), "{kind}: {took:?}");
         check_sparse(&img, EIB, &segs);
     }
 }
