@@ -342,7 +342,7 @@ fn check_sparse(img: &Path, real: u64, segs: &[(u64, u64)]) {
 }
 
 #[test]
-fn sparse_tar_members_claiming_an_exbibyte_build_in_a_second() {
+fn sparse_tar_members_claiming_an_exbibyte_build_in_seconds() {
     let t = tempfile::tempdir().unwrap();
     // Segments at the start, at 1 TiB (not block-aligned), and the end
     // (GNU tar's segments hold whole 512-byte records but the last); with
