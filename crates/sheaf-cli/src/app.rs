@@ -433,8 +433,9 @@ fn dispatch(args: Vec<std::ffi::OsString>, io: &mut Io<'_>) -> i32 {
         return finish(mount::mount_helper(args), io);
     }
     // `sheaf help TOPIC...`: a manual page, or the remote flags
-    // (`sheaf help` alone is clap's overview).
-    if args.len() >= 3 && args[1] == "help" {
+    // (`sheaf help` alone is clap's overview, and a flag after it clap's).
+    let flag = |a: &std::ffi::OsString| a.as_encoded_bytes().starts_with(b"-");
+    if args.len() >= 3 && args[1] == "help" && !args[2..].iter().any(flag) {
         if args.len() == 3 && args[2] == "remote" {
             let _ = write!(io.stdout, "{}", remote_help().render_help());
             return 0;
