@@ -255,7 +255,7 @@ _sheaf__in_image() {{
     [[ "$1" == one && $n -gt 1 ]] && return 1
     _sheaf__dequote "$img"
     img="$REPLY"
-    [[ -e "${{img%%,*}}" ]] || return 1
+    [[ -e "$img" || -e "${{img%%,*}}" ]] || return 1
     _sheaf__dequote "$cur"
     local IFS=$'\n' c q
     COMPREPLY=()

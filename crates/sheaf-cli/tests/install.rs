@@ -575,6 +575,15 @@ fn bash_completes_mount_options_and_paths_inside_images() {
     // A quoted image name with a space, and a stack's merged tree (the
     // top layer hides notes.txt and adds sub/new).
     fs::copy(&img, d.join("my img.sheaf")).unwrap();
+    // An existing file whose name holds a comma is one image, not a stack.
+    fs::copy(&img, d.join("v1,v2.sheaf")).unwrap();
+    assert_eq!(
+        c(
+            "sheaf ls v1,v2.sheaf su",
+            &["sheaf", "ls", "v1,v2.sheaf", "su"]
+        ),
+        listed("", "su")
+    );
     let top = t.path().join("top");
     fs::create_dir_all(top.join("sub")).unwrap();
     write(&top.join(".wh.notes.txt"), b"");
