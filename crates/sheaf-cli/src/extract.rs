@@ -45,6 +45,14 @@ pub struct ExtractArgs {
         alias = "preserve-permissions"
     )]
     preserve: bool,
+    /// Replace files, symlinks and special files DIR already has where the
+    /// image's entries go, as `unsquashfs -f` (directories are merged
+    /// either way). Without it an existing name stops the extraction.
+    ///
+    /// What is in the way is removed by name, never followed: a symlink
+    /// planted in DIR is replaced, and what it points to is untouched.
+    #[arg(short = 'f', long)]
+    force: bool,
     /// Print a JSON report on stdout (docs/json.md).
     #[arg(long)]
     json: bool,
@@ -88,15 +96,14 @@ pub fn run(
         cancel: Some(io.cancel_flag()),
         devices: a.preserve,
         setuid: a.preserve,
+        overwrite: a.force,
     };
     let s = match sheaf_read::extract(&img, &opts) {
         Ok(s) => s,
-        Err(sheaf_read::ExtractError::Io { path, cause })
-            if cause.kind() == std::io::ErrorKind::AlreadyExists =>
-        {
+        Err(sheaf_read::ExtractError::Exists(path)) => {
             let full = a.dir.join(path.trim_start_matches('/'));
             anyhow::bail!(
-                "{}: already exists (extract never replaces a file: extract into an empty directory with -C DIR, or remove what is there)",
+                "{}: already exists (-f/--force replaces what is there; or extract into an empty directory with -C DIR)",
                 full.display()
             );
         }

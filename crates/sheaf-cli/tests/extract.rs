@@ -96,3 +96,95 @@ fn devices_and_setuid_need_preserve() {
         );
     }
 }
+
+/// Into a directory that has the files: without -f a one-line refusal
+/// naming -f; with it (as `unsquashfs -f`) every entry is the image's,
+/// what DIR had besides stays, and a symlink planted where an entry goes
+/// is replaced, never followed (what it points to is untouched).
+#[test]
+fn extract_f_replaces_existing_files_without_following_planted_symlinks() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    for (p, data) in [
+        ("a.txt", "new a\n"),
+        ("sub/b.txt", "new b\n"),
+        ("sub/deep/c.txt", "new c\n"),
+        ("d/e.txt", "new e\n"),
+    ] {
+        let p = src.join(p);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, data).unwrap();
+    }
+    std::os::unix::fs::symlink("a.txt", src.join("link")).unwrap();
+    let img = t.path().join("t.sheaf");
+    build(&src, &img, &[]);
+    // Outside DIR: what planted symlinks point to.
+    let outside = t.path().join("outside");
+    fs::create_dir_all(outside.join("dir")).unwrap();
+    fs::write(outside.join("victim.txt"), "victim\n").unwrap();
+    let out = t.path().join("out");
+    fs::create_dir_all(out.join("sub/deep")).unwrap();
+    fs::write(out.join("a.txt"), "old a, longer than the new one\n").unwrap();
+    std::os::unix::fs::symlink(outside.join("victim.txt"), out.join("sub/b.txt")).unwrap();
+    fs::write(out.join("sub/extra.txt"), "mine\n").unwrap();
+    fs::write(out.join("link"), "a file where the link goes\n").unwrap();
+    std::os::unix::fs::symlink(outside.join("dir"), out.join("d")).unwrap();
+    let untouched = |what: &str| {
+        assert_eq!(
+            fs::read_to_string(outside.join("victim.txt")).unwrap(),
+            "victim\n",
+            "{what}"
+        );
+        assert_eq!(
+            fs::read_dir(outside.join("dir")).unwrap().count(),
+            0,
+            "{what}"
+        );
+    };
+    let o = run_cmd(cmd().arg("extract").arg(&img).arg("-C").arg(&out));
+    assert_eq!(o.code, 1, "{}", o.describe());
+    let line = o.one_err_line();
+    assert!(
+        line.contains("already exists") && line.contains("-f"),
+        "{line}"
+    );
+    untouched("without -f");
+    let o = run_cmd(cmd().arg("extract").arg("-f").arg(&img).arg("-C").arg(&out));
+    assert_eq!(o.code, 0, "{}", o.describe());
+    untouched("with -f");
+    // Every entry is the source's.
+    for rel in walk(&src) {
+        let (s, d) = (join(&src, &rel), join(&out, &rel));
+        let (sm, dm) = (
+            fs::symlink_metadata(&s).unwrap(),
+            fs::symlink_metadata(&d).unwrap(),
+        );
+        assert_eq!(sm.file_type(), dm.file_type(), "{}", lossy(&rel));
+        if sm.is_file() {
+            assert_eq!(
+                fs::read(&s).unwrap(),
+                fs::read(&d).unwrap(),
+                "{}",
+                lossy(&rel)
+            );
+        } else if sm.file_type().is_symlink() {
+            assert_eq!(fs::read_link(&s).unwrap(), fs::read_link(&d).unwrap());
+        }
+    }
+    // Merged: what DIR had that the image has not stays.
+    assert_eq!(
+        fs::read_to_string(out.join("sub/extra.txt")).unwrap(),
+        "mine\n"
+    );
+    // --force is the long name.
+    let o = run_cmd(
+        cmd()
+            .arg("extract")
+            .arg("--force")
+            .arg(&img)
+            .arg("-C")
+            .arg(&out),
+    );
+    assert_eq!(o.code, 0, "{}", o.describe());
+    untouched("again");
+}

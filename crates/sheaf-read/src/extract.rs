@@ -17,9 +17,14 @@
 //!   following a symlink (extended attributes through
 //!   `/proc/self/fd/DIR/NAME` with `lsetxattr`, counted as unrestored when
 //!   that fails);
-//! - nothing existing is ever replaced: files are created with `O_EXCL` and
-//!   `O_NOFOLLOW`, symlinks, links and special files fail on an existing
-//!   name. Symlinks are created as they are, never followed.
+//! - nothing existing is replaced unless asked ([`ExtractOptions::overwrite`],
+//!   `sheaf extract -f`): files are created with `O_EXCL` and `O_NOFOLLOW`,
+//!   symlinks, links and special files fail on an existing name. Asked, what
+//!   is in the way is removed by name in its directory (`unlinkat`: a
+//!   planted symlink goes, its target is untouched; a directory only if it
+//!   is empty, and only where a non-directory goes; directories merge) and
+//!   the entry created again the same way, so one planted meanwhile still
+//!   fails the creation. Symlinks are created as they are, never followed.
 //!
 //! A hostile tree cannot make the walk loop ([`Seen`]) nor exhaust the
 //! stack (the walk is a loop over a stack of directory listings, not a
@@ -84,6 +89,12 @@ pub struct ExtractOptions {
     /// in [`ExtractReport::skipped_devices`]. Fifos and sockets are always
     /// made.
     pub devices: bool,
+    /// Replace what the target already holds where an entry goes (a file,
+    /// symlink or special file; an empty directory where a non-directory
+    /// goes), as `unsquashfs -f`; directories are merged either way.
+    /// Without it an existing name stops the extraction
+    /// ([`ExtractError::Exists`]).
+    pub overwrite: bool,
     /// Keep the setuid and setgid bits of files (not directories, whose
     /// setgid only passes the group on). Off by default: they are cleared
     /// and counted in [`ExtractReport::setuid_cleared`], so an extraction
@@ -145,6 +156,10 @@ pub enum ExtractError {
         #[source]
         cause: io::Error,
     },
+    /// Something is already where an entry goes, and
+    /// [`ExtractOptions::overwrite`] was not given.
+    #[error("{0}: already exists")]
+    Exists(String),
     /// The walk needed a directory where something else exists.
     #[error("{0}: exists and is not a directory")]
     NotADirectory(String),
@@ -197,6 +212,16 @@ fn quoted(p: &Path) -> String {
     terminal_name(p.as_os_str().as_bytes())
 }
 
+/// Remove what is at `name` in `dir`, never following it: a file, symlink
+/// or special file, or an empty directory.
+fn remove_in(dir: &File, name: &OsStr) -> nix::Result<()> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        Err(Errno::EISDIR) => unlinkat(dir, name, UnlinkatFlags::RemoveDir),
+        r => r,
+    }
+}
+
 /// Open the directory `name` in `dir`, refusing anything that is not a
 /// real directory (a symlink to one included).
 fn open_dir(dir: &File, name: &OsStr) -> nix::Result<File> {
@@ -241,6 +266,7 @@ fn extract_with(
         keep_going: opts.keep_going,
         devices: opts.devices,
         setuid: opts.setuid,
+        overwrite: opts.overwrite,
     };
     let all: [Vec<u8>; 1] = [b"/".to_vec()];
     let paths = if opts.paths.is_empty() {
@@ -303,12 +329,34 @@ struct Walk<'a> {
     /// [`ExtractOptions::devices`] and [`ExtractOptions::setuid`].
     devices: bool,
     setuid: bool,
+    /// [`ExtractOptions::overwrite`].
+    overwrite: bool,
 }
 
 impl Walk<'_> {
     fn note(&mut self, what: String) {
         self.report.unrestored += 1;
         self.report.first_unrestored.get_or_insert(what);
+    }
+
+    /// Run `make`, which creates `name` in `dir`; where something is
+    /// already there: [`ExtractError::Exists`], or with `overwrite`, that
+    /// thing removed ([`remove_in`]) and `make` run once more. The inner
+    /// result is `make`'s own.
+    fn create<T>(
+        &self,
+        dir: &File,
+        name: &OsStr,
+        mut make: impl FnMut() -> nix::Result<T>,
+    ) -> Result<nix::Result<T>, ExtractError> {
+        match make() {
+            Err(Errno::EEXIST) if self.overwrite => {
+                remove_in(dir, name).map_err(|e| io_err(shown(&self.rel, name))(errno(e)))?;
+                Ok(make())
+            }
+            Err(Errno::EEXIST) => Err(ExtractError::Exists(shown(&self.rel, name))),
+            r => Ok(r),
+        }
     }
 
     fn cancelled(&self) -> bool {
@@ -377,14 +425,26 @@ impl Walk<'_> {
             path: shown(&self.rel, name),
             cause: errno(e),
         };
-        let fd = match mkdirat(&*parent, name, Mode::from_bits_truncate(mode | 0o700)) {
-            Ok(()) | Err(Errno::EEXIST) => match open_dir(&parent, name) {
-                Ok(fd) => fd,
-                Err(Errno::ENOTDIR | Errno::ELOOP) => {
-                    return Err(ExtractError::NotADirectory(shown(&self.rel, name)))
+        let mkdir = || match mkdirat(&*parent, name, Mode::from_bits_truncate(mode | 0o700)) {
+            Ok(()) | Err(Errno::EEXIST) => open_dir(&parent, name),
+            Err(e) => Err(e),
+        };
+        let fd = match mkdir() {
+            Ok(fd) => fd,
+            // A file or symlink where a directory goes: with overwrite it
+            // goes (a symlink is not followed), and the directory is made.
+            Err(Errno::ENOTDIR | Errno::ELOOP) if self.overwrite => {
+                match remove_in(&parent, name).and_then(|()| mkdir()) {
+                    Ok(fd) => fd,
+                    Err(Errno::ENOTDIR | Errno::ELOOP) => {
+                        return Err(ExtractError::NotADirectory(shown(&self.rel, name)))
+                    }
+                    Err(e) => return Err(err(e)),
                 }
-                Err(e) => return Err(err(e)),
-            },
+            }
+            Err(Errno::ENOTDIR | Errno::ELOOP) => {
+                return Err(ExtractError::NotADirectory(shown(&self.rel, name)))
+            }
             Err(e) => return Err(err(e)),
         };
         drop(parent);
@@ -547,7 +607,10 @@ impl Walk<'_> {
                     | OFlag::O_EXCL
                     | OFlag::O_NOFOLLOW
                     | OFlag::O_CLOEXEC;
-                let f = openat(&*dir, name, flags, Mode::from_bits_truncate(0o600))
+                let f = self
+                    .create(&dir, name, || {
+                        openat(&*dir, name, flags, Mode::from_bits_truncate(0o600))
+                    })?
                     .map(File::from)
                     .map_err(|e| io_err(shown(&self.rel, name))(errno(e)))?;
                 let failed = match self.file_data(ino, &f) {
@@ -573,8 +636,10 @@ impl Walk<'_> {
             }
             FileType::Symlink => {
                 let target = self.img.read_link(ino)?;
-                symlinkat(OsStr::from_bytes(&target), &*dir, name)
-                    .map_err(|e| io_err(shown(&self.rel, name))(errno(e)))?;
+                self.create(&dir, name, || {
+                    symlinkat(OsStr::from_bytes(&target), &*dir, name)
+                })?
+                .map_err(|e| io_err(shown(&self.rel, name))(errno(e)))?;
                 self.set_attrs(ino, Target::At(&dir, name), name)
             }
             t => {
@@ -591,7 +656,9 @@ impl Walk<'_> {
                 let kind = SFlag::from_bits_truncate(r.mode & libc::S_IFMT);
                 // Permission bits only (set_attrs sets the mode again).
                 let perm = Mode::from_bits_truncate(r.mode & 0o1777);
-                match mknodat(&*dir, name, kind, perm, dev as libc::dev_t) {
+                match self.create(&dir, name, || {
+                    mknodat(&*dir, name, kind, perm, dev as libc::dev_t)
+                })? {
                     Ok(()) => self.set_attrs(ino, Target::At(&dir, name), name),
                     Err(Errno::EPERM) => {
                         let what = format!("{}: {} needs root", shown(&self.rel, name), t.name());
@@ -625,7 +692,10 @@ impl Walk<'_> {
             }
             cur
         };
-        linkat(&*from, leaf, &**dir, name, AtFlags::empty()).map_err(err)
+        self.create(dir, name, || {
+            linkat(&*from, leaf, &**dir, name, AtFlags::empty())
+        })?
+        .map_err(err)
     }
 
     /// Owner, xattrs, mode, then mtime (in that order: chown clears setuid
@@ -1015,10 +1085,19 @@ mod tests {
         // A second run replaces nothing.
         let again = extract_with(&img, &opts, MAX_OPEN_DIRS).unwrap_err();
         assert!(
-            matches!(&again, ExtractError::Io { cause, .. }
-                if cause.kind() == io::ErrorKind::AlreadyExists),
+            matches!(&again, ExtractError::Exists(p) if p.ends_with("/d9/a9")),
             "{again}"
         );
+        // Unless asked: then every entry again, the hard links one file.
+        let over = ExtractOptions {
+            overwrite: true,
+            ..opts
+        };
+        let r = extract_with(&img, &over, 3).unwrap();
+        assert_eq!(r.entries, 40 + 4 + 40);
+        let a9 = out.join("d0/d1/d2/d3/d4/d5/d6/d7/d8/d9/a9");
+        assert_eq!(fs::metadata(&a9).unwrap().nlink(), 4);
+        assert_eq!(fs::read(&a9).unwrap(), b"level 9");
     }
 
     #[test]
