@@ -529,7 +529,14 @@ fn mount(
     let p = MountOptions::parse(options, from_fstab)?;
     let remote = remote.with_options(&p.remote);
     let (images, upper) = (t.images, t.upper);
+    sheaf_mount::serve::check_order(images, t.mountpoint)?;
     let mp = check_mountpoint(t.mountpoint)?;
+    if sheaf_mount::serve::hides_entries(&mp) {
+        eprintln!(
+            "sheaf: warning: {} is not empty: what it holds is hidden while the image is mounted",
+            t.mountpoint.display()
+        );
+    }
     let a = assemble(Request {
         images,
         upper,
@@ -638,6 +645,12 @@ pub(crate) fn fsname_of(images: &[PathBuf]) -> String {
 /// back in it), which [`crate::run`] writes through the [`crate::Io`].
 pub fn umount(a: UmountArgs) -> Result<i32> {
     let mp = absolute(&a.mountpoint);
+    if std::fs::symlink_metadata(&mp).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        bail!(
+            "{}: no such file or directory (nothing is mounted there)",
+            a.mountpoint.display()
+        );
+    }
     let Some(m) = kernel::mount_at(&mp)? else {
         bail!("{}: not mounted", a.mountpoint.display());
     };

@@ -424,7 +424,7 @@ fn every_refusal_is_one_line_and_leaves_nothing() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec![s(&img), s(&sc.dir().join("absent"))],
-            "no such directory",
+            "does not exist; create it: mkdir -p",
         ),
         (vec![s(&img), s(&notdir)], "not a directory"),
         (vec![s(&sc.dir().join("none.sheaf")), s(&mp)], "none.sheaf"),
@@ -967,4 +967,69 @@ fn find_lists_files_without_attributes_and_stat_still_sees_them() {
     }
     assert_tree_eq(&mp, &src);
     drop(m);
+}
+
+/// The usual mistakes get the command that was meant: the order swapped, a
+/// mount point that does not exist (the mkdir -p), `umount` of a path that
+/// does not exist; a mount point that holds files is mounted on with a
+/// one-line warning that they are hidden until the unmount.
+#[test]
+fn mount_mistakes_get_the_command_that_was_meant() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("in-image.txt"), "from the image\n").unwrap();
+    let img = t.path().join("x.sheaf");
+    build(&src, &img, &[]);
+    let mp = t.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let (i, m) = (img.display().to_string(), mp.display().to_string());
+    let o = sheaf(["mount", &m, &i]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert_eq!(
+        o.one_err_line(),
+        format!("sheaf: error: {i}: not a directory, and {m} is one: the image goes first: sheaf mount {i} {m}")
+    );
+    let missing = t.path().join("no/such/mp").display().to_string();
+    let o = sheaf(["mount", &i, &missing]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert_eq!(
+        o.one_err_line(),
+        format!("sheaf: error: {missing}: does not exist; create it: mkdir -p {missing}")
+    );
+    let o = sheaf(["umount", &missing]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    assert_eq!(
+        o.one_err_line(),
+        format!("sheaf: error: {missing}: no such file or directory (nothing is mounted there)")
+    );
+    if !mounts_allowed() {
+        return;
+    }
+    // A mount point with a file in it: mounted, with the warning.
+    fs::write(mp.join("mine.txt"), "hidden while mounted\n").unwrap();
+    let o = sheaf(["mount", &i, &m]).ok();
+    assert_eq!(
+        o.err_lines(),
+        [format!(
+            "sheaf: warning: {m} is not empty: what it holds is hidden while the image is mounted"
+        )]
+    );
+    assert_eq!(
+        fs::read_to_string(mp.join("in-image.txt")).unwrap(),
+        "from the image\n"
+    );
+    assert!(!mp.join("mine.txt").exists());
+    sheaf(["umount", &m]).ok();
+    assert_eq!(
+        fs::read_to_string(mp.join("mine.txt")).unwrap(),
+        "hidden while mounted\n"
+    );
+    // An empty one: no warning.
+    let empty = t.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let e = empty.display().to_string();
+    let o = sheaf(["mount", &i, &e]).ok();
+    assert!(o.stderr.is_empty(), "{}", o.describe());
+    sheaf(["umount", &e]).ok();
 }

@@ -54,6 +54,10 @@ pub fn try_mount(args: &[OsString]) -> Option<i32> {
         return None;
     }
     let mp = check_mountpoint(&mountpoint).ok()?;
+    // The whole tool warns that what it holds is hidden (once).
+    if sheaf_mount::serve::hides_entries(&mp) {
+        return None;
+    }
     let file = FileSource::open(&image).ok()?;
     let src = Arc::new(CountingSource::new(Arc::new(file)));
     let opts = ImageOptions {

@@ -88,7 +88,10 @@ pub fn check_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(bad("not a directory".into())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(bad("no such directory".into()))
+            return Err(bad(format!(
+                "does not exist; create it: mkdir -p {}",
+                path.display()
+            )))
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
             return Err(bad(format!(
@@ -107,6 +110,32 @@ pub fn check_mountpoint(path: &Path) -> Result<PathBuf, MountError> {
         )));
     }
     Ok(abs)
+}
+
+/// Refuse `sheaf mount MOUNTPOINT IMAGE`, the order swapped: one image
+/// named whose path is a directory, and a mount point that is a file.
+pub fn check_order(images: &[PathBuf], mountpoint: &Path) -> Result<(), MountError> {
+    let [image] = images else {
+        return Ok(());
+    };
+    if image.is_dir() && mountpoint.is_file() {
+        return Err(MountError::Mountpoint {
+            path: mountpoint.to_path_buf(),
+            problem: format!(
+                "not a directory, and {} is one: the image goes first: sheaf mount {} {}",
+                image.display(),
+                mountpoint.display(),
+                image.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Whether the directory `path` holds anything, which a mount on it hides
+/// until it is unmounted (mount(8) mounts on it all the same).
+pub fn hides_entries(path: &Path) -> bool {
+    std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some())
 }
 
 /// Check that the FUSE device exists (permission is fusermount3's business:
