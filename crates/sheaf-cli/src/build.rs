@@ -30,8 +30,12 @@ pub struct BuildArgs {
     /// A directory, a tar archive (plain, .gz, .zst, .xz, .bz2), or '-' for a tar stream on stdin.
     source: PathBuf,
     /// The image to write.
-    #[arg(short, long, value_name = "IMAGE")]
-    output: PathBuf,
+    #[arg(short, long, value_name = "IMAGE", required_unless_present = "stray")]
+    output: Option<PathBuf>,
+    /// A second operand, as mksquashfs takes its output: refused with the
+    /// command meant (the output goes after -o).
+    #[arg(hide = true, value_name = "OUT")]
+    stray: Option<PathBuf>,
     #[command(flatten)]
     image: ImageArgs,
     /// Files a workload reads first (one path per line, relative to SOURCE,
@@ -220,6 +224,23 @@ impl ImageArgs {
 
 /// Run `sheaf build`.
 pub fn run(a: BuildArgs, io: &mut crate::Io<'_>) -> Result<i32> {
+    let output = match (&a.output, &a.stray) {
+        (Some(o), None) => o.clone(),
+        (_, stray) => {
+            // mksquashfs's order, SOURCE OUT: a usage error, with the line meant.
+            let out = stray
+                .as_ref()
+                .or(a.output.as_ref())
+                .expect("clap requires one");
+            let _ = writeln!(
+                io.stderr,
+                "sheaf: the output goes after -o: sheaf build {} -o {} (see 'sheaf build --help')",
+                a.source.display(),
+                out.display()
+            );
+            return Ok(2);
+        }
+    };
     let opts = BuildOptions {
         skip_errors: a.skip_errors,
         base: a.base.clone(),
@@ -249,14 +270,7 @@ pub fn run(a: BuildArgs, io: &mut crate::Io<'_>) -> Result<i32> {
             Err(e) => bail!("{}: {e}", a.source.display()),
         }
     };
-    write_image(
-        &input,
-        &a.output,
-        &opts,
-        &a.image,
-        serde_json::json!({}),
-        io,
-    )
+    write_image(&input, &output, &opts, &a.image, serde_json::json!({}), io)
 }
 
 /// Whether `p` begins with a sheaf image's magic.

@@ -1207,3 +1207,26 @@ fn foreign_files_are_named_with_the_command_that_was_meant() {
 fn gzip(f: &Path) {
     run_cmd(Command::new("gzip").arg("-k").arg(f)).ok();
 }
+
+/// mksquashfs's order, `sheaf build SRC OUT`: a usage error (exit 2) giving
+/// the line meant, and nothing written.
+#[test]
+fn build_src_out_says_the_output_goes_after_o() {
+    let t = tmpdir();
+    let src = t.path().join("src");
+    small_tree(&src, 5);
+    let out = t.path().join("out.sheaf");
+    let (s, o) = (src.display().to_string(), out.display().to_string());
+    let r = sheaf(["build", &s, &o]);
+    assert_eq!(r.code, 2, "{}", r.describe());
+    assert_eq!(
+        r.one_err_line(),
+        format!(
+            "sheaf: the output goes after -o: sheaf build {s} -o {o} (see 'sheaf build --help')"
+        )
+    );
+    assert!(!out.exists());
+    // What it says to run works.
+    sheaf(["build", &s, "-o", &o]).ok();
+    assert!(out.exists());
+}
