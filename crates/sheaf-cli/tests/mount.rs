@@ -615,7 +615,16 @@ fn a_non_root_user_mounts_and_unmounts() {
     // Without access to /dev/fuse: a clear refusal.
     fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o600)).unwrap();
     let o = as_user(&["mount".as_ref(), img.as_os_str(), mp.as_os_str()]).fails_with(1);
-    assert!(o.one_err_line().contains("/dev/fuse"), "{}", o.describe());
+    // Said in sheaf's words, what to do with it, not fusermount3's bare
+    // "Permission denied".
+    assert_eq!(
+        o.one_err_line(),
+        "sheaf: error: /dev/fuse: cannot be opened by this user (permission denied): mounting \
+         without root needs it readable and writable by everyone (mode 0666, Debian's default; \
+         an administrator can restore it: chmod 0666 /dev/fuse)",
+        "{}",
+        o.describe()
+    );
     assert!(!is_mounted(&mp));
     // With the usual 0666: works.
     fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o666)).unwrap();

@@ -138,11 +138,28 @@ pub fn hides_entries(path: &Path) -> bool {
     std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some())
 }
 
-/// Check that the FUSE device exists (permission is fusermount3's business:
-/// it is setuid root and opens the device itself).
+/// Check that the FUSE device exists and that this user may open it
+/// (fusermount3, though setuid root, opens it with the user's rights:
+/// without them it says only "Permission denied").
 pub fn check_fuse_device() -> Result<(), MountError> {
     match std::fs::metadata("/dev/fuse") {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            // SAFETY: access on a constant C string; geteuid has no
+            // preconditions.
+            let denied = unsafe {
+                libc::geteuid() != 0
+                    && libc::access(c"/dev/fuse".as_ptr(), libc::R_OK | libc::W_OK) != 0
+            };
+            if denied && io::Error::last_os_error().raw_os_error() == Some(libc::EACCES) {
+                return Err(MountError::NoFuse(
+                    "cannot be opened by this user (permission denied): mounting without root \
+                     needs it readable and writable by everyone (mode 0666, Debian's default; \
+                     an administrator can restore it: chmod 0666 /dev/fuse)"
+                        .into(),
+                ));
+            }
+            Ok(())
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Err(MountError::NoFuse(
             "missing (load the fuse module, or run the container with --device /dev/fuse)".into(),
         )),
