@@ -159,8 +159,14 @@ mod tests {
         // --version and help go to stdout, code 0.
         let o = sheaf(["--version"]).ok();
         assert!(o.text().starts_with("sheaf 0."), "{}", o.text());
+        // (help CMD is the command's manual page, as man shows it.)
         let o = sheaf(["help", "ls"]).ok();
-        assert!(o.text().contains("Usage: sheaf ls"), "{}", o.describe());
+        let page = o.text();
+        assert!(
+            page.contains("SYNOPSIS") && page.contains("sheaf ls"),
+            "{}",
+            o.describe()
+        );
         assert_eq!(o.stderr, "");
     }
 
