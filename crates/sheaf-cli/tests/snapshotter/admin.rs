@@ -10,7 +10,7 @@
 //! the image, `journalctl -u` reads the service's output. A line of the
 //! sequence this test does not know fails it.
 
-use super::restart::{activated, unit_value, wait_log};
+use super::restart::{activated, unit_value, wait_log, Service};
 use super::*;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
@@ -102,7 +102,7 @@ fn admin(t: &Path) {
         o
     };
     let mut held: Option<UnixListener> = None;
-    let mut svc: Option<Child> = None;
+    let mut svc: Option<Service> = None;
     let mut ctd: Option<Containerd> = None;
     let mut exec: Vec<String> = Vec::new();
     let mut printed = Vec::new();

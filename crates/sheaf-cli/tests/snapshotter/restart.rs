@@ -81,10 +81,35 @@ impl Firing {
     }
 }
 
+/// A snapshotter process the test started, killed when dropped, so a
+/// failing test leaves none behind.
+pub(crate) struct Service(Child);
+
+impl std::ops::Deref for Service {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Service {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // (kill does nothing to a child already waited for.)
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Start `exec` (a unit's ExecStart, split) with the socket `held_fd` at
 /// descriptor 3 and LISTEN_FDS/LISTEN_PID, as systemd starts a
 /// socket-activated service; its output appended to `log`.
-pub(crate) fn activated(exec: &[String], held_fd: i32, log: &Path) -> Child {
+pub(crate) fn activated(exec: &[String], held_fd: i32, log: &Path) -> Service {
     let logf = || {
         fs::OpenOptions::new()
             .create(true)
@@ -109,7 +134,7 @@ pub(crate) fn activated(exec: &[String], held_fd: i32, log: &Path) -> Child {
             Ok(())
         });
     }
-    c.spawn().unwrap()
+    Service(c.spawn().unwrap())
 }
 
 /// The value of `key=` in a unit file.
@@ -287,14 +312,16 @@ fn restarts_of_the_snapshotter_refuse_no_request() {
     let _ = fs::remove_file(&sock);
 
     // 2. SIGHUP under systemd-socket-activate: in place, same pid.
-    let mut svc = Command::new("systemd-socket-activate")
-        .arg("-l")
-        .arg(&listen)
-        .args(&exec)
-        .stdout(logf())
-        .stderr(logf())
-        .spawn()
-        .unwrap();
+    let mut svc = Service(
+        Command::new("systemd-socket-activate")
+            .arg("-l")
+            .arg(&listen)
+            .args(&exec)
+            .stdout(logf())
+            .stderr(logf())
+            .spawn()
+            .unwrap(),
+    );
     // systemd-socket-activate executes the service at the first connection.
     let (fired, refused) = through(&ctd, || {
         wait_log(&log, "msg=ready", 3);
@@ -332,16 +359,18 @@ fn restarts_of_the_snapshotter_refuse_no_request() {
     // 3. The control: the plain path (no socket handed over) stopped
     // and started; containerd backs off after the refused dial.
     let plain = || {
-        cmd()
-            .arg("snapshotter")
-            .arg("--socket")
-            .arg(&sock)
-            .arg("--root")
-            .arg(&root)
-            .stdout(logf())
-            .stderr(logf())
-            .spawn()
-            .unwrap()
+        Service(
+            cmd()
+                .arg("snapshotter")
+                .arg("--socket")
+                .arg(&sock)
+                .arg("--root")
+                .arg(&root)
+                .stdout(logf())
+                .stderr(logf())
+                .spawn()
+                .unwrap(),
+        )
     };
     let mut svc = plain();
     wait_log(&log, "msg=ready", 5);
