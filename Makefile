@@ -7,7 +7,7 @@ SHEAF := target/release/sheaf
 # when the recipe runs, after `deps` may have installed it).
 MPI_FEATURE = $$(command -v mpicc >/dev/null 2>&1 && echo --features sheaf-cli/mpi)
 
-.PHONY: all bin build deps deps-build trees check test install install-files deb static lint demo bench soak fuzz clean
+.PHONY: all bin spank build deps deps-build trees check test install install-files deb static lint demo bench soak fuzz clean
 
 all: build
 
@@ -21,8 +21,17 @@ deps-build:
 	@scripts/deps.sh build
 
 # `bin` is the programs alone (what the demo needs); `build` adds the wheel.
+# The Slurm SPANK plugin (slurm/sheaf_spank.c, docs/slurm.md) is built beside
+# them when Slurm's header is there (libslurm-dev: scripts/deps.sh build).
 bin: deps-build
 	$(CARGO) build --release --locked $(MPI_FEATURE)
+	@$(MAKE) --no-print-directory spank
+SPANK_SO := target/release/sheaf_spank.so
+spank:
+	@if [ -f /usr/include/slurm/spank.h ]; then \
+	  echo "cc slurm/sheaf_spank.c -> $(SPANK_SO)"; \
+	  $${CC:-cc} -std=gnu11 -Wall -Wextra -Werror -O2 -fPIC -shared -o $(SPANK_SO) slurm/sheaf_spank.c; \
+	else echo "spank: no /usr/include/slurm/spank.h (libslurm-dev): the Slurm plugin is not built"; fi
 build: bin
 	scripts/python.sh wheel   # the Python package: target/wheels/sheaf-*.whl (docs/python.md)
 
@@ -92,6 +101,7 @@ install-files:
 	$(SHEAF) completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/sheaf
 	$(SHEAF) completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sheaf
 	$(SHEAF) completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sheaf.fish
+	if [ -f $(dir $(SHEAF))sheaf_spank.so ]; then install -D -m 644 $(dir $(SHEAF))sheaf_spank.so $(DESTDIR)$(PREFIX)/lib/sheaf/sheaf_spank.so; fi
 
 # A fully static build (musl): target/static/sheaf and sheaf-full, then a
 # smoke test of them (build, ls, mount, read back, umount) with an empty

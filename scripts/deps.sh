@@ -13,7 +13,8 @@ case "$tier" in build|demo|test|bench) ;; *) echo "usage: $0 [build|demo|test|be
 want=(build-essential:cc pkg-config:pkg-config tar:tar gzip:gzip zstd:zstd
       protobuf-compiler:protoc   # building sheaf-snapshotter (containerd's snapshots API)
       fuse3:fusermount3 util-linux:setpriv findutils:find diffutils:diff
-      python3:python3 python3-pip: python3-venv:)   # the Python package's wheel (scripts/pyenv.sh)
+      python3:python3 python3-pip: python3-venv:   # the Python package's wheel (scripts/pyenv.sh)
+      libslurm-dev:)   # slurm/spank.h: the Slurm SPANK plugin (make spank, docs/slurm.md)
 [ "$tier" = build ] || want+=(nginx-light:nginx openssh-client:ssh-keygen bc:bc)
 case "$tier" in test|bench)
   want+=(xz-utils:xz bzip2:bzip2 squid:squid curl:curl openssh-server:/usr/sbin/sshd sshfs:sshfs rsync:rsync git:git
@@ -24,7 +25,8 @@ case "$tier" in test|bench)
       docker-registry:docker-registry skopeo:skopeo umoci:umoci apache2-utils:htpasswd   # container images (tests/containers.rs; htpasswd: a registry with basic auth)
       containerd:containerd runc:runc python3-grpcio:  # tests/snapshotter.rs (a CRI pull from Debian's python3)
       systemd:systemd-socket-activate   # tests/snapshotter.rs: socket activation and systemd-analyze verify of the units
-      iproute2:ip iptables:iptables)  # network namespaces (bench/cluster.sh); bytes counted by the kernel (tests/s3.rs)
+      iproute2:ip iptables:iptables  # network namespaces (bench/cluster.sh); bytes counted by the kernel (tests/s3.rs)
+      slurmctld:slurmctld slurmd:slurmd slurm-client:srun munge:munged)  # a Slurm cluster of namespaced nodes (scripts/slurm-cluster.sh, tests/slurm.rs)
 esac
 if [ "$tier" = bench ]; then want+=(squashfs-tools:mksquashfs squashfs-tools-ng:tar2sqfs erofs-utils:mkfs.erofs time:/usr/bin/time squashfuse:squashfuse_ll
                fuse-overlayfs:fuse-overlayfs mmdebstrap:mmdebstrap); fi
@@ -55,6 +57,15 @@ if [ ${#missing[@]} -gt 0 ]; then
       $SUDO systemctl disable --now containerd.service >/dev/null 2>&1 || true
     fi
   fi
+  # Likewise munge and Slurm: scripts/slurm-cluster.sh starts its own.
+  for svc in slurmctld slurmd munge; do
+    if [[ " ${missing[*]} " == *" $svc "* ]]; then
+      $SUDO service "$svc" stop >/dev/null 2>&1 || true
+      if [ -d /run/systemd/system ]; then
+        $SUDO systemctl disable --now "$svc.service" >/dev/null 2>&1 || true
+      fi
+    fi
+  done
   # Likewise sshd: the tests start their own (own config, keys, loopback port);
   # the system one the package may have started on port 22 must not stay.
   if [[ " ${missing[*]} " == *" openssh-server "* ]]; then

@@ -1,0 +1,724 @@
+/*
+ * sheaf_spank.so: sheaf images and software pools in Slurm jobs (docs/slurm.md).
+ *
+ *   srun|sbatch|salloc --sheaf=IMAGE[:DEST][,IMAGE2[:DEST2]...]
+ *   srun|sbatch|salloc --sheaf-pool=NAME/VERSION[,...]
+ *
+ * plugstack.conf:
+ *   optional /usr/lib/sheaf/sheaf_spank.so sheaf=/usr/bin/sheaf \
+ *       config=/etc/sheaf/config.toml pools=/shared/pools mode=lazy timeout=300
+ *
+ * On each node of a step, slurmstepd (root, before any task exists) forks one
+ * holder process. The holder makes a mount namespace of its own (mounts below
+ * it propagate to nobody: MS_SLAVE), puts a small tmpfs owned by the job's user
+ * at each DEST, and, as the job's user, runs `sheaf mount --request -` with a
+ * typed MountRequest (JSON, sheaf_mount::request) on its standard input for
+ * each image: one serving process per image per node, which checks the site's
+ * signature policy (SHEAF_CONFIG) before mounting. Every task then joins that
+ * namespace (setns, in slurm_spank_task_init_privileged) and sees the images
+ * read-only at DEST; no other process of the node does.
+ *
+ * The holder waits on a pipe from slurmstepd: when the step ends, is cancelled
+ * or times out, slurm_spank_exit closes it (and when slurmstepd dies, the
+ * kernel does), and the holder unmounts (`sheaf umount`, which waits for the
+ * serving process), kills whatever is left below it (it is their subreaper)
+ * and exits; the namespace goes with the last process in it.
+ *
+ * A failure (no such image, a signature the policy refuses, a bad option) is
+ * one line on the task's standard error, "sheaf: error: ...", and the task
+ * exits with status 125 (docs/slurm.md); nothing runs.
+ *
+ * Only system calls run between fork and exec (slurmstepd is threaded):
+ * everything the children need is prepared before fork.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(sheaf, 1);
+
+
+/* The exit status of a task whose images could not be mounted. */
+#define SHEAF_FAILED 125
+#define MAX_MOUNTS 32
+#define MAX_MSG 1024
+
+struct mnt {
+    char *source; /* as the user named it */
+    char *dest;   /* absolute, normalised */
+    char *stage;  /* DEST/.sheaf-mount: where sheaf mounts before the move */
+    char *json;   /* the MountRequest (at stage) */
+};
+
+static char *opt_images, *opt_pools;
+static char *cfg_sheaf, *cfg_config, *cfg_pools, *cfg_pool_mounts = "/sheaf/pools";
+static int cfg_timeout = 300;
+static struct mnt mnts[MAX_MOUNTS];
+static int nmnts;
+static char modulepath[8192];
+static char failure[MAX_MSG]; /* set: every task prints it and fails */
+static pid_t holder = -1;
+static int ctl_fd = -1;
+
+static int cb_images(int val, const char *arg, int remote)
+{
+    (void)val; (void)remote;
+    free(opt_images);
+    opt_images = strdup(arg ? arg : "");
+    return 0;
+}
+
+static int cb_pools(int val, const char *arg, int remote)
+{
+    (void)val; (void)remote;
+    free(opt_pools);
+    opt_pools = strdup(arg ? arg : "");
+    return 0;
+}
+
+/* Registered in slurm_spank_init: sbatch and salloc see only what is
+ * registered there (the spank_options table reaches srun alone). */
+static struct spank_option options[] = {
+    {"sheaf", "IMAGE[:DEST][,...]",
+     "Mount sheaf images read-only for the job's tasks at DEST (default /sheaf/NAME), "
+     "in a mount namespace of the job's own (docs/slurm.md)",
+     1, 0, cb_images},
+    {"sheaf-pool", "NAME/VERSION[,...]",
+     "Mount sheaf software pools for the job's tasks, their Lmod modules on MODULEPATH",
+     1, 0, cb_pools},
+    SPANK_OPTIONS_TABLE_END};
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    if (failure[0])
+        return; /* the first reason is the one said */
+    va_start(ap, fmt);
+    vsnprintf(failure, sizeof failure, fmt, ap);
+    va_end(ap);
+    for (char *p = failure; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+}
+
+/* plugstack.conf arguments: key=value. */
+static int parse_args(int ac, char **av)
+{
+    for (int i = 0; i < ac; i++) {
+        const char *a = av[i];
+        if (!strncmp(a, "sheaf=", 6))
+            cfg_sheaf = strdup(a + 6);
+        else if (!strncmp(a, "config=", 7))
+            cfg_config = strdup(a + 7);
+        else if (!strncmp(a, "pools=", 6))
+            cfg_pools = strdup(a + 6);
+        else if (!strncmp(a, "pool_mounts=", 12))
+            cfg_pool_mounts = strdup(a + 12);
+        else if (!strncmp(a, "timeout=", 8))
+            cfg_timeout = atoi(a + 8) > 0 ? atoi(a + 8) : 300;
+        else if (!strcmp(a, "mode=lazy"))
+            ;
+        else if (!strncmp(a, "mode=", 5)) {
+            /* bcast is not there yet: say so rather than read lazily behind
+             * the site's back. */
+            slurm_error("sheaf: plugstack.conf: %s: only mode=lazy is supported", a);
+            return -1;
+        } else {
+            slurm_error("sheaf: plugstack.conf: unknown argument %s", a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A JSON string literal of s appended to out (size n). */
+static int json_str(char *out, size_t n, const char *s)
+{
+    size_t k = strlen(out);
+    if (k + 2 >= n)
+        return -1;
+    out[k++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        const char *e = NULL;
+        if (*p == '"')
+            e = "\\\"";
+        else if (*p == '\\')
+            e = "\\\\";
+        else if (*p < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            e = esc;
+        }
+        size_t m = e ? strlen(e) : 1;
+        if (k + m + 2 >= n)
+            return -1;
+        if (e)
+            memcpy(out + k, e, m);
+        else
+            out[k] = (char)*p;
+        k += m;
+    }
+    out[k++] = '"';
+    out[k] = 0;
+    return 0;
+}
+
+/* DEST must be absolute, with no empty, "." or ".." component, and not "/". */
+static int good_dest(const char *d)
+{
+    if (d[0] != '/' || d[1] == 0 || strlen(d) >= PATH_MAX / 2)
+        return 0;
+    const char *p = d;
+    while (*p) {
+        p++; /* past '/' */
+        const char *q = strchrnul(p, '/');
+        size_t len = (size_t)(q - p);
+        if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
+            return 0;
+        p = q;
+    }
+    return 1;
+}
+
+static int add_mount(const char *source, const char *dest)
+{
+    if (nmnts == MAX_MOUNTS) {
+        fail("more than %d images", MAX_MOUNTS);
+        return -1;
+    }
+    if (!good_dest(dest)) {
+        fail("%s: the mount point must be an absolute path with no '.' or '..' (and not /)", dest);
+        return -1;
+    }
+    for (int i = 0; i < nmnts; i++)
+        if (!strcmp(mnts[i].dest, dest)) {
+            fail("%s: two images at one mount point", dest);
+            return -1;
+        }
+    char json[PATH_MAX * 4] = "{\"version\":1,\"images\":[{\"source\":";
+    if (json_str(json, sizeof json, source) < 0) {
+        fail("%s: name too long", source);
+        return -1;
+    }
+    strcat(json, ",\"root\":null}],\"mountpoint\":");
+    char stage[PATH_MAX];
+    snprintf(stage, sizeof stage, "%s/.sheaf-mount", dest);
+    if (json_str(json, sizeof json, stage) < 0 || strlen(json) + 2 >= sizeof json) {
+        fail("%s: name too long", dest);
+        return -1;
+    }
+    strcat(json, "}");
+    mnts[nmnts].source = strdup(source);
+    mnts[nmnts].dest = strdup(dest);
+    mnts[nmnts].stage = strdup(stage);
+    mnts[nmnts].json = strdup(json);
+    nmnts++;
+    return 0;
+}
+
+/* IMAGE[:DEST]: DEST follows the last ':' when it starts with one '/' (so
+ * https://host:8080/x and https://host/x name no DEST). */
+static int parse_images(const char *spec)
+{
+    char *s = strdup(spec), *save = NULL;
+    for (char *e = strtok_r(s, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(e, ':'), dest[PATH_MAX];
+        if (colon && colon[1] == '/' && colon[2] != '/') {
+            *colon = 0;
+            snprintf(dest, sizeof dest, "%s", colon + 1);
+        } else {
+            const char *base = strrchr(e, '/');
+            base = base ? base + 1 : e;
+            size_t len = strlen(base);
+            if (len > 6 && !strcmp(base + len - 6, ".sheaf"))
+                len -= 6;
+            if (len == 0) {
+                fail("%s: no name to mount it under: give one (--sheaf=IMAGE:/DEST)", e);
+                free(s);
+                return -1;
+            }
+            snprintf(dest, sizeof dest, "/sheaf/%.*s", (int)len, base);
+        }
+        if (!*e) {
+            fail("--sheaf=%s: an empty image name", spec);
+            free(s);
+            return -1;
+        }
+        if (add_mount(e, dest) < 0) {
+            free(s);
+            return -1;
+        }
+    }
+    free(s);
+    return 0;
+}
+
+static int good_name_part(const char *p, size_t n)
+{
+    if (n == 0 || p[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(((p[i] | 32) >= 'a' && (p[i] | 32) <= 'z') || (p[i] >= '0' && p[i] <= '9') ||
+              strchr("._+-", p[i])))
+            return 0;
+    return 1;
+}
+
+/* NAME/VERSION,...: each pool mounted at POOL_MOUNTS/NAME/VERSION, its
+ * modulefiles directory on MODULEPATH. */
+static int parse_pools(const char *spec)
+{
+    char *s = strdup(spec), *save = NULL;
+    for (char *e = strtok_r(s, ",", &save); e; e = strtok_r(NULL, ",", &save)) {
+        char *slash = strchr(e, '/');
+        if (!slash || !good_name_part(e, (size_t)(slash - e)) ||
+            !good_name_part(slash + 1, strlen(slash + 1))) {
+            fail("--sheaf-pool=%s: not NAME/VERSION", e);
+            free(s);
+            return -1;
+        }
+        if (!cfg_pools) {
+            fail("--sheaf-pool=%s: this site has no pool location (pools= in plugstack.conf)", e);
+            free(s);
+            return -1;
+        }
+        char source[PATH_MAX], dest[PATH_MAX];
+        int url = strstr(cfg_pools, "://") != NULL;
+        snprintf(source, sizeof source, "%s/%s%s", cfg_pools, e, url ? "" : ".sheaf");
+        snprintf(dest, sizeof dest, "%s/%s", cfg_pool_mounts, e);
+        if (add_mount(source, dest) < 0) {
+            free(s);
+            return -1;
+        }
+        size_t k = strlen(modulepath);
+        snprintf(modulepath + k, sizeof modulepath - k, "%s%s/modulefiles", k ? ":" : "", dest);
+    }
+    free(s);
+    return 0;
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    for (int i = 0; options[i].name; i++)
+        if (spank_option_register(sp, &options[i]) != ESPANK_SUCCESS) {
+            slurm_error("sheaf: cannot register --%s", options[i].name);
+            return -1;
+        }
+    if (parse_args(ac, av) < 0)
+        return -1;
+    /* Without sheaf=: where `make install` (/usr/local) or the package (/usr)
+     * put it. */
+    if (!cfg_sheaf)
+        cfg_sheaf = access("/usr/bin/sheaf", X_OK) == 0 ? "/usr/bin/sheaf" : "/usr/local/bin/sheaf";
+    return 0;
+}
+
+/* ---- the holder (runs after fork: system calls only) ---------------------- */
+
+static volatile sig_atomic_t stop;
+static void on_stop(int sig) { (void)sig; stop = 1; }
+
+static void put(int fd, const char *a, const char *b)
+{
+    char line[MAX_MSG + 8];
+    size_t k = 0;
+    for (const char *p = a; *p && k < MAX_MSG; p++)
+        line[k++] = *p;
+    for (const char *p = b; p && *p && k < MAX_MSG; p++)
+        line[k++] = (*p == '\n') ? ' ' : *p;
+    line[k++] = '\n';
+    ssize_t w = write(fd, line, k);
+    (void)w;
+}
+
+struct job {
+    uid_t uid;
+    gid_t gid;
+    int ngids;
+    gid_t gids[NGROUPS_MAX > 256 ? 256 : NGROUPS_MAX];
+    char *envp[8];
+    char env[8][PATH_MAX + 32];
+};
+
+/* Run sheaf as the job's user with `input` on standard input; its first line
+ * of standard error into msg. Returns its exit status (or -1). */
+static int as_user(const struct job *j, char *const argv[], const char *input, char *msg, size_t n)
+{
+    int in[2], err[2];
+    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+        return -1;
+    pid_t p = fork();
+    if (p < 0)
+        return -1;
+    if (p == 0) {
+        dup2(in[0], 0);
+        dup2(err[1], 2);
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        if (setgroups((size_t)j->ngids, j->gids) < 0 || setresgid(j->gid, j->gid, j->gid) < 0 ||
+            setresuid(j->uid, j->uid, j->uid) < 0)
+            _exit(126);
+        if (chdir("/") < 0)
+            _exit(126);
+        execve(argv[0], argv, j->envp);
+        _exit(127);
+    }
+    close(in[0]);
+    close(err[1]);
+    if (input) {
+        size_t len = strlen(input), off = 0;
+        while (off < len) {
+            ssize_t w = write(in[1], input + off, len - off);
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+    }
+    close(in[1]);
+    int st = 0;
+    while (waitpid(p, &st, 0) < 0 && errno == EINTR)
+        ;
+    /* The serving process may keep the pipe open: read what is there. */
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    ssize_t r = read(err[0], msg, n - 1);
+    msg[r > 0 ? r : 0] = 0;
+    char *nl = strchr(msg, '\n');
+    if (nl)
+        *nl = 0;
+    close(err[0]);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127 && !msg[0]) {
+        size_t k = 0;
+        for (const char *q = argv[0]; *q && k + 32 < n; q++)
+            msg[k++] = *q;
+        msg[k] = 0;
+        strncat(msg, ": cannot be run", n - k - 1);
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Kill and reap every child left (we are their subreaper). */
+static void kill_children(void)
+{
+    char path[300], buf[512];
+    pid_t me = getpid();
+    DIR *d = opendir("/proc");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9')
+                continue;
+            snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
+                continue;
+            ssize_t r = read(fd, buf, sizeof buf - 1);
+            close(fd);
+            if (r <= 0)
+                continue;
+            buf[r] = 0;
+            char *rp = strrchr(buf, ')');
+            int ppid = 0;
+            if (rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 && ppid == me)
+                kill(atoi(e->d_name), SIGKILL);
+        }
+        closedir(d);
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0 || (errno == EINTR))
+        ;
+    /* A child killed just now may need a moment to be reaped. */
+    for (int i = 0; i < 50 && waitpid(-1, NULL, WNOHANG) >= 0; i++)
+        usleep(10000);
+}
+
+static void teardown(const struct job *j, int done)
+{
+    char msg[MAX_MSG];
+    for (int i = done - 1; i >= 0; i--) {
+        char *argv[] = {cfg_sheaf, "umount", mnts[i].dest, NULL};
+        if (as_user(j, argv, NULL, msg, sizeof msg) != 0)
+            umount2(mnts[i].dest, MNT_DETACH);
+    }
+    for (int i = nmnts - 1; i >= 0; i--)
+        umount2(mnts[i].dest, MNT_DETACH);
+    kill_children();
+}
+
+/* mkdir -p, as root (an empty directory may stay on the node: see docs). */
+static int make_dirs(const char *path)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || *s == 0) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                return -1;
+            struct stat st;
+            if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
+                errno = ENOTDIR;
+                return -1;
+            }
+            *s = c;
+            if (!c)
+                return 0;
+        }
+    }
+}
+
+static void holder_main(struct job *j, int status, int ctl)
+{
+    char msg[MAX_MSG], opts[64];
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
+        put(status, "Ea private mount namespace: ", strerror(errno));
+        _exit(1);
+    }
+    snprintf(opts, sizeof opts, "size=64k,mode=0755,uid=%u,gid=%u", (unsigned)j->uid, (unsigned)j->gid);
+    for (int i = 0; i < nmnts; i++) {
+        /* sheaf mounts on a directory of the user's (fusermount3's rule)
+         * that is not a mount point (sheaf's): DEST/.sheaf-mount on a tmpfs
+         * of the user's at DEST; then the mount moves onto DEST. */
+        if (make_dirs(mnts[i].dest) < 0 ||
+            mount("sheaf-slurm", mnts[i].dest, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
+            mkdir(mnts[i].stage, 0755) < 0 || chown(mnts[i].stage, j->uid, j->gid) < 0) {
+            put(status, "E", mnts[i].dest);
+            teardown(j, 0);
+            _exit(1);
+        }
+    }
+    for (int i = 0; i < nmnts; i++) {
+        char *argv[] = {cfg_sheaf, "mount", "--request", "-", NULL};
+        int rc = as_user(j, argv, mnts[i].json, msg, sizeof msg);
+        if (rc != 0 || stop) {
+            const char *m = msg;
+            if (!strncmp(m, "sheaf: error: ", 14))
+                m += 14;
+            else if (!strncmp(m, "sheaf: ", 7))
+                m += 7;
+            put(status, "E", m[0] ? m : "sheaf mount failed");
+            teardown(j, i);
+            _exit(1);
+        }
+        if (mount(mnts[i].stage, mnts[i].dest, NULL, MS_MOVE, NULL) < 0) {
+            put(status, "Emoving the mount onto ", mnts[i].dest);
+            umount2(mnts[i].stage, MNT_DETACH);
+            teardown(j, i);
+            _exit(1);
+        }
+    }
+    put(status, "OK", "");
+    close(status);
+    /* Until slurmstepd closes the pipe (the step's end, or its death) or a
+     * signal says stop. */
+    char c;
+    while (!stop) {
+        ssize_t r = read(ctl, &c, 1);
+        if (r == 0 || (r < 0 && errno != EINTR))
+            break;
+    }
+    teardown(j, nmnts);
+    _exit(0);
+}
+
+/* ---- slurmstepd ----------------------------------------------------------- */
+
+static int start_holder(spank_t sp)
+{
+    static struct job j;
+    int n = 0;
+    gid_t *gids = NULL;
+    if (spank_get_item(sp, S_JOB_UID, &j.uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &j.gid) != ESPANK_SUCCESS) {
+        fail("cannot learn the job's user");
+        return -1;
+    }
+    if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &gids, &n) == ESPANK_SUCCESS && gids) {
+        if (n > (int)(sizeof j.gids / sizeof j.gids[0]))
+            n = (int)(sizeof j.gids / sizeof j.gids[0]);
+        memcpy(j.gids, gids, (size_t)n * sizeof(gid_t));
+        j.ngids = n;
+    }
+    struct passwd *pw = getpwuid(j.uid);
+    int e = 0;
+    snprintf(j.env[e++], sizeof j.env[0], "PATH=/usr/local/bin:/usr/bin:/bin");
+    snprintf(j.env[e++], sizeof j.env[0], "HOME=%s", pw ? pw->pw_dir : "/");
+    snprintf(j.env[e++], sizeof j.env[0], "USER=%s", pw ? pw->pw_name : "");
+    snprintf(j.env[e++], sizeof j.env[0], "LOGNAME=%s", pw ? pw->pw_name : "");
+    /* The site's policy, never the user's: SHEAF_CONFIG is set (or not) here. */
+    if (cfg_config)
+        snprintf(j.env[e++], sizeof j.env[0], "SHEAF_CONFIG=%s", cfg_config);
+    for (int i = 0; i < e; i++)
+        j.envp[i] = j.env[i];
+    j.envp[e] = NULL;
+
+    int st[2], ctl[2];
+    if (pipe2(st, O_CLOEXEC) < 0 || pipe2(ctl, O_CLOEXEC) < 0) {
+        fail("pipe: %s", strerror(errno));
+        return -1;
+    }
+    pid_t p = fork();
+    if (p < 0) {
+        fail("fork: %s", strerror(errno));
+        return -1;
+    }
+    if (p == 0) {
+        close(st[0]);
+        close(ctl[1]);
+        holder_main(&j, st[1], ctl[0]);
+        _exit(1);
+    }
+    close(st[1]);
+    close(ctl[0]);
+    /* Its first line: OK, or E and why. */
+    char line[MAX_MSG + 8];
+    size_t k = 0;
+    time_t deadline = time(NULL) + cfg_timeout;
+    while (k < sizeof line - 1) {
+        struct pollfd pf = {st[0], POLLIN, 0};
+        int left = (int)(deadline - time(NULL));
+        if (left <= 0)
+            break;
+        int r = poll(&pf, 1, left * 1000);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        ssize_t m = read(st[0], line + k, 1);
+        if (m <= 0)
+            break;
+        if (line[k] == '\n')
+            break;
+        k++;
+    }
+    line[k] = 0;
+    close(st[0]);
+    if (!strcmp(line, "OK")) {
+        holder = p;
+        ctl_fd = ctl[1];
+        return 0;
+    }
+    close(ctl[1]);
+    kill(p, SIGTERM);
+    for (int i = 0; i < 300 && waitpid(p, NULL, WNOHANG) == 0; i++)
+        usleep(100000);
+    kill(p, SIGKILL);
+    waitpid(p, NULL, 0);
+    if (line[0] == 'E')
+        fail("%s", line + 1);
+    else
+        fail("the images were not mounted within %d s (timeout= in plugstack.conf)", cfg_timeout);
+    return -1;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+    (void)ac; (void)av;
+    if (!opt_images && !opt_pools)
+        return 0;
+    if ((opt_images && parse_images(opt_images) < 0) || (opt_pools && parse_pools(opt_pools) < 0)) {
+        /* Locally (srun, sbatch) a bad option is refused before the job is
+         * submitted. */
+        if (!spank_remote(sp)) {
+            slurm_error("sheaf: %s", failure);
+            return -1;
+        }
+        return 0; /* each task says it and fails */
+    }
+    if (!spank_remote(sp))
+        return 0;
+    start_holder(sp);
+    if (!failure[0] && modulepath[0]) {
+        char old[8192] = "";
+        char val[16384];
+        if (spank_getenv(sp, "MODULEPATH", old, sizeof old) != ESPANK_SUCCESS)
+            old[0] = 0;
+        snprintf(val, sizeof val, "%s%s%s", modulepath, old[0] ? ":" : "", old);
+        spank_setenv(sp, "MODULEPATH", val, 1);
+    }
+    return 0;
+}
+
+/* In each task, as root, before it becomes the user: join the namespace. */
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+    (void)sp; (void)ac; (void)av;
+    if (holder <= 0)
+        return 0;
+    char cwd[PATH_MAX], path[64];
+    int have_cwd = getcwd(cwd, sizeof cwd) != NULL;
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)holder);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNS) < 0) {
+        dprintf(2, "sheaf: error: joining the job's mount namespace: %s\n", strerror(errno));
+        _exit(SHEAF_FAILED);
+    }
+    close(fd);
+    if (have_cwd && chdir(cwd) < 0) {
+        /* The task's own chdir comes later and says what is wrong. */
+    }
+    return 0;
+}
+
+/* In each task, as the user, just before exec: a failure is said here, on
+ * the task's standard error, and the task exits (slurmstepd has handed the
+ * task over by now: an exit in the privileged callback makes it say more). */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    (void)sp; (void)ac; (void)av;
+    if (failure[0]) {
+        dprintf(2, "sheaf: error: %s\n", failure);
+        _exit(SHEAF_FAILED);
+    }
+    return 0;
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+    (void)ac; (void)av;
+    if (!spank_remote(sp) || holder <= 0)
+        return 0;
+    close(ctl_fd);
+    ctl_fd = -1;
+    /* sheaf umount waits for each serving process; then the holder exits. */
+    int i;
+    for (i = 0; i < 600 && waitpid(holder, NULL, WNOHANG) == 0; i++)
+        usleep(50000);
+    if (i == 600) {
+        kill(holder, SIGKILL);
+        waitpid(holder, NULL, 0);
+    }
+    holder = -1;
+    return 0;
+}
