@@ -2,11 +2,12 @@
 //! helper that mount(8) runs for `-t fuse.sheaf` and fstab entries.
 
 pub(crate) use crate::options::absolute;
-use crate::options::MountOptions;
+use crate::options::{KernelPath, MountOptions};
 use crate::serve::{serve_image, serve_mount};
 use crate::util::{human, RemoteArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use sheaf_front::kernel::Outcome;
 use sheaf_mount::serve::check_mountpoint;
 use sheaf_mount::{kernel, FsConfig, UnionConfig, UnionFs};
 use sheaf_read::{CountingSource, Image, ImageOptions, Source};
@@ -98,6 +99,13 @@ pub struct MountArgs {
     /// Mount options, comma-separated (see below).
     #[arg(short = 'o', value_name = "OPTS")]
     options: Vec<String>,
+    /// Serve the tree from the kernel's EROFS driver (root): lookups and
+    /// listings at kernel speed, the data still read and verified by sheaf.
+    /// WHEN: auto (the default: FUSE, with a line saying why, where the
+    /// kernel path cannot be taken) or require (fail instead). Also -o kernel.
+    #[arg(long, value_name = "WHEN", num_args = 0..=1, default_missing_value = "auto",
+          value_parser = ["auto", "require", "off"])]
+    kernel: Option<String>,
     /// Stay in the foreground and log to stderr (default: return once the
     /// mount is ready and serve it from a background process).
     #[arg(short = 'f', long)]
@@ -159,7 +167,10 @@ pub(crate) fn open_image(
 }
 
 /// `sheaf mount`.
-pub fn run(a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
+pub fn run(mut a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
+    if let Some(when) = a.kernel.take() {
+        a.options.push(format!("kernel={when}"));
+    }
     let policy = a.policy.load()?;
     if let Some(file) = &a.request {
         return mount_request(file, &a, &policy, remote);
@@ -550,11 +561,34 @@ fn mount(
         prefetch: p.prefetch.as_deref(),
     })?;
     let cfg = p.mount_config(mp, a.fsname, upper.is_some());
+    let fuse_because = |why: &str| -> Result<()> {
+        if p.kernel == KernelPath::Require {
+            bail!("{}: kernel=require, but {why}", t.mountpoint.display());
+        }
+        eprintln!(
+            "sheaf: {}: served through FUSE: {why}",
+            t.mountpoint.display()
+        );
+        Ok(())
+    };
     match a.served {
         Served::Image { img, src, fs } => {
+            if p.kernel != KernelPath::Off {
+                match sheaf_front::kernel::mount(&cfg, &p, &img, &a.signer, foreground)? {
+                    Outcome::Mounted(code) => return Ok(code),
+                    Outcome::Fuse(why) => fuse_because(&why)?,
+                }
+            }
             serve_image(cfg, &p, &a.signer, started, foreground, img, src, fs)
         }
-        Served::Union(fs) => serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs),
+        Served::Union(fs) => {
+            if p.kernel != KernelPath::Off {
+                if let Some(why) = sheaf_front::kernel::cannot(&p, true) {
+                    fuse_because(&why)?;
+                }
+            }
+            serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs)
+        }
     }
 }
 

@@ -46,7 +46,7 @@ pub fn try_mount(args: &[OsString]) -> Option<i32> {
     }
     let p = MountOptions::parse(&options, from_fstab).ok()?;
     // Network options and signatures are the whole tool's business.
-    if p.remote != RemoteOptions::default() {
+    if p.remote != RemoteOptions::default() || p.kernel != crate::options::KernelPath::Off {
         return None;
     }
     let policy = sheaf_trust::Policy::load(false, None, None).ok()?;

@@ -14,6 +14,7 @@
 //! 354 KB larger).
 
 pub mod front;
+pub mod kernel;
 pub mod options;
 pub mod paths;
 pub mod serve;

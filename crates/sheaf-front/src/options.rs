@@ -125,8 +125,30 @@ pub struct MountOptions {
     /// `io_uring=auto|off`: FUSE over io_uring for single-image mounts
     /// when the kernel offers it.
     pub io_uring: bool,
+    /// `kernel[=auto|require|off]`: serve the tree from the kernel's EROFS
+    /// driver (root), the data still from sheaf (docs/mount.md).
+    pub kernel: KernelPath,
+    /// `kernel_cache=DIR`: where the kernel path keeps metadata images.
+    pub kernel_cache: PathBuf,
     pub remote: RemoteOptions,
 }
+
+/// Whether a mount takes the kernel path (`-o kernel`, `--kernel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelPath {
+    /// FUSE only (the default).
+    #[default]
+    Off,
+    /// The kernel path where it can be taken, else FUSE with one line
+    /// saying why.
+    Auto,
+    /// The kernel path or nothing: where it cannot be taken, the mount fails.
+    Require,
+}
+
+/// Where the kernel path keeps metadata images unless told
+/// (`kernel_cache=`): root's, as the mounts are.
+pub const KERNEL_CACHE: &str = "/var/cache/sheaf/kernel";
 
 impl MountOptions {
     /// Parse `-o` lists. `from_fstab` also tolerates `rw`, which mount(8)
@@ -150,6 +172,8 @@ impl MountOptions {
             prefetch: None,
             prefetch_metadata: None,
             io_uring: true,
+            kernel: KernelPath::Off,
+            kernel_cache: PathBuf::from(KERNEL_CACHE),
             remote: RemoteOptions::default(),
         };
         for list in lists {
@@ -225,6 +249,15 @@ impl MountOptions {
                     v => bail!("mount option io_uring={v}: use auto or off"),
                 }
             }
+            "kernel" => {
+                p.kernel = match val.unwrap_or("auto") {
+                    "auto" | "on" | "yes" => KernelPath::Auto,
+                    "require" => KernelPath::Require,
+                    "off" | "no" | "never" => KernelPath::Off,
+                    v => bail!("mount option kernel={v}: use auto, require or off"),
+                }
+            }
+            "kernel_cache" => p.kernel_cache = absolute(Path::new(need()?)),
             "cache_dir" => p.remote.cache_dir = Some(PathBuf::from(need()?)),
             "cache_quota" => {
                 let v =

@@ -64,7 +64,76 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
     foreground: bool,
     make: impl FnOnce() -> F,
 ) -> Result<i32> {
-    let mp = cfg.mountpoint.clone();
+    serve_with(
+        &cfg.mountpoint,
+        p,
+        foreground,
+        |ready| Ok(sheaf_mount::serve::mount(cfg, make, ready)?),
+        |m| {
+            let announce = if foreground {
+                format!(
+                    "mounted {} in {:.1} ms{signer}",
+                    cfg.fsname,
+                    started.elapsed().as_secs_f64() * 1e3
+                )
+            } else {
+                format!("mounted {}{signer}", cfg.fsname)
+            };
+            m.serve(announce)
+        },
+    )
+}
+
+/// Why the kernel path was not taken, when the kernel said so after the
+/// serving process was forked: the caller serves through FUSE instead
+/// (or, with `kernel=require`, fails with this line).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct KernelRefused(pub String);
+
+/// Serve `fs`'s blob to the kernel's EROFS mount of `cfg.meta`
+/// ([`sheaf_mount::erofs`]): in the foreground, or from a background
+/// process once the mount is up. A refusal of the kernel is a
+/// [`KernelRefused`].
+pub fn serve_erofs(
+    cfg: &sheaf_mount::erofs::ErofsConfig,
+    p: &MountOptions,
+    signer: &str,
+    foreground: bool,
+    fs: sheaf_mount::erofs::BlobFs,
+) -> Result<i32> {
+    serve_with(
+        &cfg.mountpoint,
+        p,
+        foreground,
+        |ready| {
+            let s = sheaf_mount::erofs::mount(cfg, fs)
+                .map_err(|e| anyhow::Error::new(KernelRefused(e.to_string())))?;
+            ready();
+            Ok(s)
+        },
+        |s| {
+            log::info!(
+                "mounted {} with the kernel's EROFS{signer}",
+                cfg.meta.display()
+            );
+            s.serve()
+        },
+    )
+}
+
+/// The one way a mount is served: `mount` makes it (calling `ready` once
+/// the kernel has it), `serve` serves it until it is gone. In the
+/// foreground, logging to stderr; else from a background process that
+/// tells the waiting command, through a pipe, whether the mount came up
+/// (and, for a [`KernelRefused`], that the kernel path was refused).
+fn serve_with<S>(
+    mp: &Path,
+    p: &MountOptions,
+    foreground: bool,
+    mount: impl FnOnce(&mut dyn FnMut()) -> Result<S>,
+    serve: impl FnOnce(S) -> std::io::Result<()>,
+) -> Result<i32> {
     let prefix = format!("{}: ", mp.display());
     let log_target = |stderr: bool| -> Result<logging::Target> {
         Ok(match &p.log {
@@ -72,18 +141,13 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
                 logging::open_file(f).with_context(|| format!("log file {}", f.display()))?
             }
             None if stderr => logging::Target::Stderr,
-            None => logging::default_target(&mp),
+            None => logging::default_target(mp),
         })
     };
     if foreground {
         logging::init(log_target(true)?, prefix, p.debug);
-        let m = sheaf_mount::serve::mount(cfg, make, || ())?;
-        let announce = format!(
-            "mounted {} in {:.1} ms{signer}",
-            cfg.fsname,
-            started.elapsed().as_secs_f64() * 1e3
-        );
-        m.serve(announce).context("serving the mount")?;
+        let m = mount(&mut || ())?;
+        serve(m).context("serving the mount")?;
         return Ok(0);
     }
     let target = log_target(false)?;
@@ -111,14 +175,14 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
             // "K" once the kernel has the mount (requests wait for the
             // handshake that follows), before the first log line: syslog's
             // first line reads the time zone files, cold after a reboot.
-            let ready = || {
+            let mut ready = || {
                 if let Some(mut w) = wr.take() {
                     let _ = w.write_all(b"K");
                 }
             };
-            match sheaf_mount::serve::mount(cfg, make, ready) {
+            match mount(&mut ready) {
                 Ok(m) => {
-                    let code = match m.serve(format!("mounted {}{signer}", cfg.fsname)) {
+                    let code = match serve(m) {
                         Ok(()) => 0,
                         Err(e) => {
                             log::error!("serving failed: {e}");
@@ -130,7 +194,8 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
                 Err(e) => {
                     match wr {
                         Some(mut wr) => {
-                            let _ = write!(wr, "E{e}");
+                            let kind = if e.is::<KernelRefused>() { 'F' } else { 'E' };
+                            let _ = write!(wr, "{kind}{e}");
                         }
                         // The parent has returned: the log has it, and
                         // exiting unmounts (the watchdog).
@@ -155,9 +220,12 @@ pub fn serve_mount<F: sheaf_mount::Filesystem>(
             };
             match (n, first[0]) {
                 (1, b'K') => Ok(0),
-                (1, b'E') => {
+                (1, kind @ (b'E' | b'F')) => {
                     let mut msg = String::new();
                     rd.read_to_string(&mut msg)?;
+                    if kind == b'F' {
+                        return Err(KernelRefused(msg).into());
+                    }
                     bail!("{msg}")
                 }
                 _ => bail!(

@@ -90,14 +90,10 @@ impl Connection {
         let Connection {
             fd,
             watchdog,
-            mut helper,
+            helper,
         } = self;
         drop(fd);
-        if unmounted && matches!(helper, Helper::Forked(_)) {
-            let _ = (&watchdog).write_all(&[DISARM]);
-        }
-        drop(watchdog);
-        helper.wait();
+        release(watchdog, helper, unmounted)
     }
 
     /// Log what the watchdog says from now on (a thread: call it once the
@@ -121,6 +117,15 @@ impl Connection {
             });
         }
     }
+}
+
+/// Let a watchdog go (see [`Connection::close`]).
+fn release(watchdog: UnixStream, mut helper: Helper, unmounted: bool) {
+    if unmounted && matches!(helper, Helper::Forked(_)) {
+        let _ = (&watchdog).write_all(&[DISARM]);
+    }
+    drop(watchdog);
+    helper.wait();
 }
 
 /// Why mounting or unmounting failed.
@@ -318,6 +323,41 @@ fn mount_watched(
     fsname: &str,
     opts: &[String],
 ) -> Result<Option<Connection>, KernelError> {
+    Ok(
+        watched(mountpoint, || mount_direct(mountpoint, fsname, opts))?.map(|(fd, w)| Connection {
+            fd,
+            watchdog: w.sock,
+            helper: Helper::Forked(w.pid),
+        }),
+    )
+}
+
+/// A forked watchdog over one mount point ([`watched`]).
+pub struct Watchdog {
+    sock: UnixStream,
+    pid: libc::pid_t,
+}
+
+impl Watchdog {
+    /// Let the watchdog go: `unmounted` (the server saw its mount go)
+    /// disarms it; otherwise it detaches the mount if it is still there.
+    pub fn close(self, unmounted: bool) {
+        release(self.sock, Helper::Forked(self.pid), unmounted)
+    }
+}
+
+/// Make a mount at `mountpoint` with `mount` under a forked watchdog that
+/// stands in for fusermount3's `auto_unmount`. The child is forked before
+/// the mount, so there is no moment when the mount exists without it; it
+/// learns the mount's device number once the mount is made, and when the
+/// socket closes (this process exits, is killed, or closes the
+/// [`Watchdog`]) it detaches `mountpoint` only if that device is still
+/// mounted there. `None` (nothing done) where the kernel has no statx to
+/// tell devices apart with.
+pub fn watched<T>(
+    mountpoint: &Path,
+    mount: impl FnOnce() -> Result<T, KernelError>,
+) -> Result<Option<(T, Watchdog)>, KernelError> {
     let target = cpath(mountpoint)?;
     // SAFETY: a stat call on a valid C string.
     let Some(before) = (unsafe { mounted_dev(&target) }) else {
@@ -335,21 +375,14 @@ fn mount_watched(
         unsafe { watch(theirs.as_raw_fd(), ours.as_raw_fd(), &target, before) }
     }
     drop(theirs);
-    match mount_direct(mountpoint, fsname, opts) {
-        Ok(fd) => {
+    match mount() {
+        Ok(made) => {
             // SAFETY: a stat call on a valid C string.
             let dev = unsafe { mounted_dev(&target) }.unwrap_or(0);
             // If this fails the watchdog falls back to `before`.
             let _ = (&ours).write_all(&dev.to_ne_bytes());
-            log::debug!(
-                "mounted {} with mount(2); watchdog {pid}",
-                mountpoint.display()
-            );
-            Ok(Some(Connection {
-                fd,
-                watchdog: ours,
-                helper: Helper::Forked(pid),
-            }))
+            log::debug!("mounted {}; watchdog {pid}", mountpoint.display());
+            Ok(Some((made, Watchdog { sock: ours, pid })))
         }
         Err(e) => {
             // Disarmed: nothing was mounted.

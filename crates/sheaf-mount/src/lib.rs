@@ -24,6 +24,7 @@
 
 pub mod container;
 pub mod control;
+pub mod erofs;
 pub mod fs;
 pub mod kernel;
 mod listing;

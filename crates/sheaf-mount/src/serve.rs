@@ -411,7 +411,7 @@ fn finish(conn: Option<Connection>, unmounted: bool) {
 
 /// Block SIGINT/SIGTERM/SIGHUP in this thread (and so in every thread it
 /// starts later) and return the set, for the thread that waits for them.
-fn block_stop_signals() -> io::Result<libc::sigset_t> {
+pub(crate) fn block_stop_signals() -> io::Result<libc::sigset_t> {
     // SAFETY: plain sigset manipulation on a local.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
