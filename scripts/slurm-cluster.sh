@@ -57,6 +57,12 @@ for c in munged slurmctld slurmd srun sinfo ip unshare nsenter runuser; do
     command -v "$c" >/dev/null || die "$c missing (scripts/deps.sh test installs Slurm and munge)"
 done
 trap 'rc=$?; [ $rc = 0 ] || down; exit $rc' EXIT
+# What a run killed before its `down` left (same names): gone first.
+for ns in $(ip netns list | awk '{print $1}' | grep "^$P-" || true); do
+    ip netns pids "$ns" | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns"
+done
+ip link del "$P-host" 2>/dev/null || true
 mkdir -p "$W"/{etc,ctld,munge,local,log}
 chmod 755 "$W" "$W/etc" "$W/local"
 : > "$W/pids"; : > "$W/netns"
@@ -133,7 +139,7 @@ PlugStackConfig=$W/etc/plugstack.conf
 ReturnToService=2
 KillWait=2
 OverTimeLimit=0
-MinJobAge=5
+MinJobAge=120
 InactiveLimit=0
 MessageTimeout=10
 SlurmctldDebug=info

@@ -1,0 +1,566 @@
+//! Images in Slurm jobs (docs/slurm.md): a real Slurm cluster of four
+//! namespaced nodes (scripts/slurm-cluster.sh: Debian's munged, slurmctld
+//! and slurmd, each node with its own network, UTS and mount namespace on a
+//! bridge), the SPANK plugin compiled from slurm/sheaf_spank.c, and real
+//! `srun`, `sbatch` and `scancel` run by an ordinary user:
+//!
+//! - a 4-node batch job with `--sheaf` and `--sheaf-pool` loads the pool's
+//!   module and reads the dataset at /data on every node, checksums equal to
+//!   the source tree's (computed with sha256sum on the tree, not via sheaf);
+//! - two jobs on one node at once see their own image at /data, and neither
+//!   the host nor the node's slurmd sees either mount;
+//! - a cancelled job and a job past its time limit leave no mount, no
+//!   process and no namespace;
+//! - under a signature policy a tampered image fails the step with one line.
+
+mod common;
+use common::*;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const USER: &str = "sheaf-slurm-test";
+const NODES: usize = 4;
+
+/// The cluster, stopped (and /dev/fuse's mode restored) when dropped, also
+/// when the test fails.
+struct Cluster {
+    work: PathBuf,
+    conf: PathBuf,
+    fuse_mode: u32,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm-cluster.sh")
+}
+
+impl Cluster {
+    fn up(work: &Path, plugstack: &str) -> Cluster {
+        let fuse_mode = fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o7777;
+        let c = Cluster {
+            work: work.to_path_buf(),
+            conf: work.join("etc/slurm.conf"),
+            fuse_mode,
+        };
+        // The job's user mounts through fusermount3, which needs /dev/fuse
+        // (0600 on this machine; Debian's default is 0666).
+        fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(0o666)).unwrap();
+        let o = run_cmd(
+            Command::new("bash")
+                .arg(script())
+                .arg("up")
+                .arg(work)
+                .arg(NODES.to_string())
+                .env("PLUGSTACK", plugstack),
+        );
+        assert_eq!(o.code, 0, "{}", o.describe());
+        c
+    }
+
+    /// A Slurm command as the job's user, from `dir`.
+    fn user(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new("runuser");
+        c.args(["-u", USER, "--"])
+            .args(args)
+            .env("SLURM_CONF", &self.conf)
+            .current_dir(dir)
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn plugstack(&self, text: &str) {
+        fs::write(self.work.join("etc/plugstack.conf"), text).unwrap();
+    }
+
+    fn job_state(&self, id: &str) -> String {
+        let o = run_cmd(
+            Command::new("scontrol")
+                .args(["show", "job", id, "-o"])
+                .env("SLURM_CONF", &self.conf),
+        );
+        o.text()
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("JobState="))
+            .unwrap_or("GONE")
+            .to_string()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(script())
+            .arg("down")
+            .arg(&self.work)
+            .status();
+        let _ = fs::set_permissions("/dev/fuse", fs::Permissions::from_mode(self.fuse_mode));
+    }
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn uid_of(user: &str) -> u32 {
+    run_cmd(Command::new("id").args(["-u", user]))
+        .ok()
+        .text()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// What the jobs could have left: processes of the job's user, and mounts
+/// (sheaf's FUSE mounts of our images, the plugin's tmpfs) in any process's
+/// mount namespace (a namespace lives only while a process is in it, so
+/// none listed means none left).
+/// Processes in a namespace where `except` is mounted (a job still meant to
+/// run) are not counted.
+fn leftovers(images: &Path, uid: u32, except: &Path) -> Vec<String> {
+    let mut left = Vec::new();
+    let img = images.to_string_lossy().to_string();
+    let except = format!(" {} ", except.display());
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let info = fs::read_to_string(e.path().join("mountinfo")).unwrap_or_default();
+        if info.contains(&except) {
+            continue;
+        }
+        let status = fs::read_to_string(e.path().join("status")).unwrap_or_default();
+        let owner = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next().map(str::to_string));
+        let cmdline = fs::read(e.path().join("cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        if owner == Some(uid.to_string()) {
+            left.push(format!("process {name} of {USER}: {cmdline}"));
+        }
+        for l in info.lines() {
+            if l.contains(" sheaf-slurm ") || (l.contains("fuse.sheaf") && l.contains(&img)) {
+                left.push(format!("mount in the namespace of {name} ({cmdline}): {l}"));
+            }
+        }
+    }
+    left
+}
+
+/// Poll until nothing is left (the step's end is asynchronous to srun's).
+fn assert_nothing_left(images: &Path, uid: u32, except: &Path, what: &str) {
+    let t = Instant::now();
+    loop {
+        let left = leftovers(images, uid, except);
+        if left.is_empty() {
+            return;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            panic!("{what}: left behind:\n{}", left.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A tree of plain files with plain names (sha256sum's output is compared
+/// line by line).
+fn dataset(root: &Path) {
+    let mut r = Rng::new(56);
+    for d in ["a", "b/c", "d"] {
+        fs::create_dir_all(root.join(d)).unwrap();
+        for i in 0..6 {
+            let n = r.below(300_000) as usize;
+            write(&root.join(d).join(format!("f{i}.bin")), &r.bytes(n));
+        }
+    }
+    write(&root.join("README"), b"the dataset\n");
+}
+
+const SUMS: &str = "cd \"$1\" && find . -type f | LC_ALL=C sort | xargs sha256sum";
+
+#[test]
+fn jobs_see_their_images_and_leave_nothing_behind() {
+    if !prerequisite(is_root(), "root, for namespaces and slurmd") {
+        return;
+    }
+    for c in [
+        "srun",
+        "sbatch",
+        "slurmd",
+        "slurmctld",
+        "munged",
+        "cc",
+        "runuser",
+    ] {
+        assert!(
+            prerequisite(have(c), &format!("{c} (scripts/deps.sh test)")),
+            "{c}"
+        );
+    }
+    assert!(
+        prerequisite(
+            Path::new("/usr/include/slurm/spank.h").exists(),
+            "slurm/spank.h (libslurm-dev)"
+        ),
+        "spank.h"
+    );
+    assert!(
+        prerequisite(Path::new("/usr/share/lmod/lmod/init/bash").exists(), "Lmod"),
+        "lmod"
+    );
+    if !Command::new("id")
+        .arg(USER)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        run_cmd(Command::new("useradd").args(["--create-home", "--shell", "/bin/sh", USER])).ok();
+    }
+    let uid = uid_of(USER);
+    let t = tmpdir();
+    let top = t.path();
+    fs::set_permissions(top, fs::Permissions::from_mode(0o755)).unwrap();
+    let img = top.join("img");
+    fs::create_dir_all(img.join("pools/tools")).unwrap();
+
+    // The plugin, from the source under test.
+    let so = img.join("sheaf_spank.so");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../slurm/sheaf_spank.c");
+    run_cmd(
+        Command::new("cc")
+            .args([
+                "-std=gnu11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-O2",
+                "-fPIC",
+                "-shared",
+                "-o",
+            ])
+            .arg(&so)
+            .arg(&src),
+    )
+    .ok();
+
+    // The images: the dataset, two one-file images, a pool, a signed image
+    // and a tampered one (another tree's image carrying its signature).
+    let data_src = top.join("src");
+    dataset(&data_src);
+    let data = img.join("data.sheaf");
+    build(&data_src, &data, &[]).ok();
+    for which in ["A", "B"] {
+        let d = top.join(format!("src-{which}"));
+        fs::create_dir_all(&d).unwrap();
+        write(&d.join("which"), which.as_bytes());
+        build(&d, &img.join(format!("{which}.sheaf")), &[]).ok();
+    }
+    let pool = top.join("pool");
+    sheaf(["pool".as_ref(), "init".as_ref(), pool.as_os_str()]).ok();
+    sheaf([
+        "pool".as_ref(),
+        "build".as_ref(),
+        pool.as_os_str(),
+        "-o".as_ref(),
+        img.join("pools/tools/1.0.sheaf").as_os_str(),
+        "--name".as_ref(),
+        "tools/1.0".as_ref(),
+    ])
+    .ok();
+    let key = top.join("key");
+    run_cmd(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key),
+    )
+    .ok();
+    let signed = img.join("signed.sheaf");
+    fs::copy(img.join("A.sheaf"), &signed).unwrap();
+    sheaf_in([
+        "sign".as_ref(),
+        signed.as_os_str(),
+        "-k".as_ref(),
+        key.as_os_str(),
+    ])
+    .ok();
+    let unsigned_len = fs::metadata(img.join("A.sheaf")).unwrap().len() as usize;
+    let mut tampered = fs::read(img.join("B.sheaf")).unwrap();
+    tampered.extend_from_slice(&fs::read(&signed).unwrap()[unsigned_len..]);
+    write(&img.join("tampered.sheaf"), &tampered);
+    let public = fs::read_to_string(top.join("key.pub")).unwrap();
+    let public: Vec<&str> = public.split_whitespace().take(2).collect();
+    write(
+        &img.join("allowed_signers"),
+        format!("ops@site {}\n", public.join(" ")).as_bytes(),
+    );
+    write(
+        &img.join("policy.toml"),
+        format!(
+            "[signatures]\nrequire = true\nsigners = \"{}\"\n",
+            img.join("allowed_signers").display()
+        )
+        .as_bytes(),
+    );
+    run_cmd(Command::new("chmod").args(["-R", "a+rX"]).arg(&img)).ok();
+    // Where the user's jobs write (and run from).
+    let out = top.join("out");
+    fs::create_dir(&out).unwrap();
+    run_cmd(Command::new("chown").arg(USER).arg(&out)).ok();
+
+    let plain = format!(
+        "required {} sheaf={} pools={}\n",
+        so.display(),
+        bin(),
+        img.join("pools").display()
+    );
+    let started = Instant::now();
+    let cl = Cluster::up(&top.join("cluster"), &plain);
+    eprintln!("cluster of {NODES} nodes up in {:?}", started.elapsed());
+    let data_arg = format!("--sheaf={}:/data", data.display());
+    // The job past its time limit has an image of its own: what it holds
+    // while it runs is not a leftover of the others.
+    let late = img.join("late.sheaf");
+    fs::copy(&data, &late).unwrap();
+    fs::set_permissions(&late, fs::Permissions::from_mode(0o644)).unwrap();
+
+    // A job past its time limit (one minute, Slurm's least), started first:
+    // the rest runs while it waits to be killed.
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "sbatch",
+            "--parsable",
+            "-N1",
+            "-w",
+            "n4",
+            "--time=1",
+            &format!("--sheaf={}:/data", late.display()),
+            "-o",
+            "timeout.out",
+            "--wrap",
+            "ls /data && sleep 600",
+        ],
+    ))
+    .ok();
+    let timeout_job = o.text().trim().to_string();
+
+    // 1. A 4-node batch job: the pool's module loads, and every node reads
+    // the dataset at /data with the source tree's checksums.
+    let job = out.join("job.sh");
+    write(
+        &job,
+        format!(
+            "#!/bin/bash\n#SBATCH -N {NODES}\n#SBATCH {data_arg}\n#SBATCH --sheaf-pool=tools/1.0\n\
+             #SBATCH -o batch.out\n\
+             source /usr/share/lmod/lmod/init/bash\nmodule load hello/1.0 && hello\n\
+             srun -o sums-%t bash -c 'hostname; {}' sh /data\n",
+            SUMS.replace('\'', "'\\''")
+        )
+        .as_bytes(),
+    );
+    let t0 = Instant::now();
+    let o = run_cmd(&mut cl.user(&out, &["sbatch", "--wait", "job.sh"]));
+    let batch = fs::read_to_string(out.join("batch.out")).unwrap_or_default();
+    assert_eq!(o.code, 0, "{}\nbatch.out:\n{batch}", o.describe());
+    eprintln!("4-node batch job in {:?}:\n{batch}", t0.elapsed());
+    assert!(batch.contains("hello from a sheaf pool"), "{batch}");
+    let want = run_cmd(Command::new("bash").args(["-c", SUMS, "sh"]).arg(&data_src))
+        .ok()
+        .text();
+    assert_eq!(want.lines().count(), 19, "{want}");
+    let mut hosts = Vec::new();
+    for i in 0..NODES {
+        let got = fs::read_to_string(out.join(format!("sums-{i}"))).unwrap();
+        let (host, sums) = got.split_once('\n').unwrap();
+        assert_eq!(sums, want, "node {host}");
+        hosts.push(host.to_string());
+    }
+    hosts.sort();
+    assert_eq!(hosts, ["n1", "n2", "n3", "n4"]);
+    assert_nothing_left(&img, uid, &late, "the 4-node job");
+
+    // 2. Two jobs on one node at once, each its own image at /data.
+    let two: Vec<_> = ["A", "B"]
+        .iter()
+        .map(|w| {
+            cl.user(
+                &out,
+                &[
+                    "srun",
+                    "-N1",
+                    "-n1",
+                    "-w",
+                    "n1",
+                    &format!("--sheaf={}:/data", img.join(format!("{w}.sheaf")).display()),
+                    "sh",
+                    "-c",
+                    "cat /data/which; echo; grep -c fuse.sheaf /proc/self/mounts; \
+                     touch started-$SLURM_JOB_ID; while [ $(ls started-* | wc -l) -lt 2 ]; do sleep 0.1; done; \
+                     cat /data/which",
+                ],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    // While both run: neither mount is in the host's namespace or n1's slurmd's.
+    let t0 = Instant::now();
+    while fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("started-"))
+        .count()
+        < 2
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the two jobs did not run at once"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let slurmd = fs::read_to_string(cl.work.join("nodes/n1/slurmd.pid")).unwrap();
+    for p in ["self".to_string(), slurmd.trim().to_string()] {
+        let info = fs::read_to_string(format!("/proc/{p}/mountinfo")).unwrap();
+        assert!(
+            !info.contains("fuse.sheaf") || !info.contains(&*img.to_string_lossy()),
+            "{p}: {info}"
+        );
+        assert!(!info.contains("sheaf-slurm"), "{p}: {info}");
+    }
+    for (w, c) in ["A", "B"].iter().zip(two) {
+        let o = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "{w}: {text} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(text, format!("{w}\n1\n{w}"), "job {w}");
+    }
+    assert_nothing_left(&img, uid, &late, "the two jobs on n1");
+
+    // 3. scancel mid-job.
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "sbatch",
+            "--parsable",
+            "-N2",
+            "-w",
+            "n2,n3",
+            &data_arg,
+            "-o",
+            "cancel.out",
+            "--wrap",
+            "srun sh -c 'ls /data >/dev/null && echo up-$(hostname); sleep 600'",
+        ],
+    ))
+    .ok();
+    let id = o.text().trim().to_string();
+    let t0 = Instant::now();
+    loop {
+        let text = fs::read_to_string(out.join("cancel.out")).unwrap_or_default();
+        if text.matches("up-").count() == 2 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "cancel.out: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    run_cmd(&mut cl.user(&out, &["scancel", &id])).ok();
+    assert_nothing_left(&img, uid, &late, "the cancelled job");
+
+    // 4. A tampered image under a signature policy: one line, a failed step.
+    cl.plugstack(&format!(
+        "required {} sheaf={} config={}\n",
+        so.display(),
+        bin(),
+        img.join("policy.toml").display()
+    ));
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun",
+            "-N1",
+            "-w",
+            "n1",
+            &format!("--sheaf={}:/data", img.join("tampered.sheaf").display()),
+            "cat",
+            "/data/which",
+        ],
+    ));
+    assert_ne!(o.code, 0, "{}", o.describe());
+    assert!(o.stdout.is_empty(), "{}", o.describe());
+    let ours: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("sheaf"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{}", o.describe());
+    assert!(
+        ours[0].starts_with("sheaf: error: ") && ours[0].contains("tampered.sheaf: refused"),
+        "{}",
+        o.describe()
+    );
+    assert!(o.stderr.contains("exit code 125"), "{}", o.describe());
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun",
+            "-N1",
+            "-w",
+            "n1",
+            &format!("--sheaf={}:/data", signed.display()),
+            "cat",
+            "/data/which",
+        ],
+    ))
+    .ok();
+    assert_eq!(o.text(), "A");
+    cl.plugstack(&plain);
+    assert_nothing_left(&img, uid, &late, "the policy's steps");
+
+    // 5. The job past its time limit.
+    let t0 = Instant::now();
+    loop {
+        let s = cl.job_state(&timeout_job);
+        if s == "TIMEOUT" {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(150),
+            "job {timeout_job}: {s}, not TIMEOUT"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let text = fs::read_to_string(out.join("timeout.out")).unwrap_or_default();
+    assert!(
+        text.contains("README") && text.contains("DUE TO TIME LIMIT"),
+        "{text}"
+    );
+    assert_nothing_left(
+        &img,
+        uid,
+        Path::new("/nothing"),
+        "the job past its time limit",
+    );
+    drop(cl);
+    let ns = run_cmd(Command::new("ip").args(["netns", "list"]))
+        .ok()
+        .text();
+    assert!(
+        !ns.lines().any(|l| l.starts_with("sl-")),
+        "namespaces left: {ns}"
+    );
+    eprintln!("all in {:?}", started.elapsed());
+}
