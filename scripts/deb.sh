@@ -2,7 +2,8 @@
 # A Debian package of the built sheaf (`make deb` builds first): what
 # `make install-files` installs with PREFIX=/usr (sheaf, libexec/sheaf/sheaf-full,
 # /sbin/mount.fuse.sheaf, the snapshotter's systemd units as conffiles, man
-# pages, bash/zsh/fish completions), Depends from dpkg-shlibdeps plus fuse3.
+# pages, bash/zsh/fish completions, the Slurm plugin /usr/lib/sheaf/sheaf_spank.so
+# when it was built beside sheaf), Depends from dpkg-shlibdeps plus fuse3.
 # Usage: scripts/deb.sh [OUTDIR]   (default target/debian; prints the .deb's path)
 # SHEAF=path/to/sheaf picks other binaries (sheaf-full beside it).
 set -euo pipefail

@@ -762,6 +762,15 @@ fn make_deb_builds_a_package_that_installs_and_removes_cleanly() {
     ] {
         assert!(paths.contains(p), "{p} not in the package:\n{contents}");
     }
+    // The Slurm plugin, built by `make build` where Slurm's header is
+    // (docs/slurm.md).
+    if Path::new("/usr/include/slurm/spank.h").exists() {
+        assert!(
+            paths.contains("./usr/lib/sheaf/sheaf_spank.so"),
+            "the Slurm plugin is not in the package (make spank builds it beside {}):\n{contents}",
+            bin()
+        );
+    }
     assert!(
         contents
             .lines()
