@@ -688,7 +688,9 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
     let Some(m) = kernel::mount_at(&mp)? else {
         bail!("{}: not mounted", a.mountpoint.display());
     };
-    if m.fstype != "fuse.sheaf" {
+    let kernel_path =
+        m.fstype == "erofs" && sheaf_mount::erofs::is_metadata_image(Path::new(&m.source));
+    if m.fstype != "fuse.sheaf" && !kernel_path {
         bail!(
             "{}: not a sheaf mount ({} from {}); use umount(8)",
             a.mountpoint.display(),
@@ -696,7 +698,12 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
             m.source
         );
     }
-    let pid = sheaf_mount::control::Client::connect(&mp).pid().ok();
+    // A kernel-path mount has no control file: its server ends with it.
+    let pid = if kernel_path {
+        None
+    } else {
+        sheaf_mount::control::Client::connect(&mp).pid().ok()
+    };
     kernel::unmount(&mp, a.lazy).map_err(|e| {
         if e.errno() == Some(libc::EBUSY) {
             anyhow!(

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Number of #[test]s below that use the shared fixture.
-const TESTS: usize = 8;
+const TESTS: usize = 9;
 
 /// Offset of the second data run of the sparse file: the hole between the
 /// runs is 4 GiB, more than a u32 can count.
@@ -336,6 +336,25 @@ fn mounted_tree_matches_source_in_every_attribute() {
     }
     let (f, _done) = fixture();
     let guard = mount(&[&f.img], &f.dir.join("mnt"), &[]);
+    assert_tree_eq(&guard.mp, &f.src);
+    guard.umount();
+}
+
+/// The same comparison against the kernel's EROFS mount of the image
+/// (`sheaf mount --kernel`): every type, attribute, ACL and capability, the
+/// 4 GiB hole, names that are not UTF-8, hardlinked special files.
+#[test]
+fn kernel_mounted_tree_matches_source_in_every_attribute() {
+    if !prerequisite(is_root(), "root (the kernel path mounts EROFS)") || !mounts_allowed() {
+        return;
+    }
+    let (f, _done) = fixture();
+    let cache = format!("kernel_cache={}", f.dir.join("kcache").display());
+    let guard = mount(
+        &[&f.img],
+        &f.dir.join("kmnt"),
+        &["--kernel=require", "-o", &cache],
+    );
     assert_tree_eq(&guard.mp, &f.src);
     guard.umount();
 }

@@ -642,8 +642,8 @@ fn inode(
         buf.extend_from_slice(&serial.to_le_bytes());
         buf.extend_from_slice(&r.uid.to_le_bytes());
         buf.extend_from_slice(&r.gid.to_le_bytes());
-        let sec = u64::try_from(r.mtime_sec)
-            .map_err(|_| unsupported(format!("a time before 1970 ({})", r.mtime_sec)))?;
+        // Two's complement: the kernel reads the field into a signed time.
+        let sec = r.mtime_sec as u64;
         buf.extend_from_slice(&sec.to_le_bytes());
         buf.extend_from_slice(&r.mtime_nsec.to_le_bytes());
         buf.extend_from_slice(&r.nlink.to_le_bytes());
