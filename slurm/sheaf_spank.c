@@ -185,11 +185,22 @@ static int json_str(char *out, size_t n, const char *s)
     return 0;
 }
 
-/* DEST must be absolute, with no empty, "." or ".." component, and not "/". */
+/* The system's own directories: no image goes there or below. */
+static const char *const system_dirs[] = {"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32",
+                                          "/lib64", "/libx32", "/proc", "/run", "/sbin",
+                                          "/sys", "/usr", "/var", NULL};
+
+/* DEST must be absolute, with no empty, "." or ".." component, and not "/"
+ * or a system directory. */
 static int good_dest(const char *d)
 {
     if (d[0] != '/' || d[1] == 0 || strlen(d) >= PATH_MAX / 2)
         return 0;
+    for (int i = 0; system_dirs[i]; i++) {
+        size_t n = strlen(system_dirs[i]);
+        if (!strncmp(d, system_dirs[i], n) && (d[n] == 0 || d[n] == '/'))
+            return 0;
+    }
     const char *p = d;
     while (*p) {
         p++; /* past '/' */
@@ -209,7 +220,8 @@ static int add_mount(const char *source, const char *dest)
         return -1;
     }
     if (!good_dest(dest)) {
-        fail("%s: the mount point must be an absolute path with no '.' or '..' (and not /)", dest);
+        fail("%s: the mount point must be an absolute path with no '.' or '..', outside the "
+             "system's directories (/etc, /usr, /var, /run, ...)", dest);
         return -1;
     }
     for (int i = 0; i < nmnts; i++)
@@ -382,6 +394,7 @@ static int as_user(const struct job *j, char *const argv[], const char *input, c
             _exit(126);
         if (chdir("/") < 0)
             _exit(126);
+        signal(SIGPIPE, SIG_DFL);
         execve(argv[0], argv, j->envp);
         _exit(127);
     }
@@ -497,10 +510,22 @@ static void holder_main(struct job *j, int status, int ctl)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGCHLD, SIG_DFL); /* waitpid must see our children's status */
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    /* Nothing of slurmstepd's (its sockets, its pipes to srun) stays open
+     * in the holder or the serving processes. */
+    if (dup2(status, 3) < 0 || dup2(ctl, 4) < 0) {
+        put(status, "Edup2: ", strerror(errno));
+        _exit(1);
+    }
+    status = 3;
+    ctl = 4;
+    fcntl(status, F_SETFD, FD_CLOEXEC);
+    fcntl(ctl, F_SETFD, FD_CLOEXEC);
+    close_range(5, ~0U, 0);
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
         put(status, "Ea private mount namespace: ", strerror(errno));
         _exit(1);
@@ -513,7 +538,10 @@ static void holder_main(struct job *j, int status, int ctl)
         if (make_dirs(mnts[i].dest) < 0 ||
             mount("sheaf-slurm", mnts[i].dest, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
             mkdir(mnts[i].stage, 0755) < 0 || chown(mnts[i].stage, j->uid, j->gid) < 0) {
-            put(status, "E", mnts[i].dest);
+            char why[PATH_MAX + 128];
+            snprintf(why, sizeof why, "E%s: %s (a directory, no symbolic link on the way)",
+                     mnts[i].dest, strerror(errno));
+            put(status, why, "");
             teardown(j, 0);
             _exit(1);
         }
@@ -676,6 +704,13 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
     (void)sp; (void)ac; (void)av;
     if (holder <= 0)
         return 0;
+    /* What the user mounted is the user's: no program the task runs may
+     * gain privileges from files it chose (setuid, file capabilities), as
+     * in Apptainer. */
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        dprintf(2, "sheaf: error: no_new_privs: %s\n", strerror(errno));
+        _exit(SHEAF_FAILED);
+    }
     char cwd[PATH_MAX], path[64];
     int have_cwd = getcwd(cwd, sizeof cwd) != NULL;
     snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)holder);

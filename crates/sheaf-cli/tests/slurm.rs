@@ -403,7 +403,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
                     &format!("--sheaf={}:/data", img.join(format!("{w}.sheaf")).display()),
                     "sh",
                     "-c",
-                    "cat /data/which; echo; grep -c fuse.sheaf /proc/self/mounts; \
+                    "cat /data/which; echo; grep -c fuse.sheaf /proc/self/mounts; grep NoNewPrivs /proc/self/status; \
                      touch started-$SLURM_JOB_ID; while [ $(ls started-* | wc -l) -lt 2 ]; do sleep 0.1; done; \
                      cat /data/which",
                 ],
@@ -446,7 +446,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
             "{w}: {text} {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        assert_eq!(text, format!("{w}\n1\n{w}"), "job {w}");
+        assert_eq!(text, format!("{w}\n1\nNoNewPrivs:\t1\n{w}"), "job {w}");
     }
     assert_nothing_left(&img, uid, &late, "the two jobs on n1");
 
@@ -479,6 +479,27 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     }
     run_cmd(&mut cl.user(&out, &["scancel", &id])).ok();
     assert_nothing_left(&img, uid, &late, "the cancelled job");
+
+    // A mount point in the system's directories is refused before the job
+    // is submitted, in one line of the plugin's.
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun",
+            "-N1",
+            &format!("--sheaf={}:/etc", data.display()),
+            "true",
+        ],
+    ));
+    assert_ne!(o.code, 0, "{}", o.describe());
+    assert!(
+        o.stderr
+            .lines()
+            .next()
+            .is_some_and(|l| l.starts_with("srun: error: sheaf: /etc: the mount point must be")),
+        "{}",
+        o.describe()
+    );
 
     // 4. A tampered image under a signature policy: one line, a failed step.
     cl.plugstack(&format!(
