@@ -368,9 +368,19 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         .as_bytes(),
     );
     let t0 = Instant::now();
-    let o = run_cmd(&mut cl.user(&out, &["sbatch", "--wait", "job.sh"]));
+    // (Polled here: `sbatch --wait` polls every few seconds.)
+    let o = run_cmd(&mut cl.user(&out, &["sbatch", "--parsable", "job.sh"])).ok();
+    let id = o.text().trim().to_string();
+    let state = loop {
+        let s = cl.job_state(&id);
+        if !["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"].contains(&s.as_str()) {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "job {id}: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let batch = fs::read_to_string(out.join("batch.out")).unwrap_or_default();
-    assert_eq!(o.code, 0, "{}\nbatch.out:\n{batch}", o.describe());
+    assert_eq!(state, "COMPLETED", "batch.out:\n{batch}");
     eprintln!("4-node batch job in {:?}:\n{batch}", t0.elapsed());
     assert!(batch.contains("hello from a sheaf pool"), "{batch}");
     let want = run_cmd(Command::new("bash").args(["-c", SUMS, "sh"]).arg(&data_src))
