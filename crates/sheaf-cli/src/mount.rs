@@ -361,7 +361,14 @@ fn mount_request(
     let r = sheaf_mount::MountRequest::decode(&bytes)?;
     let remote = &remote.with_routes(&r);
     let images: Vec<PathBuf> = r.images.iter().map(|i| PathBuf::from(&i.source)).collect();
-    let mut options = a.options.clone();
+    // The site's switch comes first: -o given here still wins.
+    // SAFETY: a plain getter.
+    let mut options = if unsafe { libc::geteuid() } == 0 {
+        crate::options::site_mount_options(&sheaf_trust::policy::site_config()?)?
+    } else {
+        Vec::new()
+    };
+    options.extend(a.options.iter().cloned());
     for (on, name) in [
         (r.allow_other, "allow_other"),
         (r.suid, "suid"),
@@ -409,6 +416,24 @@ pub(crate) fn check_existing(mp: &Path, roots: &[sheaf_format::Digest]) -> Resul
     };
     // SAFETY: plain getter.
     let me = unsafe { libc::geteuid() };
+    // A kernel-path mount of one image: only root mounts EROFS, and its
+    // source names the root digest it was made from.
+    if me == 0 && m.is_kernel_path() {
+        let name = Path::new(&m.source)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if let [root] = roots {
+            if name.starts_with(&sheaf_format::hex(root)) {
+                return Ok(());
+            }
+        }
+        bail!(
+            "{}: a kernel-path mount of another image is there: refusing to use it (sheaf umount {})",
+            mp.display(),
+            mp.display()
+        );
+    }
     if m.fstype != "fuse.sheaf" || m.owner != Some(me) {
         bail!(
             "{}: a {} mount made by {} is there, not yours: refusing to use it (ask its owner to unmount it, or choose another mount point)",
@@ -688,9 +713,8 @@ pub fn umount(a: UmountArgs) -> Result<i32> {
     let Some(m) = kernel::mount_at(&mp)? else {
         bail!("{}: not mounted", a.mountpoint.display());
     };
-    let kernel_path =
-        m.fstype == "erofs" && sheaf_mount::erofs::is_metadata_image(Path::new(&m.source));
-    if m.fstype != "fuse.sheaf" && !kernel_path {
+    let kernel_path = m.is_kernel_path();
+    if !m.is_sheaf() {
         bail!(
             "{}: not a sheaf mount ({} from {}); use umount(8)",
             a.mountpoint.display(),

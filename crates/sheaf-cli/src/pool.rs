@@ -240,7 +240,7 @@ fn name_from_path(arg: &str) -> Result<(String, String)> {
 
 /// Whether a sheaf filesystem is mounted at `mp`.
 fn sheaf_mounted(mp: &Path) -> bool {
-    matches!(sheaf_mount::kernel::mount_at(mp), Ok(Some(m)) if m.fstype == "fuse.sheaf")
+    matches!(sheaf_mount::kernel::mount_at(mp), Ok(Some(m)) if m.is_sheaf())
 }
 
 fn load(a: PoolLoadArgs, remote: &RemoteArgs) -> Result<i32> {

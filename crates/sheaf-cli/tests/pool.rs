@@ -991,3 +991,67 @@ fn a_default_pool_directory_made_by_another_user_is_refused() {
     assert_eq!(o.code, 0, "{}", o.describe());
     assert!(!is_mounted(&mp));
 }
+
+/// Root's `pool load` where the site says `[mount] kernel = "require"`:
+/// the pool is the kernel's EROFS mount (its modulefiles there), a second
+/// load finds it and uses it (its source names the pool's root digest),
+/// and `pool unload` takes it down.
+#[test]
+fn root_pool_load_takes_the_kernel_path_when_the_site_says_so() {
+    if !prerequisite(is_root(), "root (the kernel path mounts EROFS)") || !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let img = demo_pool(t.path());
+    let conf = t.path().join("config.toml");
+    write(
+        &conf,
+        format!(
+            "[pools]\nlocations = []\nlocal = \"{l}\"\nmounts = \"{m}\"\n\n[mount]\nkernel = \"require\"\nkernel_cache = \"{k}\"\n",
+            l = t.path().join("local").display(),
+            m = t.path().join("mnt").display(),
+            k = t.path().join("kcache").display(),
+        )
+        .as_bytes(),
+    );
+    let mp = t.path().join("mnt/demo/1.0");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let mut c = cmd();
+        c.env("SHEAF_CONFIG", &conf);
+        run_cmd(c.args(args))
+    };
+    let fstype = |mp: &Path| {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mp = mp.canonicalize().unwrap();
+        info.lines()
+            .find_map(|l| {
+                let (left, right) = l.split_once(" - ")?;
+                (left.split(' ').nth(4)? == mp.to_str()?)
+                    .then(|| right.split(' ').next().unwrap_or("").to_string())
+            })
+            .unwrap_or_default()
+    };
+    for _ in 0..2 {
+        let o = run(&["pool".as_ref(), "load".as_ref(), img.as_os_str()]);
+        assert_eq!(o.code, 0, "{}", o.describe());
+        assert!(is_mounted(&mp));
+        assert_eq!(fstype(&mp), "erofs");
+        assert!(mp.join("modulefiles/tool/2.0.lua").is_file());
+    }
+    let o = run(&["pool".as_ref(), "unload".as_ref(), "demo/1.0".as_ref()]);
+    assert_eq!(o.code, 0, "{}", o.describe());
+    assert!(!is_mounted(&mp));
+    // An unknown key of [mount] is a refusal naming it, not silence.
+    let text = std::fs::read_to_string(&conf).unwrap();
+    write(&conf, text.replace("kernel =", "kernell =").as_bytes());
+    let o = run(&["pool".as_ref(), "load".as_ref(), img.as_os_str()]);
+    assert_eq!(o.code, 1, "{}", o.describe());
+    let last = o.err_lines().last().copied().unwrap_or_default();
+    assert!(
+        last.starts_with("sheaf: error: ")
+            && last.ends_with("[mount] kernell: unknown (kernel and kernel_cache are known)"),
+        "{}",
+        o.describe()
+    );
+    assert!(!is_mounted(&mp));
+}

@@ -14,7 +14,7 @@
 //! end of the file's last block.
 //!
 //! The on-disk format is the kernel's (`fs/erofs/erofs_fs.h`); what this
-//! writer uses of it is spelled out in docs/format.md §11. This crate owns
+//! writer uses of it is spelled out in docs/format.md §14. This crate owns
 //! that layout and the blob map; it does not know how either is mounted,
 //! cached or served.
 

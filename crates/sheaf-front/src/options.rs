@@ -146,6 +146,59 @@ pub enum KernelPath {
     Require,
 }
 
+/// The site's switch for the mounts other processes ask for (`pool load`,
+/// the containerd snapshotter, the Slurm plugin: `sheaf mount --request`),
+/// in the site configuration's `[mount]` table:
+///
+/// ```toml
+/// [mount]
+/// kernel = "auto"                      # or "require", "off" (the default)
+/// kernel_cache = "/var/cache/sheaf/kernel"
+/// ```
+///
+/// As mount options (`kernel=...`, `kernel_cache=...`), which options
+/// given to the request's `sheaf mount` override. A missing file or table
+/// is nothing. Read only for root, the one user the kernel path serves.
+pub fn site_mount_options(path: &Path) -> Result<Vec<String>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => bail!("{}: {}", path.display(), sheaf_format::one_line(&e)),
+    };
+    let v: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| anyhow!("{}: {}", path.display(), e.message()))?;
+    let Some(m) = v.get("mount") else {
+        return Ok(Vec::new());
+    };
+    let m = m
+        .as_table()
+        .ok_or_else(|| anyhow!("{}: [mount] is not a table", path.display()))?;
+    let mut out = Vec::new();
+    for (key, value) in m {
+        let v = match (key.as_str(), value.as_str()) {
+            ("kernel", Some(v @ ("auto" | "require" | "off"))) => v,
+            ("kernel_cache", Some(v)) if Path::new(v).is_absolute() => v,
+            ("kernel", _) => bail!(
+                "{}: [mount] kernel must be \"auto\", \"require\" or \"off\"",
+                path.display()
+            ),
+            ("kernel_cache", _) => {
+                bail!(
+                    "{}: [mount] kernel_cache must be an absolute path",
+                    path.display()
+                )
+            }
+            (k, _) => bail!(
+                "{}: [mount] {k}: unknown (kernel and kernel_cache are known)",
+                path.display()
+            ),
+        };
+        out.push(format!("{key}={v}"));
+    }
+    Ok(out)
+}
+
 /// Where the kernel path keeps metadata images unless told
 /// (`kernel_cache=`): root's, as the mounts are.
 pub const KERNEL_CACHE: &str = "/var/cache/sheaf/kernel";

@@ -589,6 +589,20 @@ pub struct MountEntry {
     pub owner: Option<u32>,
 }
 
+impl MountEntry {
+    /// A sheaf mount: one served through FUSE (`fuse.sheaf`), or a
+    /// kernel-path mount (EROFS on a metadata image sheaf wrote,
+    /// [`crate::erofs::is_metadata_image`]).
+    pub fn is_sheaf(&self) -> bool {
+        self.fstype == "fuse.sheaf" || self.is_kernel_path()
+    }
+
+    /// A kernel-path mount (`sheaf mount --kernel`).
+    pub fn is_kernel_path(&self) -> bool {
+        self.fstype == "erofs" && crate::erofs::is_metadata_image(Path::new(&self.source))
+    }
+}
+
 /// Undo mountinfo's octal escapes (`\040` for a space).
 fn unescape(s: &str) -> OsString {
     let b = s.as_bytes();
