@@ -44,6 +44,13 @@ Mount options (-o, comma-separated, repeatable):
   prefetch_metadata=on|off
                     fetch all metadata pages in the background at mount (default: on
                     for URLs, off for files)
+  kernel[=auto|require|off]
+                    (root) the kernel's EROFS driver serves the tree from a metadata
+                    image made once per image; sheaf serves the data, lazy and
+                    verified; auto falls back to FUSE with one line saying why,
+                    require fails instead (also --kernel[=WHEN]; docs/mount.md)
+  kernel_cache=DIR  where the kernel path keeps metadata images
+                    (default /var/cache/sheaf/kernel, root's alone)
   ro, defaults, auto, noauto, user, users, nouser, nofail, _netdev, x-*, comment=*
                     accepted for fstab and ignored (the mount is always read-only)
 
@@ -74,6 +81,7 @@ installed by `make install`):
 Examples:
   sheaf mount data.sheaf /mnt/data && ls /mnt/data
   sheaf mount -o mem_cache=1G,allow_other stack.sheaf /opt/stack
+  sheaf mount --kernel dataset.sheaf /data             (root: EROFS in the kernel)
   sheaf mount site.sheaf project.sheaf /opt/sw          (a union, read-only)
   sheaf mount base.sheaf /work --upper changes/          (writable overlay)
   sheaf stats /mnt/data

@@ -91,6 +91,8 @@ pub const OFFERED: &[(&str, OptionValue)] = {
         ("record", Any),
         ("prefetch", Any),
         ("prefetch_metadata", OneOf(&["on", "off"])),
+        ("kernel", OneOf(&["auto", "require", "off"])),
+        ("kernel_cache", Any),
         ("cache_dir", Any),
         ("cache_quota", Any),
         ("no_cache", Switch),
