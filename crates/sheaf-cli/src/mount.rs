@@ -231,23 +231,44 @@ pub fn run(mut a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     }
     let code = mount(&target, &a.options, a.foreground, false, &policy, remote)?;
     if a.json && code == 0 {
-        print_mounted(mountpoint, started)?;
+        print_mounted(mountpoint, &images, started)?;
     }
     Ok(code)
 }
 
 /// `sheaf mount --json`: what is mounted, read back from the mount itself
 /// (its statistics report), so the line says what is served.
-fn print_mounted(mountpoint: &Path, started: Instant) -> Result<()> {
+fn print_mounted(mountpoint: &Path, images: &[PathBuf], started: Instant) -> Result<()> {
     let mp = absolute(mountpoint);
-    let r = report(&mp)?;
-    let line = MountedLine {
-        images: r.layers.unwrap_or_else(|| vec![r.image]),
-        ms: started.elapsed().as_secs_f64() * 1e3,
-        mountpoint: mp,
-        pid: r.pid,
-        roots: r.roots,
-        writable: r.upper.unwrap_or(false),
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    let line = match kernel::mount_at(&mp)? {
+        // The kernel path has no control file: what it serves is in its
+        // source's name, the root digest it was made from.
+        Some(m) if m.is_kernel_path() => MountedLine {
+            images: images.iter().map(|i| i.display().to_string()).collect(),
+            kernel: true,
+            ms,
+            mountpoint: mp,
+            pid: crate::serve::last_server().unwrap_or(0),
+            roots: Path::new(&m.source)
+                .file_name()
+                .and_then(|n| n.to_str()?.split('.').next().map(String::from))
+                .into_iter()
+                .collect(),
+            writable: false,
+        },
+        _ => {
+            let r = report(&mp)?;
+            MountedLine {
+                images: r.layers.unwrap_or_else(|| vec![r.image]),
+                kernel: false,
+                ms,
+                mountpoint: mp,
+                pid: r.pid,
+                roots: r.roots,
+                writable: r.upper.unwrap_or(false),
+            }
+        }
     };
     println!("{}", serde_json::to_string(&line)?);
     Ok(())
@@ -258,6 +279,8 @@ fn print_mounted(mountpoint: &Path, started: Instant) -> Result<()> {
 #[derive(serde::Serialize)]
 struct MountedLine {
     images: Vec<String>,
+    /// Served by the kernel's EROFS driver (`--kernel`).
+    kernel: bool,
     ms: f64,
     mountpoint: PathBuf,
     pid: u32,
@@ -400,7 +423,7 @@ fn mount_request(
         remote,
     )?;
     if a.json && code == 0 {
-        print_mounted(&r.mountpoint, started)?;
+        print_mounted(&r.mountpoint, &images, started)?;
     }
     Ok(code)
 }

@@ -129,8 +129,21 @@ fn a_kernel_mount_shows_the_tree_exact_and_ends_with_its_server() {
         servers_of(&sc.mp).is_empty()
     });
 
-    // A second mount uses the same metadata image, not a new one.
-    let m = sc.mount(&refs(&args));
+    // A second mount uses the same metadata image, not a new one; --json
+    // says what serves it.
+    let mut with_json = args.clone();
+    with_json.push("--json".into());
+    let o = run_cmd(&mut sc.mount_cmd(&refs(&with_json))).ok();
+    let m = Mounted::adopt(&sc.mp);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["kernel"], true, "{v}");
+    let root = sheaf_in(["root".as_ref(), sc.img.as_os_str()]).ok().text();
+    let hex = root.trim().rsplit(':').next().unwrap().to_string();
+    assert_eq!(v["roots"], serde_json::json!([hex]));
+    assert!(
+        servers_of(&sc.mp).contains(&(v["pid"].as_i64().unwrap() as i32)),
+        "{v}"
+    );
     assert_eq!(fs::metadata(&meta[0]).unwrap().ino(), ino);
     assert_eq!(
         fs::read_dir(&cache).unwrap().count(),

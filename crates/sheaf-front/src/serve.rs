@@ -122,6 +122,20 @@ pub fn serve_erofs(
     )
 }
 
+/// The process that serves the last mount [`serve_with`] made in the
+/// background (for `sheaf mount --json` of a mount that has no control
+/// file to ask: the kernel path's).
+static SERVER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The pid of the process serving the last background mount this process
+/// made, if any.
+pub fn last_server() -> Option<u32> {
+    match SERVER.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => None,
+        p => Some(p as u32),
+    }
+}
+
 /// The one way a mount is served: `mount` makes it (calling `ready` once
 /// the kernel has it), `serve` serves it until it is gone. In the
 /// foreground, logging to stderr; else from a background process that
@@ -205,7 +219,8 @@ fn serve_with<S>(
                 }
             }
         }
-        _child => {
+        child => {
+            SERVER.store(child, std::sync::atomic::Ordering::Relaxed);
             drop(wr);
             // "K" is all there is to read: return on it rather than wait
             // for the end of the pipe, which comes only once the server
