@@ -6,7 +6,9 @@
 //! odd, an image layer (absolute paths refused). A build must end with an
 //! image that opens or one error; nothing may panic, hang, or take memory or
 //! time beyond the input's (holes cost nothing, docs/build.md "Limits on
-//! input").
+//! input"). The built image's EROFS metadata (the kernel path) is written
+//! too: it is a whole image or one refusal, block-aligned, and its blob map
+//! gives every regular file with data one range of its size.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use sheaf_build::{build, BuildOptions, Input, Progress, TarStream};
@@ -60,6 +62,16 @@ fn run(data: &[u8]) {
                     }
                     _ => {}
                 }
+            }
+        }
+        let mut meta = Vec::new();
+        if let Ok(w) = sheaf_erofs::write(&img, &mut meta) {
+            assert_eq!(w.bytes, meta.len() as u64);
+            assert_eq!(meta.len() % 4096, 0);
+            for e in w.map.extents() {
+                let ino = img.inode(e.ino).expect("a mapped inode");
+                assert_eq!(ino.file_type(), sheaf_format::FileType::Regular);
+                assert_eq!(ino.rec.size, e.size);
             }
         }
     }

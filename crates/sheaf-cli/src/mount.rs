@@ -111,8 +111,8 @@ pub struct MountArgs {
     /// listings at kernel speed, the data still read and verified by sheaf.
     /// WHEN: auto (the default: FUSE, with a line saying why, where the
     /// kernel path cannot be taken) or require (fail instead). Also -o kernel.
-    #[arg(long, value_name = "WHEN", num_args = 0..=1, default_missing_value = "auto",
-          value_parser = ["auto", "require", "off"])]
+    #[arg(long, value_name = "WHEN", num_args = 0..=1, require_equals = true,
+          default_missing_value = "auto", value_parser = ["auto", "require", "off"])]
     kernel: Option<String>,
     /// Stay in the foreground and log to stderr (default: return once the
     /// mount is ready and serve it from a background process).
@@ -617,22 +617,12 @@ fn mount(
         prefetch: p.prefetch.as_deref(),
     })?;
     let cfg = p.mount_config(mp, a.fsname, upper.is_some());
-    let fuse_because = |why: &str| -> Result<()> {
-        if p.kernel == KernelPath::Require {
-            bail!("{}: kernel=require, but {why}", t.mountpoint.display());
-        }
-        eprintln!(
-            "sheaf: {}: served through FUSE: {why}",
-            t.mountpoint.display()
-        );
-        Ok(())
-    };
     match a.served {
         Served::Image { img, src, fs } => {
             if p.kernel != KernelPath::Off {
                 match sheaf_front::kernel::mount(&cfg, &p, &img, &a.signer, foreground)? {
                     Outcome::Mounted(code) => return Ok(code),
-                    Outcome::Fuse(why) => fuse_because(&why)?,
+                    Outcome::Fuse(why) => sheaf_front::kernel::say_fuse(&cfg.mountpoint, &why),
                 }
             }
             serve_image(cfg, &p, &a.signer, started, foreground, img, src, fs)
@@ -640,7 +630,7 @@ fn mount(
         Served::Union(fs) => {
             if p.kernel != KernelPath::Off {
                 if let Some(why) = sheaf_front::kernel::cannot(&p, true) {
-                    fuse_because(&why)?;
+                    sheaf_front::kernel::fuse_instead(&cfg.mountpoint, &p, &why)?;
                 }
             }
             serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs)

@@ -46,7 +46,7 @@ pub fn try_mount(args: &[OsString]) -> Option<i32> {
     }
     let p = MountOptions::parse(&options, from_fstab).ok()?;
     // Network options and signatures are the whole tool's business.
-    if p.remote != RemoteOptions::default() || p.kernel != crate::options::KernelPath::Off {
+    if p.remote != RemoteOptions::default() {
         return None;
     }
     let policy = sheaf_trust::Policy::load(false, None, None).ok()?;
@@ -75,6 +75,14 @@ pub fn try_mount(args: &[OsString]) -> Option<i32> {
     )
     .ok()?;
     let cfg = p.mount_config(mp, crate::options::local_fsname(&image), false);
+    if p.kernel != crate::options::KernelPath::Off {
+        // Here too, so that a cold `sheaf mount --kernel` does not load the
+        // whole tool; a refusal goes to it (it says why, as for any mount).
+        match crate::kernel::mount(&cfg, &p, &img, "", false).ok()? {
+            crate::kernel::Outcome::Mounted(code) => return Some(code),
+            crate::kernel::Outcome::Fuse(why) => crate::kernel::say_fuse(&cfg.mountpoint, &why),
+        }
+    }
     crate::serve::serve_image(cfg, &p, "", started, false, img, src, fs).ok()
 }
 
@@ -89,7 +97,11 @@ fn mount_args(args: &[OsString]) -> Option<(PathBuf, PathBuf, Vec<String>)> {
     let mut it = args[2..].iter();
     while let Some(a) = it.next() {
         let s = a.to_str()?;
-        if s == "-o" {
+        if s == "--kernel" {
+            options.push("kernel=auto".into());
+        } else if let Some(when) = s.strip_prefix("--kernel=") {
+            options.push(format!("kernel={when}"));
+        } else if s == "-o" {
             options.push(it.next()?.to_str()?.to_string());
         } else if let Some(v) = s.strip_prefix("-o") {
             options.push(v.strip_prefix('=').unwrap_or(v).to_string());

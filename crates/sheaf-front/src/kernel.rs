@@ -8,6 +8,7 @@ use anyhow::{bail, Result};
 use sheaf_mount::erofs::{BlobFs, ErofsConfig, PrepareError};
 use sheaf_mount::serve::MountConfig;
 use sheaf_read::Image;
+use std::path::Path;
 use std::sync::Arc;
 
 /// What became of a mount asked to take the kernel path.
@@ -35,10 +36,28 @@ pub fn cannot(p: &MountOptions, several: bool) -> Option<String> {
     None
 }
 
+/// What a mount asked to take the kernel path does where it cannot: with
+/// `kernel=require`, fail with `why`; else serve through FUSE, saying so
+/// ([`say_fuse`]).
+pub fn fuse_instead(mp: &Path, p: &MountOptions, why: &str) -> Result<()> {
+    if p.kernel == KernelPath::Require {
+        bail!("{}: kernel=require, but {why}", mp.display());
+    }
+    say_fuse(mp, why);
+    Ok(())
+}
+
+/// The one line that says a mount asked to take the kernel path is served
+/// through FUSE, and why.
+pub fn say_fuse(mp: &Path, why: &str) {
+    eprintln!("sheaf: {}: served through FUSE: {why}", mp.display());
+}
+
 /// Mount `img` at `cfg.mountpoint` through the kernel's EROFS driver:
 /// make (or reuse) its metadata image in `p.kernel_cache`, then serve the
 /// blob. With `kernel=require` every reason not to is an error; with
-/// `auto` it is an [`Outcome::Fuse`]. An image that cannot be read is an
+/// `auto` it is an [`Outcome::Fuse`] (the caller says it, [`say_fuse`],
+/// and serves through FUSE). An image that cannot be read is an
 /// error either way.
 pub fn mount(
     cfg: &MountConfig,
@@ -53,6 +72,7 @@ pub fn mount(
         }
         Ok(Outcome::Fuse(why))
     };
+    debug_assert!(p.kernel != KernelPath::Off, "asked for the kernel path");
     if let Some(why) = cannot(p, false) {
         return fuse(why);
     }
