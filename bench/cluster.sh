@@ -74,23 +74,14 @@ cleanup() {
 trap cleanup EXIT
 
 # --- the network --------------------------------------------------------------------
+source "$ROOT/scripts/netns.sh"
 BR=sc-br
-ip netns add $BR; NSES+=($BR)
-ip -n $BR link add br0 type bridge
-ip -n $BR link set br0 up
-ip -n $BR link set lo up
+NSES+=($BR); netns_bridge $BR
 # attach NS HOSTNUM [QDISC]: NS gets eth0 = NET.HOSTNUM/24 on the bridge.
 attach() {
     local ns=$1 n=$2 qdisc=${3:-}
     ip netns add "$ns"; NSES+=("$ns")
-    ip link add "b$n" type veth peer name "e$n"
-    ip link set "b$n" netns $BR
-    ip link set "e$n" netns "$ns"
-    ip -n "$ns" link set "e$n" name eth0
-    ip -n "$ns" addr add "$NET.$n/24" dev eth0
-    ip -n "$ns" link set eth0 up
-    ip -n "$ns" link set lo up
-    ip -n $BR link set "b$n" master br0 up
+    netns_attach $BR "$ns" "$NET.$n/24" "b$n" "e$n"
     if [ -n "$qdisc" ]; then ip netns exec "$ns" tc qdisc add dev eth0 root $qdisc; fi
 }
 attach sc-origin 1
@@ -234,11 +225,7 @@ bcast_part() {
     "$SHEAF" --version | grep -q "with MPI" || die "$SHEAF was built without MPI (make build with mpicc installed)"
     command -v mpicc >/dev/null || die "mpicc missing (scripts/deps.sh installs it)"
     mpicc -O2 -o "$WORK/swpool" "$ROOT/bench/swpool.c"
-    ip link add sc-host type veth peer name bh
-    ip link set bh netns $BR
-    ip -n $BR link set bh master br0 up
-    ip addr add $NET.254/24 dev sc-host
-    ip link set sc-host up
+    netns_host $BR sc-host bh $NET.254/24
     mkdir -p "$WORK/local" "$WORK/nodes"
     cat > "$WORK/node.sh" <<EON
 #!/bin/sh

@@ -79,30 +79,18 @@ for i in $(seq 50); do [ -S "$W/munge/socket" ] && break; sleep 0.1; done
 [ -S "$W/munge/socket" ] || die "munged did not start: $(tail -n 3 "$W/munge/log" 2>/dev/null)"
 
 # --- the network ---------------------------------------------------------------
+source "$(dirname "$0")/netns.sh"
 BR=$P-br
-ip netns add "$BR"; echo "$BR" >> "$W/netns"
-ip -n "$BR" link add br0 type bridge
-ip -n "$BR" link set br0 up
-ip -n "$BR" link set lo up
-# attach NS NUM: NS gets eth0 = NET.NUM/24 on the bridge, routes through the host.
+echo "$BR" >> "$W/netns"; netns_bridge "$BR"
+# attach NS NUM: NS gets eth0 = NET.NUM/24 on the bridge, routes through the
+# host (srun there is reached at the host's own addresses).
 attach() {
     local ns=$1 n=$2
     ip netns add "$ns"; echo "$ns" >> "$W/netns"
-    ip link add "$P-b$n" type veth peer name "$P-e$n"
-    ip link set "$P-b$n" netns "$BR"
-    ip link set "$P-e$n" netns "$ns"
-    ip -n "$ns" link set "$P-e$n" name eth0
-    ip -n "$ns" addr add "$NET.$n/24" dev eth0
-    ip -n "$ns" link set eth0 up
-    ip -n "$ns" link set lo up
-    ip -n "$BR" link set "$P-b$n" master br0 up
+    netns_attach "$BR" "$ns" "$NET.$n/24" "$P-b$n" "$P-e$n"
     ip -n "$ns" route add default via "$NET.254"
 }
-ip link add "$P-host" type veth peer name "$P-bh"
-ip link set "$P-bh" netns "$BR"
-ip -n "$BR" link set "$P-bh" master br0 up
-ip addr add "$NET.254/24" dev "$P-host"
-ip link set "$P-host" up
+netns_host "$BR" "$P-host" "$P-bh" "$NET.254/24"
 attach "$P-ctl" 1
 for k in $(seq 1 "$N"); do attach "$P-n$k" $((10 + k)); done
 
