@@ -11,7 +11,9 @@
 //!   the host nor the node's slurmd sees either mount;
 //! - a cancelled job and a job past its time limit leave no mount, no
 //!   process and no namespace;
-//! - under a signature policy a tampered image fails the step with one line.
+//! - under a signature policy a tampered image fails the step with one line;
+//! - a URL image whose server goes down mid-job (for less than sheaf's
+//!   --timeout) is a wait, not a failure.
 
 mod common;
 use common::*;
@@ -561,7 +563,76 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     cl.plugstack(&plain);
     assert_nothing_left(&img, uid, &late, "the policy's steps");
 
-    // 5. The job past its time limit.
+    // 5. A URL image whose server goes down mid-job, for less than sheaf's
+    // --timeout: the tasks' reads wait for it, and their bytes are right.
+    let url_src = top.join("src-url");
+    fs::create_dir_all(&url_src).unwrap();
+    write(&url_src.join("README"), b"served over HTTP\n");
+    write(&url_src.join("big.bin"), &Rng::new(7).bytes(32 << 20));
+    build(&url_src, &img.join("url.sheaf"), &[]).ok();
+    fs::set_permissions(img.join("url.sheaf"), fs::Permissions::from_mode(0o644)).unwrap();
+    let want_url = run_cmd(Command::new("bash").args(["-c", SUMS, "sh"]).arg(&url_src))
+        .ok()
+        .text();
+    let mut web = servers::Nginx::start_also_on(&top.join("nginx"), &img, "10.78.0.254");
+    let url = format!("http://10.78.0.254:{}/url.sheaf", web.port);
+    let step = cl
+        .user(
+            &out,
+            &[
+                "srun",
+                "-N2",
+                "-w",
+                "n2,n3",
+                &format!("--sheaf={url}:/data"),
+                "-o",
+                "url-%t",
+                "bash",
+                "-c",
+                &format!(
+                    "cat /data/README >/dev/null && touch mounted-$SLURM_PROCID && \
+                     while [ ! -e go ]; do sleep 0.05; done; {SUMS}"
+                ),
+                "sh",
+                "/data",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !(out.join("mounted-0").exists() && out.join("mounted-1").exists()) {
+        let url_out = fs::read_to_string(out.join("url-0")).unwrap_or_default();
+        assert!(t0.elapsed() < Duration::from_secs(30), "url-0: {url_out}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    web.stop();
+    write(&out.join("go"), b"");
+    let down = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    web.restart();
+    let o = step.wait_with_output().unwrap();
+    let waited = down.elapsed();
+    let outs: Vec<String> = (0..2)
+        .map(|i| fs::read_to_string(out.join(format!("url-{i}"))).unwrap_or_default())
+        .collect();
+    assert!(
+        o.status.success(),
+        "{}\n{outs:?}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for (i, got) in outs.iter().enumerate() {
+        assert_eq!(*got, want_url, "task {i} of the URL step");
+    }
+    // The reads waited out the outage (the 32 MiB were not all fetched
+    // before it).
+    assert!(waited >= Duration::from_secs(3), "{waited:?}");
+    eprintln!("URL step: reads waited through a 3 s outage, done {waited:?} after it began");
+    drop(web);
+    assert_nothing_left(&img, uid, &late, "the URL step");
+
+    // 6. The job past its time limit.
     let t0 = Instant::now();
     loop {
         let s = cl.job_state(&timeout_job);

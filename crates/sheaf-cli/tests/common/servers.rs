@@ -133,16 +133,27 @@ impl Nginx {
     /// under names with the port in them, so several nginx (e.g. a mirror of
     /// the same `www`) can share one `dir`.
     pub fn start_with_root(dir: &Path, www: &Path) -> Nginx {
-        Nginx::start_inner(dir, www, None)
+        Nginx::start_inner(dir, www, None, None)
+    }
+
+    /// As [`Nginx::start_with_root`], listening on `addr` (e.g. the host's
+    /// address on a bridge of network namespaces) as well as on 127.0.0.1.
+    pub fn start_also_on(dir: &Path, www: &Path, addr: &str) -> Nginx {
+        Nginx::start_inner(dir, www, None, Some(addr))
     }
 
     /// Serve `www` over HTTPS with this certificate chain and key (PEM);
     /// `url()` and `base()` then give `https://` URLs.
     pub fn start_tls(dir: &Path, www: &Path, cert: &Path, key: &Path) -> Nginx {
-        Nginx::start_inner(dir, www, Some((cert, key)))
+        Nginx::start_inner(dir, www, Some((cert, key)), None)
     }
 
-    fn start_inner(dir: &Path, www: &Path, tls: Option<(&Path, &Path)>) -> Nginx {
+    fn start_inner(
+        dir: &Path,
+        www: &Path,
+        tls: Option<(&Path, &Path)>,
+        also: Option<&str>,
+    ) -> Nginx {
         let port = free_port();
         let tmp = dir.join(format!("nginx-{port}-tmp"));
         fs::create_dir_all(www).unwrap();
@@ -158,8 +169,10 @@ impl Nginx {
                  events {{ worker_connections 256; }}\n\
                  http {{ access_log off; client_body_temp_path {t}; proxy_temp_path {t};\n\
                  fastcgi_temp_path {t}; uwsgi_temp_path {t}; scgi_temp_path {t};\n\
-                 server {{ listen 127.0.0.1:{port}{}; root {}; {} }} }}\n",
+                 server {{ listen 127.0.0.1:{port}{}; {}root {}; {} }} }}\n",
                 if tls.is_some() { " ssl" } else { "" },
+                also.map(|a| format!("listen {a}:{port}; "))
+                    .unwrap_or_default(),
                 www.display(),
                 tls.map(|(c, k)| format!(
                     "ssl_certificate {}; ssl_certificate_key {};",
