@@ -620,7 +620,8 @@ fn mount(
     match a.served {
         Served::Image { img, src, fs } => {
             if p.kernel != KernelPath::Off {
-                match sheaf_front::kernel::mount(&cfg, &p, &img, &a.signer, foreground)? {
+                let layers = std::slice::from_ref(&img);
+                match sheaf_front::kernel::mount(&cfg, &p, layers, &a.signer, foreground)? {
                     Outcome::Mounted(code) => return Ok(code),
                     Outcome::Fuse(why) => sheaf_front::kernel::say_fuse(&cfg.mountpoint, &why),
                 }
@@ -629,8 +630,15 @@ fn mount(
         }
         Served::Union(fs) => {
             if p.kernel != KernelPath::Off {
-                if let Some(why) = sheaf_front::kernel::cannot(&p, true) {
+                if upper.is_some() {
+                    let why = sheaf_front::kernel::cannot(&p, true).expect("writable");
                     sheaf_front::kernel::fuse_instead(&cfg.mountpoint, &p, &why)?;
+                } else {
+                    let layers = fs.layers();
+                    match sheaf_front::kernel::mount(&cfg, &p, &layers, &a.signer, foreground)? {
+                        Outcome::Mounted(code) => return Ok(code),
+                        Outcome::Fuse(why) => sheaf_front::kernel::say_fuse(&cfg.mountpoint, &why),
+                    }
                 }
             }
             serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs)

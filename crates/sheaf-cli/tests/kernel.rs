@@ -181,21 +181,22 @@ fn where_the_kernel_path_cannot_be_taken_fuse_serves_and_says_why_in_one_line() 
     let sc = Scenario::new(|root| small_tree(root, 2)).build(&[]);
     let cache = sc.dir().join("kcache");
     let mp = sc.mp.display().to_string();
-    // A stack is the union's.
-    let auto = kernel_args(&cache, "auto");
-    let mut c = mount_cmd(&[&sc.img, &sc.img], &sc.mp, &refs(&auto));
-    let o = run_cmd(&mut c).ok();
+    // A writable overlay is the union's.
+    let upper = sc.dir().join("upper");
+    fs::create_dir(&upper).unwrap();
+    let mut auto = kernel_args(&cache, "auto");
+    let mut with_upper = auto.clone();
+    with_upper.extend(["--upper".into(), upper.display().to_string()]);
+    let o = run_cmd(&mut sc.mount_cmd(&refs(&with_upper))).ok();
     let _m = Mounted::adopt(&sc.mp);
     assert_eq!(
         o.one_err_line(),
-        format!(
-            "sheaf: {mp}: served through FUSE: a stack or a writable overlay is served by sheaf's union"
-        )
+        format!("sheaf: {mp}: served through FUSE: a writable overlay is served by sheaf's union")
     );
     assert_eq!(fstype(&sc.mp).as_deref(), Some("fuse.sheaf"));
     sheaf(["umount".as_ref(), sc.mp.as_os_str()]).ok();
     // uid= is FUSE's.
-    let mut with_uid = auto.clone();
+    let mut with_uid = std::mem::take(&mut auto);
     with_uid.extend(["-o".into(), "uid=1234".into()]);
     let o = run_cmd(&mut sc.mount_cmd(&refs(&with_uid))).ok();
     assert_eq!(

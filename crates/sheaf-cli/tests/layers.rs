@@ -332,14 +332,13 @@ fn commit_refuses_a_dir_in_use_and_a_non_empty_whiteout() {
     assert!(o.one_err_line().contains("nope"), "{}", o.describe());
 }
 
-#[test]
-fn merge_flattens_a_stack_of_three_layers() {
-    let t = tmpdir();
-    let (l1, l2, l3) = (
-        t.path().join("l1"),
-        t.path().join("l2"),
-        t.path().join("l3"),
-    );
+/// Three layers with every kind of override (whiteouts, an opaque
+/// directory, a file over a directory and the reverse, hardlinks split by
+/// a whiteout, changed modes and xattrs) in `t`, their images bottom
+/// first, and the merged tree they must show, made by hand in
+/// `t/expected` (mtimes aside: see [`three_layers_cmp`]).
+fn three_layers(t: &Path) -> (Vec<PathBuf>, PathBuf) {
+    let (l1, l2, l3) = (t.join("l1"), t.join("l2"), t.join("l3"));
     tree(
         &l1,
         &[
@@ -391,30 +390,12 @@ fn merge_flattens_a_stack_of_three_layers() {
     set_mtime(&l3.join("etc/new"), 1_600_000_000, 123_456_789);
     let imgs: Vec<PathBuf> = ["l1", "l2", "l3"]
         .iter()
-        .map(|n| t.path().join(format!("{n}.sheaf")))
+        .map(|n| t.join(format!("{n}.sheaf")))
         .collect();
     for (src, img) in [&l1, &l2, &l3].into_iter().zip(&imgs) {
         build(src, img, &[]);
     }
-    let layers: Vec<&Path> = imgs.iter().map(|p| p.as_path()).collect();
-    let flat = t.path().join("flat.sheaf");
-    let j = json(&merge(&layers, &flat, &["--json", "-c", "lz4"]).ok());
-    assert_eq!(j["image"], flat.display().to_string().as_str());
-    assert_eq!(j["layers"].as_array().map(|a| a.len()), Some(3));
-
-    // The same names as the stack shows, and no whiteout left.
-    assert_eq!(ls_r(&flat.display().to_string()), ls_r(&stack_arg(&layers)));
-    let o = sheaf_in(["info".as_ref(), flat.as_os_str(), "--whiteouts".as_ref()]).ok();
-    assert!(
-        o.text()
-            .contains("whiteouts:    0 (hidden in the layers below)\nopaque dirs:  0\n"),
-        "{}",
-        o.text()
-    );
-
-    let out = t.path().join("out");
-    extract(&flat, &out);
-    let expected = t.path().join("expected");
+    let expected = t.join("expected");
     tree(
         &expected,
         &[
@@ -438,16 +419,45 @@ fn merge_flattens_a_stack_of_three_layers() {
     chmod(&expected.join("bin/tool"), 0o700);
     xattr::set(expected.join("etc/conf"), "user.layer", b"2").unwrap();
     xattr::set(expected.join("same"), "user.kept", b"yes").unwrap();
-    assert_eq!(describe_tree(&out), describe_tree(&expected));
-    // Content, modes, owners, link counts, hardlink identity, xattrs.
-    let cmp = Cmp {
+    (imgs, expected)
+}
+
+/// What the merged tree is compared in: everything but mtimes.
+fn three_layers_cmp() -> Cmp {
+    Cmp {
         mtime: false,
         nsec: false,
         dir_mtime: false,
         root: false,
         ..Cmp::all()
-    };
-    assert_same_tree(&expected, &out, cmp);
+    }
+}
+
+#[test]
+fn merge_flattens_a_stack_of_three_layers() {
+    let t = tmpdir();
+    let (imgs, expected) = three_layers(t.path());
+    let layers: Vec<&Path> = imgs.iter().map(|p| p.as_path()).collect();
+    let flat = t.path().join("flat.sheaf");
+    let j = json(&merge(&layers, &flat, &["--json", "-c", "lz4"]).ok());
+    assert_eq!(j["image"], flat.display().to_string().as_str());
+    assert_eq!(j["layers"].as_array().map(|a| a.len()), Some(3));
+
+    // The same names as the stack shows, and no whiteout left.
+    assert_eq!(ls_r(&flat.display().to_string()), ls_r(&stack_arg(&layers)));
+    let o = sheaf_in(["info".as_ref(), flat.as_os_str(), "--whiteouts".as_ref()]).ok();
+    assert!(
+        o.text()
+            .contains("whiteouts:    0 (hidden in the layers below)\nopaque dirs:  0\n"),
+        "{}",
+        o.text()
+    );
+
+    let out = t.path().join("out");
+    extract(&flat, &out);
+    assert_eq!(describe_tree(&out), describe_tree(&expected));
+    // Content, modes, owners, link counts, hardlink identity, xattrs.
+    assert_same_tree(&expected, &out, three_layers_cmp());
     // Mtimes come from the layer that wins, to the nanosecond.
     let md = fs::metadata(out.join("etc/new")).unwrap();
     assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
@@ -456,6 +466,33 @@ fn merge_flattens_a_stack_of_three_layers() {
     let again = t.path().join("again.sheaf");
     merge(&layers, &again, &["-q", "-c", "lz4", "-j", "1"]).ok();
     assert_eq!(fs::read(&flat).unwrap(), fs::read(&again).unwrap());
+}
+
+/// The same stack mounted through the kernel path (`--kernel`: EROFS
+/// metadata of the merged view, one blob over the three layers) shows the
+/// tree made by hand, as the merged image does.
+#[test]
+fn a_stack_through_the_kernel_path_shows_the_merged_tree() {
+    if !prerequisite(is_root(), "root (the kernel path mounts EROFS)") || !mounts_allowed() {
+        return;
+    }
+    let t = tmpdir();
+    let (imgs, expected) = three_layers(t.path());
+    let mp = t.path().join("mnt");
+    let cache = format!("kernel_cache={}", t.path().join("kcache").display());
+    let m = mount(&imgs, &mp, &["--kernel=require", "-o", &cache]);
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        info.lines()
+            .any(|l| l.contains(&format!(" {} ", mp.display())) && l.contains(" - erofs ")),
+        "not an EROFS mount at {}",
+        mp.display()
+    );
+    assert_eq!(describe_tree(&mp), describe_tree(&expected));
+    assert_same_tree(&expected, &mp, three_layers_cmp());
+    let md = fs::metadata(mp.join("etc/new")).unwrap();
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
+    m.umount();
 }
 
 #[test]

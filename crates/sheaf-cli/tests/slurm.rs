@@ -462,6 +462,75 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     }
     assert_nothing_left(&img, uid, &late, "the two jobs on n1");
 
+    // Tasks of a step on one node share one mount (one serving process):
+    // the same device at /data.
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun", "-N1", "-n2", "-w", "n2", &data_arg, "stat", "-c", "%d", "/data",
+        ],
+    ))
+    .ok();
+    let text = o.text();
+    let devs: Vec<&str> = text.lines().collect();
+    assert!(devs.len() == 2 && devs[0] == devs[1], "{}", o.describe());
+
+    // A node set DOWN under a running job: the job is killed there, and
+    // nothing is left.
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "sbatch",
+            "--parsable",
+            "--no-requeue",
+            "-N1",
+            "-w",
+            "n3",
+            &data_arg,
+            "-o",
+            "down.out",
+            "--wrap",
+            "ls /data >/dev/null && echo up; sleep 600",
+        ],
+    ))
+    .ok();
+    let id = o.text().trim().to_string();
+    let t0 = Instant::now();
+    while !fs::read_to_string(out.join("down.out"))
+        .unwrap_or_default()
+        .contains("up")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "job {id} never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    run_cmd(
+        Command::new("scontrol")
+            .args(["update", "nodename=n3", "state=down", "reason=tests/slurm"])
+            .env("SLURM_CONF", &cl.conf),
+    )
+    .ok();
+    assert_nothing_left(&img, uid, &late, "the job on the node set down");
+    // Back in service (ReturnToService=2 may have done it already).
+    let t0 = Instant::now();
+    loop {
+        let _ = run_cmd(
+            Command::new("scontrol")
+                .args(["update", "nodename=n3", "state=resume"])
+                .env("SLURM_CONF", &cl.conf),
+        );
+        let st = run_cmd(
+            Command::new("sinfo")
+                .args(["-h", "-n", "n3", "-o", "%T"])
+                .env("SLURM_CONF", &cl.conf),
+        )
+        .text();
+        if st.trim() == "idle" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "n3: {st}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // 3. scancel mid-job.
     let o = run_cmd(&mut cl.user(
         &out,

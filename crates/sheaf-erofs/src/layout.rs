@@ -10,7 +10,7 @@
 use crate::map::BlobMap;
 use crate::{ErofsError, BLOCK};
 use sheaf_format::{FileType, InodeRecord};
-use sheaf_read::{Image, Inode, Seen};
+use sheaf_read::{Found, Image, Inode, MergedDir, Seen, SeenMerged, Stack};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -62,8 +62,9 @@ struct Node {
     parent: u32,
     /// Extended attributes, encoded (EROFS inline xattrs), in `Walk::xattrs`.
     xattrs: (u32, u32),
-    /// The sheaf inode.
+    /// The sheaf inode, and the layer it is in (0 for one image).
     ino: u32,
+    layer: u32,
 }
 
 /// A directory entry: its name in `Walk::names`, the node it names.
@@ -80,16 +81,49 @@ struct Walk {
     xattrs: Vec<u8>,
 }
 
+/// What is walked: one image as its own mount shows it (a name like
+/// `.wh.x` is a file there), or a stack's merged view (whiteouts applied,
+/// directories merged), as the union shows it.
+#[derive(Clone, Copy)]
+enum Tree<'a> {
+    One(&'a Image),
+    Many(&'a Stack),
+}
+
+impl Tree<'_> {
+    fn image(&self, layer: u32) -> &Image {
+        match self {
+            Tree::One(img) => img,
+            Tree::Many(s) => &s.layers()[layer as usize],
+        }
+    }
+}
+
 /// Write EROFS metadata for `img`'s tree to `out`, and return the blob map
 /// that goes with it.
 pub fn write(img: &Image, out: &mut dyn Write) -> Result<Written, ErofsError> {
-    let w = walk(img)?;
+    write_tree(Tree::One(img), out)
+}
+
+/// [`write`] for the merged view of a stack of layers (bottom first): OCI
+/// whiteouts applied and never shown, directories merged, each entry from
+/// the layer that shows it, a merged directory's link count 2 plus its
+/// subdirectories; the blob map's ranges name their layer.
+pub fn write_stack(stack: &Stack, out: &mut dyn Write) -> Result<Written, ErofsError> {
+    write_tree(Tree::Many(stack), out)
+}
+
+fn write_tree(tree: Tree<'_>, out: &mut dyn Write) -> Result<Written, ErofsError> {
+    let w = match tree {
+        Tree::One(img) => walk(img)?,
+        Tree::Many(stack) => walk_stack(stack)?,
+    };
     let plan = lay_out(&w)?;
     let mut out = Counting {
         inner: io::BufWriter::with_capacity(1 << 20, out),
         at: 0,
     };
-    emit(img, &w, &plan, &mut out)?;
+    emit(tree, &w, &plan, &mut out)?;
     out.inner.flush()?;
     Ok(Written {
         inodes: w.nodes.len() as u64,
@@ -116,7 +150,7 @@ fn walk(img: &Image) -> Result<Walk, ErofsError> {
         xattrs: Vec::new(),
     };
     let mut links: HashMap<u32, u32> = HashMap::new();
-    add_node(img, &mut w, &root, 0)?;
+    add_node(img, &mut w, &root, 0, 0)?;
     let mut i = 0;
     while i < w.nodes.len() {
         if w.nodes[i].rec.file_type() != Some(FileType::Directory) {
@@ -151,7 +185,7 @@ fn walk(img: &Image) -> Result<Walk, ErofsError> {
             let node = match several.then(|| links.get(&kid.ino)).flatten() {
                 Some(&n) => n,
                 None => {
-                    let n = add_node(img, &mut w, &kid, i as u32)?;
+                    let n = add_node(img, &mut w, &kid, 0, i as u32)?;
                     if several {
                         links.insert(kid.ino, n);
                     }
@@ -175,11 +209,104 @@ fn walk(img: &Image) -> Result<Walk, ErofsError> {
     Ok(w)
 }
 
+/// The merged view's walk: as [`walk`], over [`Stack::children`] (every
+/// merged directory entered once in each of its layers).
+fn walk_stack(stack: &Stack) -> Result<Walk, ErofsError> {
+    let root = stack.root()?;
+    let mut seen = SeenMerged::new(stack);
+    let mut w = Walk {
+        nodes: Vec::new(),
+        entries: Vec::new(),
+        names: Vec::new(),
+        xattrs: Vec::new(),
+    };
+    // Per directory node, its merged parts (by node index).
+    let mut merged: HashMap<u32, MergedDir> = HashMap::new();
+    let mut links: HashMap<(usize, u32), u32> = HashMap::new();
+    let (l, r) = root.parts[0];
+    add_node(&stack.layers()[l], &mut w, &r, l as u32, 0)?;
+    merged.insert(0, root);
+    let mut i = 0;
+    while i < w.nodes.len() {
+        let Some(dir) = merged.remove(&(i as u32)) else {
+            i += 1;
+            continue;
+        };
+        seen.enter(stack, &dir)?;
+        let first = w.entries.len() as u32;
+        let mut subdirs = 0u32;
+        for (name, found) in stack.children(&dir)? {
+            if name.len() > NAME_MAX {
+                return Err(unsupported(format!(
+                    "a name of {} bytes (at most 255)",
+                    name.len()
+                )));
+            }
+            let name_at = w.names.len();
+            w.names.extend_from_slice(&name);
+            let node = match found {
+                Found::Dir(d) => {
+                    subdirs += 1;
+                    let (l, di) = d.parts[0];
+                    let n = add_node(&stack.layers()[l], &mut w, &di, l as u32, i as u32)?;
+                    merged.insert(n, d);
+                    n
+                }
+                Found::Node(l, kid) => {
+                    let several = kid.rec.nlink > 1;
+                    match several.then(|| links.get(&(l, kid.ino))).flatten() {
+                        Some(&n) => n,
+                        None => {
+                            let n = add_node(&stack.layers()[l], &mut w, &kid, l as u32, i as u32)?;
+                            if several {
+                                links.insert((l, kid.ino), n);
+                            }
+                            n
+                        }
+                    }
+                }
+            };
+            w.entries.push(Entry {
+                name_at,
+                name_len: name.len() as u8,
+                node,
+            });
+        }
+        let last = w.entries.len() as u32;
+        let names = &w.names;
+        w.entries[first as usize..last as usize]
+            .sort_unstable_by(|a, b| name(names, a).cmp(name(names, b)));
+        w.nodes[i].kids = (first, last);
+        // A merged directory's links: its own two and one per subdirectory
+        // of the merged view (no single layer's count is that).
+        w.nodes[i].rec.nlink = 2 + subdirs;
+        i += 1;
+    }
+    // A file's links: the names the merged view shows it by (a layer
+    // above may have whited out some of those its own layer counts).
+    let mut shown: HashMap<u32, u32> = links.values().map(|&n| (n, 0)).collect();
+    for e in &w.entries {
+        if let Some(c) = shown.get_mut(&e.node) {
+            *c += 1;
+        }
+    }
+    for (n, c) in shown {
+        w.nodes[n as usize].rec.nlink = c;
+    }
+    Ok(w)
+}
+
 fn name<'a>(names: &'a [u8], e: &Entry) -> &'a [u8] {
     &names[e.name_at..e.name_at + e.name_len as usize]
 }
 
-fn add_node(img: &Image, w: &mut Walk, i: &Inode, parent: u32) -> Result<u32, ErofsError> {
+fn add_node(
+    img: &Image,
+    w: &mut Walk,
+    i: &Inode,
+    layer: u32,
+    parent: u32,
+) -> Result<u32, ErofsError> {
     let at = w.xattrs.len();
     if i.rec.xattr != 0 {
         let set = img.xattrs(i)?;
@@ -193,6 +320,7 @@ fn add_node(img: &Image, w: &mut Walk, i: &Inode, parent: u32) -> Result<u32, Er
         parent,
         xattrs: (at as u32, (w.xattrs.len() - at) as u32),
         ino: i.ino,
+        layer,
     });
     Ok(n)
 }
@@ -293,7 +421,7 @@ fn lay_out(w: &Walk) -> Result<Plan, ErofsError> {
             pos += s.full * BLOCK;
         }
         if s.layout == CHUNK_BASED {
-            blk = plan.map.push(n.ino, n.rec.size).ok_or_else(|| {
+            blk = plan.map.push(n.layer, n.ino, n.rec.size).ok_or_else(|| {
                 unsupported("more than 16 TiB of file data (32-bit block addresses)".into())
             })?;
         }
@@ -501,7 +629,7 @@ fn file_type_code(t: Option<FileType>) -> u8 {
 }
 
 fn emit<W: Write>(
-    img: &Image,
+    tree: Tree<'_>,
     w: &Walk,
     plan: &Plan,
     out: &mut Counting<W>,
@@ -563,7 +691,7 @@ fn emit<W: Write>(
         buf.extend_from_slice(&w.xattrs[n.xattrs.0 as usize..(n.xattrs.0 + n.xattrs.1) as usize]);
         match s.layout {
             FLAT_INLINE if t == Some(FileType::Symlink) => {
-                let target = img.read_link(&Inode {
+                let target = tree.image(n.layer).read_link(&Inode {
                     ino: n.ino,
                     rec: n.rec,
                 })?;

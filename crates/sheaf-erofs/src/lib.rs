@@ -21,7 +21,7 @@
 mod layout;
 mod map;
 
-pub use layout::{write, Written};
+pub use layout::{write, write_stack, Written};
 pub use map::{BlobMap, Extent};
 
 use sheaf_read::ReadError;

@@ -78,7 +78,7 @@ pub fn try_mount(args: &[OsString]) -> Option<i32> {
     if p.kernel != crate::options::KernelPath::Off {
         // Here too, so that a cold `sheaf mount --kernel` does not load the
         // whole tool; a refusal goes to it (it says why, as for any mount).
-        match crate::kernel::mount(&cfg, &p, &img, "", false).ok()? {
+        match crate::kernel::mount(&cfg, &p, std::slice::from_ref(&img), "", false).ok()? {
             crate::kernel::Outcome::Mounted(code) => return Some(code),
             crate::kernel::Outcome::Fuse(why) => crate::kernel::say_fuse(&cfg.mountpoint, &why),
         }

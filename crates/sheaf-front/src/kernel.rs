@@ -21,14 +21,15 @@ pub enum Outcome {
 }
 
 /// Why the kernel path cannot serve a mount with these options, before
-/// anything is tried; `None` if it may.
-pub fn cannot(p: &MountOptions, several: bool) -> Option<String> {
+/// anything is tried; `None` if it may. `writable`: an overlay with an
+/// upper directory.
+pub fn cannot(p: &MountOptions, writable: bool) -> Option<String> {
     // SAFETY: a plain getter.
     if unsafe { libc::geteuid() } != 0 {
         return Some("the kernel path needs root (mount(2) of EROFS)".into());
     }
-    if several {
-        return Some("a stack or a writable overlay is served by sheaf's union".into());
+    if writable {
+        return Some("a writable overlay is served by sheaf's union".into());
     }
     if p.uid.is_some() || p.gid.is_some() {
         return Some("uid= and gid= are FUSE's; the kernel shows the image's owners".into());
@@ -53,16 +54,16 @@ pub fn say_fuse(mp: &Path, why: &str) {
     eprintln!("sheaf: {}: served through FUSE: {why}", mp.display());
 }
 
-/// Mount `img` at `cfg.mountpoint` through the kernel's EROFS driver:
-/// make (or reuse) its metadata image in `p.kernel_cache`, then serve the
-/// blob. With `kernel=require` every reason not to is an error; with
+/// Mount `layers` (one image, or a stack bottom first) at
+/// `cfg.mountpoint` through the kernel's EROFS driver: make (or reuse)
+/// their metadata image in `p.kernel_cache`, then serve the blob. With `kernel=require` every reason not to is an error; with
 /// `auto` it is an [`Outcome::Fuse`] (the caller says it, [`say_fuse`],
 /// and serves through FUSE). An image that cannot be read is an
 /// error either way.
 pub fn mount(
     cfg: &MountConfig,
     p: &MountOptions,
-    img: &Arc<Image>,
+    layers: &[Arc<Image>],
     signer: &str,
     foreground: bool,
 ) -> Result<Outcome> {
@@ -76,7 +77,7 @@ pub fn mount(
     if let Some(why) = cannot(p, false) {
         return fuse(why);
     }
-    let prepared = match sheaf_mount::erofs::prepare(img, &p.kernel_cache) {
+    let prepared = match sheaf_mount::erofs::prepare(layers, &p.kernel_cache) {
         Ok(m) => m,
         Err(PrepareError::Erofs(sheaf_mount::erofs::ErofsError::Read(e))) => return Err(e.into()),
         Err(e) => return fuse(sheaf_format::one_line(&e)),
@@ -92,7 +93,7 @@ pub fn mount(
         exec: cfg.exec,
         threads: cfg.threads,
     };
-    let fs = BlobFs::new(img.clone(), prepared.map);
+    let fs = BlobFs::new(layers.to_vec(), prepared.map);
     match serve_erofs(&ecfg, p, signer, foreground, fs) {
         Ok(code) => Ok(Outcome::Mounted(code)),
         Err(e) => match e.downcast::<KernelRefused>() {

@@ -8,17 +8,17 @@ use sheaf_erofs::{BlobMap, BLOCK};
 use sheaf_read::Image;
 use std::sync::Arc;
 
-/// The blob of one image.
+/// The blob of one image or of a stack's layers.
 pub struct BlobFs {
-    pub(super) img: Arc<Image>,
+    pub(super) layers: Vec<Arc<Image>>,
     pub(super) map: BlobMap,
 }
 
 impl BlobFs {
-    /// The blob of `img` laid out by `map` (what `sheaf_erofs::write` gave
-    /// for this image).
-    pub fn new(img: Arc<Image>, map: BlobMap) -> BlobFs {
-        BlobFs { img, map }
+    /// The blob of `layers` (one image, or a stack bottom first) laid out
+    /// by `map` (what `sheaf_erofs::write` or `write_stack` gave for them).
+    pub fn new(layers: Vec<Arc<Image>>, map: BlobMap) -> BlobFs {
+        BlobFs { layers, map }
     }
 
     /// The blob's length in bytes.
@@ -50,13 +50,13 @@ impl BlobFs {
             let range_end = (start + e.blocks() * BLOCK).min(end);
             let data_end = (start + e.size).min(range_end);
             if at < data_end {
-                let ino = self.img.inode(e.ino).map_err(|err| self.refused(err))?;
+                let img = self.layers.get(e.layer as usize).ok_or(Errno::EIO)?;
+                let ino = img.inode(e.ino).map_err(|err| self.refused(err))?;
                 let mut from = at - start;
                 let buf = &mut out[(at - offset) as usize..(data_end - offset) as usize];
                 let mut got = 0;
                 while got < buf.len() {
-                    let n = self
-                        .img
+                    let n = img
                         .read(&ino, from, &mut buf[got..])
                         .map_err(|err| self.refused(err))?;
                     if n == 0 {
@@ -96,7 +96,7 @@ mod tests {
         let img = Arc::new(Image::open(Arc::new(FileSource::open(&path).unwrap())).unwrap());
         let mut meta = Vec::new();
         let map = sheaf_erofs::write(&img, &mut meta).unwrap().map;
-        let fs = BlobFs::new(img.clone(), map.clone());
+        let fs = BlobFs::new(vec![img.clone()], map.clone());
         // The expected blob, from the files' contents by name.
         let mut want = Vec::new();
         let files: Vec<(u32, &[u8])> = [("a", &a[..]), ("b", &b[..]), ("c", &b"x"[..])]

@@ -4,9 +4,10 @@
 
 use sheaf_dir::{private_dir, PrivateDirError};
 use sheaf_erofs::{BlobMap, ErofsError};
-use sheaf_read::Image;
+use sheaf_read::{Image, Stack};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The version of the writer's layout in the names: a new layout never
 /// takes an old file for its own.
@@ -58,14 +59,30 @@ pub enum PrepareError {
     Erofs(#[from] ErofsError),
 }
 
-/// The metadata image of `img` in `dir` (made 0700 and checked as
+/// What names the metadata image of `layers`: one image's root digest; for
+/// a stack, the digest of its layers' roots in order.
+fn stem(layers: &[Arc<Image>]) -> String {
+    match layers {
+        [img] => sheaf_format::hex(&img.root_digest()),
+        _ => {
+            let mut b = b"sheaf-stack-v1".to_vec();
+            for l in layers {
+                b.extend_from_slice(&l.root_digest());
+            }
+            sheaf_format::hex(&sheaf_format::digest(&b))
+        }
+    }
+}
+
+/// The metadata image of `layers` (one image, or a stack bottom first,
+/// written as its merged view) in `dir` (made 0700 and checked as
 /// `sheaf_dir::private_dir` does), written there first if no earlier
 /// mount left a complete one. Both files are written under temporary
 /// names and renamed into place, the blob map first: a metadata image
 /// present means its map is too.
-pub fn prepare(img: &Image, dir: &Path) -> Result<Prepared, PrepareError> {
+pub fn prepare(layers: &[Arc<Image>], dir: &Path) -> Result<Prepared, PrepareError> {
     let d = private_dir(dir)?;
-    let stem = sheaf_format::hex(&img.root_digest());
+    let stem = stem(layers);
     let (meta_name, map_name) = (
         format!("{stem}.{VERSION}.erofs"),
         format!("{stem}.{VERSION}.map"),
@@ -92,7 +109,10 @@ pub fn prepare(img: &Image, dir: &Path) -> Result<Prepared, PrepareError> {
     let (tmp, file) = d.temp_file(".meta", ".tmp").map_err(io_err(&meta_name))?;
     let written = (|| -> Result<_, PrepareError> {
         let mut out = io::BufWriter::new(file);
-        let w = sheaf_erofs::write(img, &mut out)?;
+        let w = match layers {
+            [img] => sheaf_erofs::write(img, &mut out)?,
+            _ => sheaf_erofs::write_stack(&Stack::new(layers.to_vec()), &mut out)?,
+        };
         out.flush().map_err(io_err(&meta_name))?;
         d.write_atomic(&map_name, &w.map.encode(), 0o600)
             .map_err(io_err(&map_name))?;

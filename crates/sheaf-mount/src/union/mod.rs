@@ -120,6 +120,11 @@ pub struct UnionFs {
 }
 
 impl UnionFs {
+    /// The layers, bottom first.
+    pub fn layers(&self) -> Vec<Arc<Image>> {
+        self.stack.layers().to_vec()
+    }
+
     /// Serve `layers` (bottom first) with `cfg`.
     pub fn new(layers: Vec<Arc<Image>>, cfg: UnionConfig) -> Result<UnionFs, UnionError> {
         let stack = Stack::new(layers);
