@@ -327,6 +327,69 @@ fn run_scenario(scenario: fn(&Path)) {
     }
 }
 
+/// The site's `[mount] kernel = "require"`: the snapshotter's read-only
+/// stack of a container's layers (overlayfs's lower directory) is the
+/// kernel's EROFS mount of their merged view, and the container sees what
+/// it sees through FUSE: whiteouts, hardlinks, a replaced directory, an
+/// opaque one.
+#[test]
+fn containerd_runs_an_image_on_the_kernel_path_when_the_site_says_so() {
+    if !prerequisite(is_root(), "root (the kernel path mounts EROFS)") {
+        return;
+    }
+    run_scenario(kernel_scenario);
+}
+
+fn kernel_scenario(t: &Path) {
+    let lay = layout(t);
+    let reg = Registry::start(t);
+    reg.push(&lay.oci("gz"), "app:1");
+    let host = reg.host();
+    let repo = t.join("repo");
+    sheaf([
+        "import",
+        &format!("docker://{host}/app:1"),
+        "--insecure-registry",
+        &host,
+        "--publish",
+        repo.to_str().unwrap(),
+        "-q",
+    ])
+    .ok();
+    let conf = t.join("site.toml");
+    write(
+        &conf,
+        format!(
+            "[mount]\nkernel = \"require\"\nkernel_cache = \"{}\"\n",
+            t.join("kcache").display()
+        )
+        .as_bytes(),
+    );
+    let sn = Snapshotter::start_with_env(
+        t,
+        repo.to_str().unwrap(),
+        vec![("SHEAF_CONFIG".into(), conf.display().to_string())],
+    );
+    let ctd = Containerd::start(t, &host, &sn.sock);
+    let image = format!("{host}/app:1");
+    ctd.pull(&image);
+    let script = "cat /data/a /data/b /swap /dup; ls /opq /data; cat /etc/remove-me 2>/dev/null || echo removed; id -u; echo $FOO; pwd";
+    let o = ctd.run(&image, "k1", &["/bin/sh", "-c", script]).ok();
+    assert_eq!(
+        o.text(),
+        "two names, one file\ntwo names, one file\nnow a file\nsecond version wins\n/data:\na\nb\nsym\n\n/opq:\nnew\nremoved\n0\nbar\n/work\n"
+    );
+    // The layers' mount under the snapshotter's root is EROFS.
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let root = sn.root.display().to_string();
+    assert!(
+        info.lines()
+            .any(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&root))
+                && l.contains(" - erofs ")),
+        "no EROFS mount under {root}:\n{info}"
+    );
+}
+
 /// The repository in an S3 bucket (SeaweedFS, authentication on): the
 /// snapshotter's `--repo s3://…` finds the layers `import --publish`
 /// wrote there, and containerd runs the image on them, lazily.
