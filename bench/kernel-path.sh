@@ -9,7 +9,9 @@
 #   files of K (s); the first kernel mount of an image (metadata image made
 #   during the mount, its time included) against later ones; making the
 #   metadata image (entries/s, bytes per entry; crates/sheaf-erofs's
-#   erofs-meta example).
+#   erofs-meta example); lazily over HTTP (a real nginx), the bytes an
+#   import of numpy/scipy/pandas from tree P fetches into an empty node
+#   cache through each mount.
 # Writes bench/results/DATE-kernel-path.md.
 #
 # Usage: bench/kernel-path.sh     (run as root)
@@ -31,7 +33,8 @@ log() { echo "kernel-path: $*" >&2; }
 [ "$(id -u)" = 0 ] || die "run as root (drop_caches, kernel mounts)"
 [ -x "$SHEAF" ] || die "$SHEAF missing (make build)"
 [ -d "$DATA/K" ] || die "$DATA/K missing (bench/setup.sh K)"
-for c in mksquashfs tar2sqfs; do
+[ -d "$DATA/P" ] || die "$DATA/P missing (bench/setup.sh P)"
+for c in mksquashfs tar2sqfs nginx curl; do
     command -v $c >/dev/null || die "$c missing (scripts/deps.sh bench)"
 done
 cargo build --release --locked -q -p sheaf-erofs --example erofs-meta --manifest-path "$ROOT/Cargo.toml"
@@ -51,7 +54,11 @@ umount_any() {
     # next round's drop_caches finds it gone.
     while pgrep -f "sheaf mount .* $MP" >/dev/null; do sleep 0.01; done
 }
-trap 'umount_any 2>/dev/null || true; rm -rf "$WORK"; rmdir "$MP" 2>/dev/null || true' EXIT
+WWW=$WORK/www
+mkdir -p "$WWW"
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+trap 'umount_any 2>/dev/null || true; [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null; rm -rf "$WORK"; rmdir "$MP" 2>/dev/null || true' EXIT
 
 log "images of K and of a ${N}-entry HCP-like stream"
 "$SHEAF" build -q "$DATA/K" -o "$WORK/K.sheaf"
@@ -124,6 +131,29 @@ for kind in squashfs sheaf sheaf-kernel; do
     R[K,$kind,tar]=$(secs "$kind" K "tar -cf - . | wc -c")
     R[K,$kind,random]=$(secs "$kind" K "xargs -a '$LIST' -d '\n' -P 4 -n 50 cat")
 done
+log "P over HTTP: the bytes an import fetches"
+"$SHEAF" build -q "$DATA/P" -o "$WWW/P.sheaf"
+start_nginx
+IMPORT="import numpy, scipy.linalg, pandas"
+declare -A F
+for kind in sheaf sheaf-kernel; do
+    fresh
+    cache=$WORK/nc-$kind
+    rm -rf "$cache"
+    if [ $kind = sheaf ]; then
+        "$SHEAF" --cache-dir "$cache" mount "$BASE/P.sheaf" "$MP"
+    else
+        "$SHEAF" --cache-dir "$cache" mount --kernel=require -o "kernel_cache=$WORK/kc-http" "$BASE/P.sheaf" "$MP"
+    fi
+    CUR=$kind
+    (cd /tmp && PYTHONDONTWRITEBYTECODE=1 PYTHONPATH="$MP" "$PYTHON" -c "$IMPORT")
+    # Background fetches (the FUSE mount's metadata prefetch) end first.
+    prev=-1; cur=$(du -sb "$cache" | cut -f1)
+    while [ "$cur" != "$prev" ]; do sleep 1; prev=$cur; cur=$(du -sb "$cache" | cut -f1); done
+    F[$kind]=$cur
+    umount_any
+done
+
 declare -A M
 for tree in K H; do
     out=$("$META" "$WORK/$tree.sheaf" "$WORK/$tree.meta" 2>&1 >/dev/null | tail -1)
@@ -183,5 +213,7 @@ ok() { awk -v x="$1" -v t="$3" -v op="$2" 'BEGIN { print ((op == "ge" ? x >= t :
     for tree in K H; do x=${M[$tree,rate]}; eval "mr_$tree=\"$(k "$x")/s (\$(ok $x ge 1000000))\""; done
     echo "| making the metadata image ≥ 1M entries/s | $mr_K | $mr_H |"
     x=${M[H,bpe]}; echo "| ≤ 100 B per entry on disk for the 1M tree | — | $x ($(ok "$x" le 100)) |"
+    x=$(ratio "${F[sheaf-kernel]}" "${F[sheaf]}")
+    echo "| lazy over HTTP: P's import fetches ≤ the FUSE mount's (±5%) | $(awk -v b="${F[sheaf-kernel]}" 'BEGIN { printf "%.1f", b / 1e6 }') MB against $(awk -v b="${F[sheaf]}" 'BEGIN { printf "%.1f", b / 1e6 }') MB: $x ($(ok "$x" le 1.05)) | — |"
 } | tee "$OUT"
 log "wrote $OUT"
