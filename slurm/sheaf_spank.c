@@ -6,7 +6,8 @@
  *
  * plugstack.conf:
  *   optional /usr/lib/sheaf/sheaf_spank.so sheaf=/usr/bin/sheaf \
- *       config=/etc/sheaf/config.toml pools=/shared/pools mode=lazy timeout=300
+ *       config=/etc/sheaf/config.toml pools=/shared/pools cache_dir=/local/sheaf-cache-%u \
+ *       mode=lazy timeout=300
  *
  * On each node of a step, slurmstepd (root, before any task exists) forks one
  * holder process. The holder makes a mount namespace of its own (mounts below
@@ -72,7 +73,7 @@ struct mnt {
 };
 
 static char *opt_images, *opt_pools;
-static char *cfg_sheaf, *cfg_config, *cfg_pools, *cfg_pool_mounts = "/sheaf/pools";
+static char *cfg_sheaf, *cfg_config, *cfg_cache_dir, *cfg_pools, *cfg_pool_mounts = "/sheaf/pools";
 static int cfg_timeout = 300;
 static struct mnt mnts[MAX_MOUNTS];
 static int nmnts;
@@ -132,6 +133,8 @@ static int parse_args(int ac, char **av)
             cfg_sheaf = strdup(a + 6);
         else if (!strncmp(a, "config=", 7))
             cfg_config = strdup(a + 7);
+        else if (!strncmp(a, "cache_dir=", 10))
+            cfg_cache_dir = strdup(a + 10);
         else if (!strncmp(a, "pools=", 6))
             cfg_pools = strdup(a + 6);
         else if (!strncmp(a, "pool_mounts=", 12))
@@ -607,6 +610,21 @@ static int start_holder(spank_t sp)
     /* The site's policy, never the user's: SHEAF_CONFIG is set (or not) here. */
     if (cfg_config)
         snprintf(j.env[e++], sizeof j.env[0], "SHEAF_CONFIG=%s", cfg_config);
+    /* The node cache: cache_dir= with %u the job's uid (one per user: a
+     * cache is trusted by whoever reads through it). */
+    if (cfg_cache_dir) {
+        char dir[PATH_MAX] = "";
+        size_t k = 0;
+        for (const char *p = cfg_cache_dir; *p && k < sizeof dir - 16; p++) {
+            if (p[0] == '%' && p[1] == 'u') {
+                k += (size_t)snprintf(dir + k, sizeof dir - k, "%u", (unsigned)j.uid);
+                p++;
+            } else
+                dir[k++] = *p;
+        }
+        dir[k] = 0;
+        snprintf(j.env[e++], sizeof j.env[0], "SHEAF_CACHE_DIR=%s", dir);
+    }
     for (int i = 0; i < e; i++)
         j.envp[i] = j.env[i];
     j.envp[e] = NULL;
