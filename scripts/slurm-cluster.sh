@@ -57,12 +57,13 @@ for c in munged slurmctld slurmd srun sinfo ip unshare nsenter runuser; do
     command -v "$c" >/dev/null || die "$c missing (scripts/deps.sh test installs Slurm and munge)"
 done
 trap 'rc=$?; [ $rc = 0 ] || down; exit $rc' EXIT
-# What a run killed before its `down` left (same names): gone first.
-for ns in $(ip netns list | awk '{print $1}' | grep "^$P-" || true); do
-    ip netns pids "$ns" | xargs -r kill -9 2>/dev/null || true
-    ip netns del "$ns"
-done
-ip link del "$P-host" 2>/dev/null || true
+# Another cluster with these names (running, or left by a run killed before
+# its `down`) is not ours to remove: say so.
+if ip netns list | awk '{print $1}' | grep -q "^$P-" || ip link show "$P-host" >/dev/null 2>&1; then
+    trap - EXIT
+    die "namespaces $P-* or link $P-host exist: another cluster is up (or a killed run left them: \
+scripts/slurm-cluster.sh down ITS_WORK, or ip netns del each $P-* and ip link del $P-host); SLURM_PREFIX and SLURM_NET choose others"
+fi
 mkdir -p "$W"/{etc,ctld,munge,local,log}
 chmod 755 "$W" "$W/etc" "$W/local"
 : > "$W/pids"; : > "$W/netns"
