@@ -7,6 +7,7 @@
  * plugstack.conf:
  *   optional /usr/lib/sheaf/sheaf_spank.so sheaf=/usr/bin/sheaf \
  *       config=/etc/sheaf/config.toml pools=/shared/pools cache_dir=/local/sheaf-cache-%u \
+ *       proxy=http://squid.site:3128 \
  *       mode=lazy timeout=300
  *
  * On each node of a step, slurmstepd (root, before any task exists) forks one
@@ -73,6 +74,7 @@ struct mnt {
 };
 
 static char *opt_images, *opt_pools;
+static char *cfg_proxy; /* the request's proxy list (it may hold credentials) */
 static char *cfg_sheaf, *cfg_config, *cfg_cache_dir, *cfg_pools, *cfg_pool_mounts = "/sheaf/pools";
 static int cfg_timeout = 300;
 static struct mnt mnts[MAX_MOUNTS];
@@ -133,6 +135,8 @@ static int parse_args(int ac, char **av)
             cfg_sheaf = strdup(a + 6);
         else if (!strncmp(a, "config=", 7))
             cfg_config = strdup(a + 7);
+        else if (!strncmp(a, "proxy=", 6))
+            cfg_proxy = strdup(a + 6);
         else if (!strncmp(a, "cache_dir=", 10))
             cfg_cache_dir = strdup(a + 10);
         else if (!strncmp(a, "pools=", 6))
@@ -243,6 +247,19 @@ static int add_mount(const char *source, const char *dest)
     if (json_str(json, sizeof json, stage) < 0 || strlen(json) + 2 >= sizeof json) {
         fail("%s: name too long", dest);
         return -1;
+    }
+    /* Proxies travel in the request, never on a command line or in the
+     * environment of the user's processes. */
+    if (cfg_proxy) {
+        if (strlen(json) + 12 >= sizeof json) {
+            fail("%s: name too long", dest);
+            return -1;
+        }
+        strcat(json, ",\"proxy\":");
+        if (json_str(json, sizeof json, cfg_proxy) < 0 || strlen(json) + 2 >= sizeof json) {
+            fail("plugstack.conf: proxy= too long");
+            return -1;
+        }
     }
     strcat(json, "}");
     mnts[nmnts].source = strdup(source);
