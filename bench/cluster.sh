@@ -118,31 +118,9 @@ ORIGIN=http://$NET.1/repo/P
 origin_bytes() { awk '{s+=$1} END {print s+0}' "$WORK/nginx/access.log"; }
 
 # --- squid (memory cache, concurrent misses collapsed into one fetch) -------------------
-start_squid() {
-    rm -rf "$WORK/squid"; mkdir -p "$WORK/squid"; chown proxy: "$WORK/squid" 2>/dev/null || true
-    cat > "$WORK/squid.conf" <<EOF
-http_port $NET.2:3128
-http_access allow all
-cache_mem 1024 MB
-maximum_object_size_in_memory 16 MB
-maximum_object_size 64 MB
-collapsed_forwarding on
-pid_filename $WORK/squid/pid
-cache_log $WORK/squid/cache.log
-access_log none
-coredump_dir $WORK/squid
-shutdown_lifetime 0 seconds
-EOF
-    ip netns exec sc-proxy squid -N -f "$WORK/squid.conf" </dev/null >/dev/null 2>&1 &
-    SQUID_PID=$!
-    local i
-    for i in $(seq 100); do
-        ip netns exec sc-proxy bash -c "exec 3<>/dev/tcp/$NET.2/3128" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    die "squid did not start: $(tail -n 3 "$WORK/squid/cache.log")"
-}
-stop_squid() { kill "$SQUID_PID" 2>/dev/null || true; wait "$SQUID_PID" 2>/dev/null || true; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+start_squid() { start_squid_on "$NET.2:3128" "$WORK/squid" sc-proxy; }
 
 # --- one round: N nodes at DELAY, all cold --------------------------------------------
 # Sets ROUND="origin_bytes slowest_s mean_s" (in this shell: the namespaces it

@@ -5,7 +5,8 @@
 # image: the target is <= 1 s added), with `--sheaf-pool`, and the data phase
 # of a job reading a dataset on every node: through `--sheaf` against
 # reading the same files from the shared directory and against copying them
-# to each node's local directory first.
+# to each node's local directory first; and the bytes an origin sends when
+# the nodes read a published repository lazily through one squid.
 #
 #   bench/slurm.sh      (root; make build first)
 #
@@ -32,7 +33,12 @@ id "$USER_NAME" >/dev/null 2>&1 || useradd --create-home --shell /bin/sh "$USER_
 WORK=$(mktemp -d /tmp/sheaf-slurm-bench.XXXXXX)
 chmod 755 "$WORK"
 FUSE_MODE=$(stat -c %a /dev/fuse)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+PYTHON=python3
 cleanup() {
+    [ -n "$NGINX_PID" ] && kill "$NGINX_PID" 2>/dev/null
+    stop_squid
     "$ROOT/scripts/slurm-cluster.sh" down "$WORK/cluster" || true
     chmod "$FUSE_MODE" /dev/fuse
     rm -rf "$WORK"
@@ -50,7 +56,7 @@ while [ "$left" -gt 0 ]; do
     left=$((left - mb)); i=$((i + 1))
 done
 "$SHEAF" build "$WORK/shared/data" -o "$WORK/shared/data.sheaf" -q
-"$SHEAF" pool init "$WORK/pool" >/dev/null
+"$SHEAF" pool init "$WORK/pool" >/dev/null 2>&1
 "$SHEAF" pool build "$WORK/pool" -o "$WORK/shared/pools/tools/1.0.sheaf" --name tools/1.0 -q
 chmod -R a+rX "$WORK/shared"
 chown "$USER_NAME" "$WORK/out"
@@ -130,7 +136,44 @@ for n in $NODES; do
     printf '| %s | %s | %s | %s |\n' "$n" "$(data_phase "$n" sheaf)" "$(data_phase "$n" shared)" \
         "$(data_phase "$n" copy)" >> "$OUT.tmp"
 done
+# Lazy through one squid: a published repository of the image on an origin
+# (nginx on the host's loopback: the nodes reach it only through the proxy),
+# one squid on the bridge, each node's cache cold; what the origin sends.
+log "lazy through one squid"
+WWW=$WORK/www
+mkdir -p "$WWW"
+"$SHEAF" publish "$WORK/shared/data.sheaf" "$WWW/repo" --name data >/dev/null
+NGINX_ACCESS_LOG=$WORK/origin.log start_nginx
+NET=${SLURM_NET:-10.78.0}
+printf 'required %s sheaf=%s proxy=http://%s.254:13128 cache_dir=%s\n' "$SO" "$SHEAF" "$NET" \
+    "$WORK/cluster/local/sheaf-cache-%u" > "$WORK/cluster/etc/plugstack.conf"
 {
+    echo
+    echo "## Lazy through one squid: bytes the origin sends"
+    echo
+    echo "A published repository of the image (mode=lazy, plugstack proxy=), its origin"
+    echo "reachable from the nodes only through one squid on the bridge; squid and every"
+    echo "node's cache (cache_dir=, node-local) cold; every node reads the whole dataset."
+    echo
+    echo "| N | origin bytes | x one node | image bytes |"
+    echo "|---|---|---|---|"
+} >> "$OUT.tmp"
+one=""
+for n in 1 $NODES; do
+    start_squid_on "$NET.254:13128" "$WORK/squid"
+    rm -rf "$WORK"/cluster/nodes/*/local/sheaf-cache-*
+    : > "$WORK/origin.log"
+    as_user srun -N "$n" --sheaf="$BASE/repo/data:/data" sh -c "$read_all" /data >/dev/null 2>"$WORK/err" ||
+        die "lazy, N=$n: $(head -3 "$WORK/err")"
+    stop_squid
+    bytes=$(awk '{s+=$1} END {print s+0}' "$WORK/origin.log")
+    [ -n "$one" ] || one=$bytes
+    printf '| %s | %s | %s | %s |\n' "$n" "$bytes" "$(awk -v a="$bytes" -v b="$one" 'BEGIN {printf "%.3f", a / b}')" \
+        "$(stat -c %s "$WORK/shared/data.sheaf")" >> "$OUT.tmp"
+done
+{
+    echo
+    echo "Target: <= 1.1x what one node reads."
     echo
     echo "All nodes share one disk, one page cache and two cores here: after the first"
     echo "node, the shared directory and the copy are read from memory, and --sheaf's"
@@ -138,7 +181,7 @@ done
     echo "real cluster each node reads the shared directory over the network; this"
     echo "table is the cost of the FUSE path, not a parallel filesystem's contention."
     echo "Not measured yet (issue 56): shared-storage bytes per job with a bcast mode"
-    echo "(the plugin has only mode=lazy) and lazy over HTTP through one squid."
+    echo "(the plugin has only mode=lazy)."
 } >> "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 log "wrote $OUT"
