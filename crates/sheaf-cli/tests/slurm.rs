@@ -101,6 +101,30 @@ impl Drop for Cluster {
     }
 }
 
+/// The mount points the plugin makes on the nodes (the host's file system
+/// here) and leaves, empty, for the next job: removed at the end if they
+/// were not there before.
+struct MadeDirs(Vec<PathBuf>);
+
+impl MadeDirs {
+    fn new(dirs: &[&str]) -> MadeDirs {
+        MadeDirs(
+            dirs.iter()
+                .map(PathBuf::from)
+                .filter(|d| !d.exists())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = fs::remove_dir(d);
+        }
+    }
+}
+
 fn have(cmd: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {cmd}")])
@@ -328,6 +352,14 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         cache.display()
     );
     let started = Instant::now();
+    // Dropped after the cluster (declared before it).
+    let _made = MadeDirs::new(&[
+        "/data",
+        "/sheaf/pools/tools/1.0",
+        "/sheaf/pools/tools",
+        "/sheaf/pools",
+        "/sheaf",
+    ]);
     let cl = Cluster::up(&top.join("cluster"), &plain);
     eprintln!("cluster of {NODES} nodes up in {:?}", started.elapsed());
     let data_arg = format!("--sheaf={}:/data", data.display());
