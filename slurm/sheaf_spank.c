@@ -26,6 +26,10 @@
  * serving process), kills whatever is left below it (it is their subreaper)
  * and exits; the namespace goes with the last process in it.
  *
+ * With scope=job the job's prolog starts the holder instead (setsid: it
+ * outlives the prolog and belongs to no step), records it in state_dir, every
+ * step's tasks join it, and the job's epilog ends it with SIGTERM.
+ *
  * A failure (no such image, a signature the policy refuses, a bad option) is
  * one line on the task's standard error, "sheaf: error: ...", and the task
  * exits with status 125 (docs/slurm.md); nothing runs.
@@ -77,6 +81,11 @@ static char *opt_images, *opt_pools;
 static char *cfg_proxy; /* the request's proxy list (it may hold credentials) */
 static char *cfg_sheaf, *cfg_config, *cfg_cache_dir, *cfg_pools, *cfg_pool_mounts = "/sheaf/pools";
 static int cfg_timeout = 300;
+/* scope=job: one namespace and serving processes per job and node, made by
+ * the job's prolog and shared by all its steps, ended by its epilog. */
+static int cfg_job_scope;
+static char *cfg_state_dir = "/run/sheaf-slurm";
+static int holder_owned; /* this process started it (step scope) */
 static struct mnt mnts[MAX_MOUNTS];
 static int nmnts;
 static char modulepath[8192];
@@ -145,6 +154,12 @@ static int parse_args(int ac, char **av)
             cfg_pool_mounts = strdup(a + 12);
         else if (!strncmp(a, "timeout=", 8))
             cfg_timeout = atoi(a + 8) > 0 ? atoi(a + 8) : 300;
+        else if (!strcmp(a, "scope=job"))
+            cfg_job_scope = 1;
+        else if (!strcmp(a, "scope=step"))
+            cfg_job_scope = 0;
+        else if (!strncmp(a, "state_dir=", 10))
+            cfg_state_dir = strdup(a + 10);
         else if (!strcmp(a, "mode=lazy"))
             ;
         else if (!strncmp(a, "mode=", 5)) {
@@ -351,6 +366,22 @@ static int parse_pools(const char *spec)
     return 0;
 }
 
+/* The plugstack.conf arguments, once (the prolog and epilog get them
+ * without slurm_spank_init). */
+static int plugin_args(int ac, char **av)
+{
+    static int done, rc;
+    if (done)
+        return rc;
+    done = 1;
+    rc = parse_args(ac, av);
+    /* Without sheaf=: where `make install` (/usr/local) or the package (/usr)
+     * put it. */
+    if (!cfg_sheaf)
+        cfg_sheaf = access("/usr/bin/sheaf", X_OK) == 0 ? "/usr/bin/sheaf" : "/usr/local/bin/sheaf";
+    return rc;
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     for (int i = 0; options[i].name; i++)
@@ -358,13 +389,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
             slurm_error("sheaf: cannot register --%s", options[i].name);
             return -1;
         }
-    if (parse_args(ac, av) < 0)
-        return -1;
-    /* Without sheaf=: where `make install` (/usr/local) or the package (/usr)
-     * put it. */
-    if (!cfg_sheaf)
-        cfg_sheaf = access("/usr/bin/sheaf", X_OK) == 0 ? "/usr/bin/sheaf" : "/usr/local/bin/sheaf";
-    return 0;
+    return plugin_args(ac, av);
 }
 
 /* ---- the holder (runs after fork: system calls only) ---------------------- */
@@ -546,6 +571,16 @@ static void holder_main(struct job *j, int status, int ctl)
     fcntl(status, F_SETFD, FD_CLOEXEC);
     fcntl(ctl, F_SETFD, FD_CLOEXEC);
     close_range(5, ~0U, 0);
+    /* Nor the standard streams (the prolog's may be a pipe someone reads
+     * to its end). */
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        if (null > 4)
+            close(null);
+    }
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0) {
         put(status, "Ea private mount namespace: ", strerror(errno));
         _exit(1);
@@ -589,9 +624,13 @@ static void holder_main(struct job *j, int status, int ctl)
     put(status, "OK", "");
     close(status);
     /* Until slurmstepd closes the pipe (the step's end, or its death) or a
-     * signal says stop. */
+     * signal says stop; in job scope, until the epilog's SIGTERM. */
     char c;
     while (!stop) {
+        if (cfg_job_scope) {
+            pause();
+            continue;
+        }
         ssize_t r = read(ctl, &c, 1);
         if (r == 0 || (r < 0 && errno != EINTR))
             break;
@@ -607,18 +646,30 @@ static int start_holder(spank_t sp)
     static struct job j;
     int n = 0;
     gid_t *gids = NULL;
-    if (spank_get_item(sp, S_JOB_UID, &j.uid) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_JOB_GID, &j.gid) != ESPANK_SUCCESS) {
+    if (spank_get_item(sp, S_JOB_UID, &j.uid) != ESPANK_SUCCESS) {
         fail("cannot learn the job's user");
         return -1;
+    }
+    struct passwd *pw = getpwuid(j.uid);
+    if (spank_get_item(sp, S_JOB_GID, &j.gid) != ESPANK_SUCCESS) {
+        /* The prolog has no group: the user's own. */
+        if (!pw) {
+            fail("uid %u: no such user on this node", (unsigned)j.uid);
+            return -1;
+        }
+        j.gid = pw->pw_gid;
     }
     if (spank_get_item(sp, S_JOB_SUPPLEMENTARY_GIDS, &gids, &n) == ESPANK_SUCCESS && gids) {
         if (n > (int)(sizeof j.gids / sizeof j.gids[0]))
             n = (int)(sizeof j.gids / sizeof j.gids[0]);
         memcpy(j.gids, gids, (size_t)n * sizeof(gid_t));
         j.ngids = n;
+    } else if (pw) {
+        n = (int)(sizeof j.gids / sizeof j.gids[0]);
+        if (getgrouplist(pw->pw_name, j.gid, j.gids, &n) < 0)
+            n = 0;
+        j.ngids = n;
     }
-    struct passwd *pw = getpwuid(j.uid);
     int e = 0;
     snprintf(j.env[e++], sizeof j.env[0], "PATH=/usr/local/bin:/usr/bin:/bin");
     snprintf(j.env[e++], sizeof j.env[0], "HOME=%s", pw ? pw->pw_dir : "/");
@@ -659,6 +710,8 @@ static int start_holder(spank_t sp)
     if (p == 0) {
         close(st[0]);
         close(ctl[1]);
+        if (cfg_job_scope)
+            setsid(); /* outlives the prolog, in no step */
         holder_main(&j, st[1], ctl[0]);
         _exit(1);
     }
@@ -689,6 +742,7 @@ static int start_holder(spank_t sp)
     close(st[0]);
     if (!strcmp(line, "OK")) {
         holder = p;
+        holder_owned = 1;
         ctl_fd = ctl[1];
         return 0;
     }
@@ -703,6 +757,121 @@ static int start_holder(spank_t sp)
     else
         fail("the images were not mounted within %d s (timeout= in plugstack.conf)", cfg_timeout);
     return -1;
+}
+
+/* ---- job scope: the prolog makes, the steps join, the epilog ends --------- */
+
+static int state_path(spank_t sp, char *out, size_t n)
+{
+    uint32_t job = 0;
+    char host[256] = "";
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+        return -1;
+    gethostname(host, sizeof host - 1);
+    snprintf(out, n, "%s/%u.%s", cfg_state_dir, (unsigned)job, host);
+    return 0;
+}
+
+static unsigned long ns_inode(pid_t p)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)p);
+    return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
+/* The options as the prolog sees them (their callbacks do not run there). */
+static void prolog_options(spank_t sp)
+{
+    char *v = NULL;
+    if (spank_option_getopt(sp, &options[0], &v) == ESPANK_SUCCESS && v)
+        cb_images(0, v, 1);
+    v = NULL;
+    if (spank_option_getopt(sp, &options[1], &v) == ESPANK_SUCCESS && v)
+        cb_pools(0, v, 1);
+}
+
+/* Never fails (a failed prolog drains the node): what went wrong is kept
+ * for the job's tasks to say. */
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+    char path[PATH_MAX], line[MAX_MSG + 64];
+    if (plugin_args(ac, av) < 0 || !cfg_job_scope)
+        return 0;
+    prolog_options(sp);
+    if (!opt_images && !opt_pools)
+        return 0;
+    if (state_path(sp, path, sizeof path) < 0)
+        return 0;
+    if ((!opt_images || parse_images(opt_images) == 0) && (!opt_pools || parse_pools(opt_pools) == 0))
+        start_holder(sp);
+    if (failure[0])
+        snprintf(line, sizeof line, "E %s\n", failure);
+    else
+        snprintf(line, sizeof line, "OK %d %lu\n", (int)holder, ns_inode(holder));
+    mkdir(cfg_state_dir, 0700);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, line, strlen(line)) < 0)
+        slurm_error("sheaf: %s: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    if (ctl_fd >= 0)
+        close(ctl_fd); /* the holder waits for the epilog, not for us */
+    return 0;
+}
+
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+    char path[PATH_MAX], line[MAX_MSG + 64] = "";
+    if (plugin_args(ac, av) < 0 || !cfg_job_scope || state_path(sp, path, sizeof path) < 0)
+        return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t r = read(fd, line, sizeof line - 1);
+    close(fd);
+    line[r > 0 ? r : 0] = 0;
+    int pid = 0;
+    unsigned long ino = 0;
+    if (sscanf(line, "OK %d %lu", &pid, &ino) == 2 && pid > 0 && ns_inode(pid) == ino) {
+        kill(pid, SIGTERM);
+        int i;
+        for (i = 0; i < 600 && ns_inode(pid) == ino; i++)
+            usleep(50000);
+        if (ns_inode(pid) == ino)
+            kill(pid, SIGKILL);
+    }
+    unlink(path);
+    return 0;
+}
+
+/* A step in job scope joins what the prolog made on this node. */
+static void join_job(spank_t sp)
+{
+    char path[PATH_MAX], line[MAX_MSG + 64] = "";
+    if (state_path(sp, path, sizeof path) < 0) {
+        fail("cannot learn the job's id");
+        return;
+    }
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        fail("%s: the job's mounts were not made on this node (%s)", path, strerror(errno));
+        return;
+    }
+    ssize_t r = read(fd, line, sizeof line - 1);
+    close(fd);
+    line[r > 0 ? r : 0] = 0;
+    char *nl = strchr(line, '\n');
+    if (nl)
+        *nl = 0;
+    int pid = 0;
+    unsigned long ino = 0;
+    if (!strncmp(line, "E ", 2))
+        fail("%s", line + 2);
+    else if (sscanf(line, "OK %d %lu", &pid, &ino) == 2 && pid > 0 && ns_inode(pid) == ino)
+        holder = pid;
+    else
+        fail("the job's mounts on this node are gone");
 }
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
@@ -721,7 +890,10 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     }
     if (!spank_remote(sp))
         return 0;
-    start_holder(sp);
+    if (cfg_job_scope)
+        join_job(sp);
+    else
+        start_holder(sp);
     if (!failure[0] && modulepath[0]) {
         char old[8192] = "";
         char val[16384];
@@ -777,7 +949,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
     (void)ac; (void)av;
-    if (!spank_remote(sp) || holder <= 0)
+    if (!spank_remote(sp) || holder <= 0 || !holder_owned)
         return 0;
     close(ctl_fd);
     ctl_fd = -1;

@@ -667,6 +667,98 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     cl.plugstack(&plain);
     assert_nothing_left(&img, uid, &late, "the policy's steps");
 
+    // scope=job: the prolog mounts once per node, the batch step and every
+    // srun step share it (one device at /data on a node), the epilog ends
+    // it, also for a cancelled job.
+    let state = top.join("cluster/state");
+    cl.plugstack(&format!(
+        "required {} sheaf={} scope=job state_dir={}\n",
+        so.display(),
+        bin(),
+        state.display()
+    ));
+    write(
+        &out.join("shared.sh"),
+        format!(
+            "#!/bin/bash\n#SBATCH -N 2\n#SBATCH {data_arg}\n#SBATCH -o shared.out\n\
+             echo \"$(hostname) batch $(stat -c %d /data)\"\n\
+             for s in 1 2; do srun bash -c \"echo \\$(hostname) step$s \\$(stat -c %d /data)\"; done\n"
+        )
+        .as_bytes(),
+    );
+    let o = run_cmd(&mut cl.user(&out, &["sbatch", "--parsable", "shared.sh"])).ok();
+    let id = o.text().trim().to_string();
+    let t0 = Instant::now();
+    let st = loop {
+        let s = cl.job_state(&id);
+        if !["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"].contains(&s.as_str()) {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "job {id}: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let shared = fs::read_to_string(out.join("shared.out")).unwrap_or_default();
+    assert_eq!(st, "COMPLETED", "{shared}");
+    let mut dev: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for l in shared.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(w.len(), 3, "{shared}");
+        dev.entry(w[0]).or_default().push(w[2]);
+    }
+    assert_eq!(dev.len(), 2, "{shared}");
+    for (host, d) in &dev {
+        let want = if dev.keys().next() == Some(host) {
+            3
+        } else {
+            2
+        };
+        assert_eq!(d.len(), want, "{host}: {shared}");
+        assert!(
+            d.iter().all(|x| x == &d[0]),
+            "{host} saw more than one mount: {shared}"
+        );
+    }
+    assert_nothing_left(&img, uid, &late, "the job-scope job");
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "sbatch",
+            "--parsable",
+            "-N2",
+            "-w",
+            "n2,n3",
+            &data_arg,
+            "-o",
+            "cancel-job.out",
+            "--wrap",
+            "srun sh -c 'ls /data >/dev/null && echo up-$(hostname); sleep 600'",
+        ],
+    ))
+    .ok();
+    let id = o.text().trim().to_string();
+    let t0 = Instant::now();
+    while fs::read_to_string(out.join("cancel-job.out"))
+        .unwrap_or_default()
+        .matches("up-")
+        .count()
+        < 2
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30), "job {id} never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    run_cmd(&mut cl.user(&out, &["scancel", &id])).ok();
+    assert_nothing_left(&img, uid, &late, "the cancelled job-scope job");
+    let t0 = Instant::now();
+    while fs::read_dir(&state).map(|d| d.count()).unwrap_or(0) > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "state files left in {}",
+            state.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cl.plugstack(&plain);
+
     // 5. A URL image whose server goes down mid-job, for less than sheaf's
     // --timeout: the tasks' reads wait for it, and their bytes are right.
     let url_src = top.join("src-url");
