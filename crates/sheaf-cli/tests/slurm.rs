@@ -8,12 +8,19 @@
 //!   module and reads the dataset at /data on every node, checksums equal to
 //!   the source tree's (computed with sha256sum on the tree, not via sheaf);
 //! - two jobs on one node at once see their own image at /data, and neither
-//!   the host nor the node's slurmd sees either mount;
-//! - a cancelled job and a job past its time limit leave no mount, no
-//!   process and no namespace;
+//!   the host nor the node's slurmd sees either mount; the tasks run with
+//!   no_new_privs; the tasks of a step on one node share one mount;
+//! - a cancelled job, a job whose node is set DOWN and a job past its time
+//!   limit leave no mount, no process and no namespace;
+//! - a mount point in the system's directories is refused before submission;
 //! - under a signature policy a tampered image fails the step with one line;
+//! - with `scope=job` the batch step and the srun steps share one mount per
+//!   node, and a cancelled job leaves nothing;
 //! - a URL image whose server goes down mid-job (for less than sheaf's
 //!   --timeout) is a wait, not a failure.
+//!
+//! About 100 s, most of it waiting for Slurm to end the job past its (one
+//! minute, the least) time limit while the rest runs.
 
 mod common;
 use common::*;
