@@ -327,6 +327,21 @@ fn run_scenario(scenario: fn(&Path)) {
     }
 }
 
+/// `sheaf import docker://HOST/NAME --publish REPO`: the image in the
+/// test registry as a repository the snapshotter reads layers from.
+fn publish(host: &str, name: &str, repo: &Path) {
+    sheaf([
+        "import",
+        &format!("docker://{host}/{name}"),
+        "--insecure-registry",
+        host,
+        "--publish",
+        repo.to_str().unwrap(),
+        "-q",
+    ])
+    .ok();
+}
+
 /// The site's `[mount] kernel = "require"`: the snapshotter's read-only
 /// stack of a container's layers (overlayfs's lower directory) is the
 /// kernel's EROFS mount of their merged view, and the container sees what
@@ -346,16 +361,7 @@ fn kernel_scenario(t: &Path) {
     reg.push(&lay.oci("gz"), "app:1");
     let host = reg.host();
     let repo = t.join("repo");
-    sheaf([
-        "import",
-        &format!("docker://{host}/app:1"),
-        "--insecure-registry",
-        &host,
-        "--publish",
-        repo.to_str().unwrap(),
-        "-q",
-    ])
-    .ok();
+    publish(&host, "app:1", &repo);
     let conf = t.join("site.toml");
     write(
         &conf,
@@ -383,9 +389,10 @@ fn kernel_scenario(t: &Path) {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let root = sn.root.display().to_string();
     assert!(
-        info.lines()
-            .any(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&root))
-                && l.contains(" - erofs ")),
+        info.lines().any(
+            |l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&root))
+                && l.contains(" - erofs ")
+        ),
         "no EROFS mount under {root}:\n{info}"
     );
 }
@@ -456,16 +463,7 @@ fn scenario(t: &Path) {
     // node cache).
     let www = t.join("www");
     let repo = www.join("repo");
-    sheaf([
-        "import",
-        &format!("docker://{host}/app:1"),
-        "--insecure-registry",
-        &host,
-        "--publish",
-        repo.to_str().unwrap(),
-        "-q",
-    ])
-    .ok();
+    publish(&host, "app:1", &repo);
     let nginx = Nginx::start_with_root(t, &www);
     let mut sn = Snapshotter::start(t, &nginx.url("repo"));
     let ctd = Containerd::start(t, &host, &sn.sock);

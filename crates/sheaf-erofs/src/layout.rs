@@ -74,11 +74,25 @@ struct Entry {
     node: u32,
 }
 
+#[derive(Default)]
 struct Walk {
     nodes: Vec<Node>,
     entries: Vec<Entry>,
     names: Vec<u8>,
     xattrs: Vec<u8>,
+}
+
+impl Walk {
+    /// Directory node `i`'s entries are those from `first` on: sort them
+    /// (EROFS looks names up by binary search over bytes) and keep where
+    /// they are.
+    fn close_dir(&mut self, i: usize, first: u32) {
+        let last = self.entries.len() as u32;
+        let names = &self.names;
+        self.entries[first as usize..last as usize]
+            .sort_unstable_by(|a, b| name(names, a).cmp(name(names, b)));
+        self.nodes[i].kids = (first, last);
+    }
 }
 
 /// What is walked: one image as its own mount shows it (a name like
@@ -143,12 +157,7 @@ fn unsupported(what: String) -> ErofsError {
 fn walk(img: &Image) -> Result<Walk, ErofsError> {
     let root = img.root()?;
     let mut seen = Seen::new(img);
-    let mut w = Walk {
-        nodes: Vec::new(),
-        entries: Vec::new(),
-        names: Vec::new(),
-        xattrs: Vec::new(),
-    };
+    let mut w = Walk::default();
     let mut links: HashMap<u32, u32> = HashMap::new();
     add_node(img, &mut w, &root, 0, 0)?;
     let mut i = 0;
@@ -198,12 +207,7 @@ fn walk(img: &Image) -> Result<Walk, ErofsError> {
                 node,
             });
         }
-        let last = w.entries.len() as u32;
-        // EROFS looks names up by binary search over bytes.
-        let names = &w.names;
-        w.entries[first as usize..last as usize]
-            .sort_unstable_by(|a, b| name(names, a).cmp(name(names, b)));
-        w.nodes[i].kids = (first, last);
+        w.close_dir(i, first);
         i += 1;
     }
     Ok(w)
@@ -214,12 +218,7 @@ fn walk(img: &Image) -> Result<Walk, ErofsError> {
 fn walk_stack(stack: &Stack) -> Result<Walk, ErofsError> {
     let root = stack.root()?;
     let mut seen = SeenMerged::new(stack);
-    let mut w = Walk {
-        nodes: Vec::new(),
-        entries: Vec::new(),
-        names: Vec::new(),
-        xattrs: Vec::new(),
-    };
+    let mut w = Walk::default();
     // Per directory node, its merged parts (by node index).
     let mut merged: HashMap<u32, MergedDir> = HashMap::new();
     let mut links: HashMap<(usize, u32), u32> = HashMap::new();
@@ -272,11 +271,7 @@ fn walk_stack(stack: &Stack) -> Result<Walk, ErofsError> {
                 node,
             });
         }
-        let last = w.entries.len() as u32;
-        let names = &w.names;
-        w.entries[first as usize..last as usize]
-            .sort_unstable_by(|a, b| name(names, a).cmp(name(names, b)));
-        w.nodes[i].kids = (first, last);
+        w.close_dir(i, first);
         // A merged directory's links: its own two and one per subdirectory
         // of the merged view (no single layer's count is that).
         w.nodes[i].rec.nlink = 2 + subdirs;

@@ -361,26 +361,12 @@ impl<F: Filesystem> Mounted<F> {
             mountpoint,
             signals,
         } = self;
-        let mp = mountpoint.clone();
-        std::thread::Builder::new()
-            .name("sheaf-signals".into())
-            .spawn(move || {
-                if !announce.is_empty() {
-                    log::info!("{announce}");
-                }
-                log::info!("serving {}", mp.display());
-                let mut sig: libc::c_int = 0;
-                // SAFETY: `signals` is an initialised set; `sig` is valid.
-                if unsafe { libc::sigwait(&signals, &mut sig) } != 0 {
-                    return;
-                }
-                log::info!("signal {sig}: unmounting {}", mp.display());
-                if let Err(e) = kernel::unmount(&mp, true) {
-                    // Exiting closes the watchdog socket: the watchdog unmounts.
-                    log::error!("unmount of {} failed: {e}; exiting", mp.display());
-                    std::process::exit(1);
-                }
-            })?;
+        let mut lines = Vec::new();
+        if !announce.is_empty() {
+            lines.push(announce);
+        }
+        lines.push(format!("serving {}", mountpoint.display()));
+        unmount_on_signal(mountpoint.clone(), signals, lines)?;
         let r = session.run();
         finish(conn, r.is_ok());
         log::info!("unmounted {}", mountpoint.display());
@@ -400,6 +386,37 @@ impl<F: Filesystem> Mounted<F> {
                 r
             })
     }
+}
+
+/// The thread that waits for a stop signal (SIGINT, SIGTERM, SIGHUP,
+/// blocked in every other thread: [`block_stop_signals`]) and then
+/// unmounts `mp` lazily, so open files do not keep it; it first logs
+/// `lines` (off the request threads' way: a first syslog line reads the
+/// time zone and connects to the log socket). Every server has one.
+pub(crate) fn unmount_on_signal(
+    mp: PathBuf,
+    signals: libc::sigset_t,
+    lines: Vec<String>,
+) -> io::Result<()> {
+    std::thread::Builder::new()
+        .name("sheaf-signals".into())
+        .spawn(move || {
+            for l in lines {
+                log::info!("{l}");
+            }
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `signals` is an initialised set; `sig` is valid.
+            if unsafe { libc::sigwait(&signals, &mut sig) } != 0 {
+                return;
+            }
+            log::info!("signal {sig}: unmounting {}", mp.display());
+            if let Err(e) = kernel::unmount(&mp, true) {
+                // Exiting closes the watchdog socket: the watchdog unmounts.
+                log::error!("unmount of {} failed: {e}; exiting", mp.display());
+                std::process::exit(1);
+            }
+        })?;
+    Ok(())
 }
 
 /// Close a watched connection and reap the watchdog.

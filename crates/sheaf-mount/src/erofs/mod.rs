@@ -258,22 +258,11 @@ impl ErofsServing {
             mountpoint,
             signals,
         } = self;
-        let mp = mountpoint.clone();
-        std::thread::Builder::new()
-            .name("sheaf-signals".into())
-            .spawn(move || {
-                log::info!("serving {} (kernel EROFS)", mp.display());
-                let mut sig: libc::c_int = 0;
-                // SAFETY: `signals` is an initialised set; `sig` is valid.
-                if unsafe { libc::sigwait(&signals, &mut sig) } != 0 {
-                    return;
-                }
-                log::info!("signal {sig}: unmounting {}", mp.display());
-                if let Err(e) = kernel::unmount(&mp, true) {
-                    log::error!("unmount of {} failed: {e}; exiting", mp.display());
-                    std::process::exit(1);
-                }
-            })?;
+        crate::serve::unmount_on_signal(
+            mountpoint.clone(),
+            signals,
+            vec![format!("serving {} (kernel EROFS)", mountpoint.display())],
+        )?;
         let r = session
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the blob's session panicked")));
