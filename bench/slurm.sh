@@ -122,6 +122,23 @@ for n in $NODES; do
     printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "$plain" "$one" \
         "$(sub "$one" "$plain")" "$both" "$(sub "$both" "$plain")" >> "$OUT.tmp"
 done
+# The same with scope=job: the prolog mounts, the step joins.
+printf 'required %s sheaf=%s pools=%s scope=job state_dir=%s\n' "$SO" "$SHEAF" "$WORK/shared/pools" \
+    "$WORK/cluster/state" > "$WORK/cluster/etc/plugstack.conf"
+{
+    echo
+    echo "With scope=job (each srun here is a job of its own: its prolog mounts, its step joins):"
+    echo
+    echo "| N | plain s | --sheaf s | added s |"
+    echo "|---|---|---|---|"
+} >> "$OUT.tmp"
+for n in $NODES; do
+    log "start overhead, scope=job, N=$n"
+    plain=$(time_median srun -N "$n" hostname)
+    one=$(time_median srun -N "$n" --sheaf="$WORK/shared/data.sheaf:/data" hostname)
+    printf '| %s | %s | %s | %s |\n' "$n" "$plain" "$one" "$(sub "$one" "$plain")" >> "$OUT.tmp"
+done
+printf 'required %s sheaf=%s pools=%s\n' "$SO" "$SHEAF" "$WORK/shared/pools" > "$WORK/cluster/etc/plugstack.conf"
 {
     echo
     echo "Target: <= 1 s added with a local image."
