@@ -783,6 +783,12 @@ fn report(mountpoint: &Path) -> Result<sheaf_mount::stats::Report> {
 /// `sheaf stats`.
 pub fn stats(mountpoint: &Path, json: bool, io: &mut crate::Io<'_>) -> Result<i32> {
     use std::io::Write;
+    if kernel::mount_at(&absolute(mountpoint))?.is_some_and(|m| m.is_kernel_path()) {
+        bail!(
+            "{}: a kernel-path mount (sheaf mount --kernel): the kernel's EROFS serves it and sheaf keeps no statistics for it",
+            mountpoint.display()
+        );
+    }
     let s = report(mountpoint)?;
     if json {
         writeln!(io.stdout, "{}", s.to_json_pretty())?;

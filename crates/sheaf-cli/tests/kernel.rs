@@ -123,6 +123,15 @@ fn a_kernel_mount_shows_the_tree_exact_and_ends_with_its_server() {
     assert_eq!(fs::metadata(&cache).unwrap().mode() & 0o777, 0o700);
     let ino = fs::metadata(&meta[0]).unwrap().ino();
     assert!(!servers_of(&sc.mp).is_empty());
+    // No statistics to show: said as such, in one line.
+    let o = sheaf(["stats".as_ref(), sc.mp.as_os_str()]).fails_with(1);
+    assert!(
+        o.one_err_line().ends_with(
+            "a kernel-path mount (sheaf mount --kernel): the kernel's EROFS serves it and sheaf keeps no statistics for it"
+        ),
+        "{}",
+        o.describe()
+    );
     m.umount();
     assert!(!is_mounted(&sc.mp));
     wait_until("the server exits after umount", || {

@@ -30,6 +30,10 @@ const ELSEWHERE: &[(&str, &str)] = &[
         "mount -t fuse.sheaf",
         "tests/mount.rs (needs /sbin/mount.fuse.sheaf)",
     ),
+    (
+        "sheaf mount --kernel",
+        "tests/kernel.rs (root: the kernel's EROFS)",
+    ),
     ("ssh://", "tests/ssh.rs (a real sshd)"),
     ("s3://", "tests/s3.rs (SeaweedFS with authentication)"),
     ("sheaf pool build", "tests/pool.rs"),
