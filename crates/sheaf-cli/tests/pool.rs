@@ -1015,6 +1015,8 @@ fn root_pool_load_takes_the_kernel_path_when_the_site_says_so() {
         .as_bytes(),
     );
     let mp = t.path().join("mnt/demo/1.0");
+    // A failing assertion below still takes the mount down.
+    let _guard = Mounted::adopt(&mp);
     let run = |args: &[&std::ffi::OsStr]| {
         let mut c = cmd();
         c.env("SHEAF_CONFIG", &conf);
