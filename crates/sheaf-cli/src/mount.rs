@@ -2,12 +2,11 @@
 //! helper that mount(8) runs for `-t fuse.sheaf` and fstab entries.
 
 pub(crate) use crate::options::absolute;
-use crate::options::{KernelPath, MountOptions};
+use crate::options::MountOptions;
 use crate::serve::{serve_image, serve_mount};
 use crate::util::{human, RemoteArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use sheaf_front::kernel::Outcome;
 use sheaf_mount::serve::check_mountpoint;
 use sheaf_mount::{kernel, FsConfig, UnionConfig, UnionFs};
 use sheaf_read::{CountingSource, Image, ImageOptions, Source};
@@ -617,32 +616,21 @@ fn mount(
         prefetch: p.prefetch.as_deref(),
     })?;
     let cfg = p.mount_config(mp, a.fsname, upper.is_some());
+    let layers = match &a.served {
+        Served::Image { img, .. } => vec![img.clone()],
+        Served::Union(fs) => fs.layers(),
+    };
+    let writable = upper.is_some();
+    if let Some(code) =
+        sheaf_front::kernel::mount(&cfg, &p, &layers, writable, &a.signer, foreground)?
+    {
+        return Ok(code);
+    }
     match a.served {
         Served::Image { img, src, fs } => {
-            if p.kernel != KernelPath::Off {
-                let layers = std::slice::from_ref(&img);
-                match sheaf_front::kernel::mount(&cfg, &p, layers, &a.signer, foreground)? {
-                    Outcome::Mounted(code) => return Ok(code),
-                    Outcome::Fuse(why) => sheaf_front::kernel::say_fuse(&cfg.mountpoint, &why),
-                }
-            }
             serve_image(cfg, &p, &a.signer, started, foreground, img, src, fs)
         }
-        Served::Union(fs) => {
-            if p.kernel != KernelPath::Off {
-                if upper.is_some() {
-                    let why = sheaf_front::kernel::cannot(&p, true).expect("writable");
-                    sheaf_front::kernel::fuse_instead(&cfg.mountpoint, &p, &why)?;
-                } else {
-                    let layers = fs.layers();
-                    match sheaf_front::kernel::mount(&cfg, &p, &layers, &a.signer, foreground)? {
-                        Outcome::Mounted(code) => return Ok(code),
-                        Outcome::Fuse(why) => sheaf_front::kernel::say_fuse(&cfg.mountpoint, &why),
-                    }
-                }
-            }
-            serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs)
-        }
+        Served::Union(fs) => serve_mount(&cfg, &p, &a.signer, started, foreground, move || *fs),
     }
 }
 

@@ -376,6 +376,8 @@ struct Plan {
     /// Per node: the block of its full data blocks (directories past a
     /// block), or of its blob range (files with data); else 0.
     blk: Vec<u32>,
+    /// Per node: a directory's size (its entries in EROFS blocks), else 0.
+    dir_size: Vec<u64>,
     map: BlobMap,
     /// The time compact inodes take (the most common one).
     time: (i64, u32),
@@ -402,13 +404,19 @@ fn lay_out(w: &Walk) -> Result<Plan, ErofsError> {
     let mut plan = Plan {
         at: Vec::with_capacity(w.nodes.len()),
         blk: Vec::with_capacity(w.nodes.len()),
+        dir_size: Vec::with_capacity(w.nodes.len()),
         map: BlobMap::default(),
         time,
         end: 0,
     };
     let mut pos = FIRST_INODE;
     for (i, n) in w.nodes.iter().enumerate() {
-        let s = shape(w, i, time);
+        let dir_size = match n.rec.file_type() {
+            Some(FileType::Directory) => dir_size(w, i),
+            _ => 0,
+        };
+        plan.dir_size.push(dir_size);
+        let s = shape(w, i, time, dir_size);
         let mut blk = 0;
         if s.full > 0 {
             pos = pos.next_multiple_of(BLOCK);
@@ -480,7 +488,9 @@ fn compact(r: &InodeRecord, time: (i64, u32)) -> bool {
         && (r.mtime_sec, r.mtime_nsec) == time
 }
 
-fn shape(w: &Walk, i: usize, time: (i64, u32)) -> Shape {
+/// How node `i` is stored; `dir_size`: a directory's entries' size
+/// ([`dir_size`], found once per directory by the layout).
+fn shape(w: &Walk, i: usize, time: (i64, u32), dir_size: u64) -> Shape {
     let n = &w.nodes[i];
     let isize = if compact(&n.rec, time) {
         COMPACT
@@ -497,8 +507,7 @@ fn shape(w: &Walk, i: usize, time: (i64, u32)) -> Shape {
     };
     match n.rec.file_type() {
         Some(FileType::Directory) => {
-            let size = dir_size(w, i);
-            let (full, tail) = (size / BLOCK, size % BLOCK);
+            let (full, tail) = (dir_size / BLOCK, dir_size % BLOCK);
             if tail == 0 {
                 Shape { full, ..plain }
             } else if isize + u64::from(n.xattrs.1) + tail > BLOCK {
@@ -634,7 +643,7 @@ fn emit<W: Write>(
     out.put(&device_slot(plan.map.blocks()))?;
     let mut buf = Vec::with_capacity(BLOCK as usize);
     for (i, n) in w.nodes.iter().enumerate() {
-        let s = shape(w, i, plan.time);
+        let s = shape(w, i, plan.time, plan.dir_size[i]);
         let t = n.rec.file_type();
         let nid = |node: u32| plan.at[node as usize] / 32;
         buf.clear();
@@ -678,7 +687,7 @@ fn emit<W: Write>(
             }
         }
         let size = match t {
-            Some(FileType::Directory) => dir_size(w, i),
+            Some(FileType::Directory) => plan.dir_size[i],
             Some(FileType::Regular | FileType::Symlink) => n.rec.size,
             _ => 0,
         };

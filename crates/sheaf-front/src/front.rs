@@ -75,13 +75,11 @@ pub fn try_mount(args: &[OsString]) -> Option<i32> {
     )
     .ok()?;
     let cfg = p.mount_config(mp, crate::options::local_fsname(&image), false);
-    if p.kernel != crate::options::KernelPath::Off {
-        // Here too, so that a cold `sheaf mount --kernel` does not load the
-        // whole tool; a refusal goes to it (it says why, as for any mount).
-        match crate::kernel::mount(&cfg, &p, std::slice::from_ref(&img), "", false).ok()? {
-            crate::kernel::Outcome::Mounted(code) => return Some(code),
-            crate::kernel::Outcome::Fuse(why) => crate::kernel::say_fuse(&cfg.mountpoint, &why),
-        }
+    // Here too, so that a cold `sheaf mount --kernel` does not load the
+    // whole tool; a refusal goes to it (it says why, as for any mount).
+    let layers = std::slice::from_ref(&img);
+    if let Some(code) = crate::kernel::mount(&cfg, &p, layers, false, "", false).ok()? {
+        return Some(code);
     }
     crate::serve::serve_image(cfg, &p, "", started, false, img, src, fs).ok()
 }

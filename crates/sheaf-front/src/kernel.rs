@@ -8,17 +8,7 @@ use anyhow::{bail, Result};
 use sheaf_mount::erofs::{BlobFs, ErofsConfig, PrepareError};
 use sheaf_mount::serve::MountConfig;
 use sheaf_read::Image;
-use std::path::Path;
 use std::sync::Arc;
-
-/// What became of a mount asked to take the kernel path.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Mounted (the exit code of the serving call).
-    Mounted(i32),
-    /// Not taken, for this reason: serve through FUSE and say so.
-    Fuse(String),
-}
 
 /// Why the kernel path cannot serve a mount with these options, before
 /// anything is tried; `None` if it may. `writable`: an overlay with an
@@ -37,44 +27,37 @@ pub fn cannot(p: &MountOptions, writable: bool) -> Option<String> {
     None
 }
 
-/// What a mount asked to take the kernel path does where it cannot: with
-/// `kernel=require`, fail with `why`; else serve through FUSE, saying so
-/// ([`say_fuse`]).
-pub fn fuse_instead(mp: &Path, p: &MountOptions, why: &str) -> Result<()> {
-    if p.kernel == KernelPath::Require {
-        bail!("{}: kernel=require, but {why}", mp.display());
-    }
-    say_fuse(mp, why);
-    Ok(())
-}
-
-/// The one line that says a mount asked to take the kernel path is served
-/// through FUSE, and why.
-pub fn say_fuse(mp: &Path, why: &str) {
-    eprintln!("sheaf: {}: served through FUSE: {why}", mp.display());
-}
-
 /// Mount `layers` (one image, or a stack bottom first) at
 /// `cfg.mountpoint` through the kernel's EROFS driver: make (or reuse)
-/// their metadata image in `p.kernel_cache`, then serve the blob. With `kernel=require` every reason not to is an error; with
-/// `auto` it is an [`Outcome::Fuse`] (the caller says it, [`say_fuse`],
-/// and serves through FUSE). An image that cannot be read is an
-/// error either way.
+/// their metadata image in `p.kernel_cache`, then serve the blob; the
+/// serving call's exit code. `None` where the options do not ask for it
+/// (`kernel=off`), and where it cannot be taken with `kernel=auto`: then
+/// one line on stderr says why and the caller serves through FUSE. With
+/// `kernel=require` every reason not to is an error; an image that cannot
+/// be read is an error either way. `writable`: an overlay with an upper
+/// directory.
 pub fn mount(
     cfg: &MountConfig,
     p: &MountOptions,
     layers: &[Arc<Image>],
+    writable: bool,
     signer: &str,
     foreground: bool,
-) -> Result<Outcome> {
-    let fuse = |why: String| -> Result<Outcome> {
+) -> Result<Option<i32>> {
+    let fuse = |why: String| -> Result<Option<i32>> {
         if p.kernel == KernelPath::Require {
             bail!("{}: kernel=require, but {why}", cfg.mountpoint.display());
         }
-        Ok(Outcome::Fuse(why))
+        eprintln!(
+            "sheaf: {}: served through FUSE: {why}",
+            cfg.mountpoint.display()
+        );
+        Ok(None)
     };
-    debug_assert!(p.kernel != KernelPath::Off, "asked for the kernel path");
-    if let Some(why) = cannot(p, false) {
+    if p.kernel == KernelPath::Off {
+        return Ok(None);
+    }
+    if let Some(why) = cannot(p, writable) {
         return fuse(why);
     }
     let prepared = match sheaf_mount::erofs::prepare(layers, &p.kernel_cache) {
@@ -95,7 +78,7 @@ pub fn mount(
     };
     let fs = BlobFs::new(layers.to_vec(), prepared.map);
     match serve_erofs(&ecfg, p, signer, foreground, fs) {
-        Ok(code) => Ok(Outcome::Mounted(code)),
+        Ok(code) => Ok(Some(code)),
         Err(e) => match e.downcast::<KernelRefused>() {
             Ok(KernelRefused(why)) => fuse(format!("the kernel refused: {why}")),
             Err(e) => Err(e),
