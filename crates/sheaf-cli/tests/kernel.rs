@@ -11,7 +11,6 @@ use common::*;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The filesystem type mounted at `mp` (/proc/self/mountinfo).
@@ -332,16 +331,5 @@ fn tree_k_compares_exact_through_the_kernel_mount() {
     let _m = sc.mount(&refs(&kernel_args(&cache, "require")));
     assert_eq!(fstype(&sc.mp).as_deref(), Some("erofs"));
     assert_tree_eq(&sc.mp, &src);
-    let d = Command::new("diff")
-        .arg("-r")
-        .arg("--no-dereference")
-        .arg(&src)
-        .arg(&sc.mp)
-        .output()
-        .unwrap();
-    assert!(
-        d.status.success(),
-        "diff -r: {}",
-        String::from_utf8_lossy(&d.stdout)
-    );
+    assert_diff_r(&src, &sc.mp);
 }

@@ -59,18 +59,7 @@ fn real_tree_mounts_identically(name: &str) {
     let mp = sc.mp.clone();
     let _m = sc.mount(&[]);
     assert_tree_eq(&mp, &src);
-    let d = Command::new("diff")
-        .arg("-r")
-        .arg("--no-dereference")
-        .arg(&src)
-        .arg(&mp)
-        .output()
-        .unwrap();
-    assert!(
-        d.status.success(),
-        "diff -r: {}",
-        String::from_utf8_lossy(&d.stdout)
-    );
+    assert_diff_r(&src, &mp);
 }
 
 #[test]

@@ -629,6 +629,24 @@ pub fn compare_trees(a: &Path, b: &Path, cmp: Cmp) -> Vec<String> {
     errs
 }
 
+/// `diff -r --no-dereference A B` (GNU diffutils, independent of sheaf)
+/// finds no difference.
+#[track_caller]
+pub fn assert_diff_r(a: &Path, b: &Path) {
+    let d = Command::new("diff")
+        .arg("-r")
+        .arg("--no-dereference")
+        .arg(a)
+        .arg(b)
+        .output()
+        .unwrap();
+    assert!(
+        d.status.success(),
+        "diff -r: {}",
+        String::from_utf8_lossy(&d.stdout)
+    );
+}
+
 #[track_caller]
 pub fn assert_same_tree(a: &Path, b: &Path, cmp: Cmp) {
     let errs = compare_trees(a, b, cmp);
