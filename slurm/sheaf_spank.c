@@ -10,6 +10,10 @@
  *       proxy=http://squid.site:3128 \
  *       mode=lazy timeout=300
  *
+ * (mode=bcast bcast_dir=/var/tmp/sheaf-bcast: a multi-node step's first node
+ * reads each image file once and sbcast sends it to the step's nodes, which
+ * mount their own copies.)
+ *
  * On each node of a step, slurmstepd (root, before any task exists) forks one
  * holder process. The holder makes a mount namespace of its own (mounts below
  * it propagate to nobody: MS_SLAVE), puts a small tmpfs owned by the job's user
@@ -69,12 +73,16 @@ SPANK_PLUGIN(sheaf, 1);
 #define SHEAF_FAILED 125
 #define MAX_MOUNTS 32
 #define MAX_MSG 1024
+/* mode=bcast: how long a node waits for the first node's probe. */
+#define PROBE_WAIT 30
 
 struct mnt {
     char *source; /* as the user named it */
     char *dest;   /* absolute, normalised */
     char *stage;  /* DEST/.sheaf-mount: where sheaf mounts before the move */
     char *json;   /* the MountRequest (at stage) */
+    char *copy;   /* mode=bcast: the node-local copy mounted instead of source */
+    int sig;      /* mode=bcast: source has a detached SOURCE.sig to send too */
 };
 
 static char *opt_images, *opt_pools;
@@ -85,6 +93,19 @@ static int cfg_timeout = 300;
  * the job's prolog and shared by all its steps, ended by its epilog. */
 static int cfg_job_scope;
 static char *cfg_state_dir = "/run/sheaf-slurm";
+/* mode=bcast: a multi-node step's first node reads each image on shared
+ * storage once and Slurm's sbcast sends it to the step's nodes, into
+ * bcast_dir/JOB.STEP (the user's, 0700, in a directory only root writes);
+ * every node mounts its own copy, removed at the step's end. */
+static int cfg_bcast;
+static char *cfg_bcast_dir = "/var/tmp/sheaf-bcast", *cfg_sbcast = "/usr/bin/sbcast";
+static int bcast_fd = -1;   /* bcast_dir, opened as root-owned and checked */
+static int step_fd = -1;    /* bcast_dir/JOB.STEP */
+static char step_name[64];  /* JOB.STEP */
+static char step_dir[PATH_MAX];
+static char step_arg[64];   /* --jobid=JOB.STEP */
+static uint32_t node_id;
+static int nbcast;
 static int holder_owned; /* this process started it (step scope) */
 static struct mnt mnts[MAX_MOUNTS];
 static int nmnts;
@@ -161,16 +182,29 @@ static int parse_args(int ac, char **av)
         else if (!strncmp(a, "state_dir=", 10))
             cfg_state_dir = strdup(a + 10);
         else if (!strcmp(a, "mode=lazy"))
-            ;
-        else if (!strncmp(a, "mode=", 5)) {
-            /* bcast is not there yet: say so rather than read lazily behind
-             * the site's back. */
-            slurm_error("sheaf: plugstack.conf: %s: only mode=lazy is supported", a);
-            return -1;
-        } else {
+            cfg_bcast = 0;
+        else if (!strcmp(a, "mode=bcast"))
+            cfg_bcast = 1;
+        else if (!strncmp(a, "bcast_dir=", 10))
+            cfg_bcast_dir = strdup(a + 10);
+        else if (!strncmp(a, "sbcast=", 7))
+            cfg_sbcast = strdup(a + 7);
+        else {
             slurm_error("sheaf: plugstack.conf: unknown argument %s", a);
             return -1;
         }
+    }
+    if (cfg_bcast && cfg_job_scope) {
+        /* The prologs of a job run on its nodes at once, with no first
+         * node to read for the others: say so rather than read lazily
+         * behind the site's back. */
+        slurm_error("sheaf: plugstack.conf: mode=bcast works with scope=step (each step's "
+                    "first node reads the image and sbcast sends it to the step's nodes)");
+        return -1;
+    }
+    if (cfg_bcast_dir[0] != '/') {
+        slurm_error("sheaf: plugstack.conf: bcast_dir=%s: not an absolute path", cfg_bcast_dir);
+        return -1;
     }
     return 0;
 }
@@ -235,6 +269,38 @@ static int good_dest(const char *d)
     return 1;
 }
 
+/* m's MountRequest (JSON, sheaf_mount::request) for `image` at m's stage. */
+static int request(struct mnt *m, const char *image)
+{
+    char json[PATH_MAX * 4] = "{\"version\":1,\"images\":[{\"source\":";
+    if (json_str(json, sizeof json, image) < 0) {
+        fail("%s: name too long", image);
+        return -1;
+    }
+    strcat(json, ",\"root\":null}],\"mountpoint\":");
+    if (json_str(json, sizeof json, m->stage) < 0 || strlen(json) + 2 >= sizeof json) {
+        fail("%s: name too long", m->dest);
+        return -1;
+    }
+    /* Proxies travel in the request, never on a command line or in the
+     * environment of the user's processes. */
+    if (cfg_proxy) {
+        if (strlen(json) + 12 >= sizeof json) {
+            fail("%s: name too long", m->dest);
+            return -1;
+        }
+        strcat(json, ",\"proxy\":");
+        if (json_str(json, sizeof json, cfg_proxy) < 0 || strlen(json) + 2 >= sizeof json) {
+            fail("plugstack.conf: proxy= too long");
+            return -1;
+        }
+    }
+    strcat(json, "}");
+    free(m->json);
+    m->json = strdup(json);
+    return 0;
+}
+
 static int add_mount(const char *source, const char *dest)
 {
     if (nmnts == MAX_MOUNTS) {
@@ -251,36 +317,13 @@ static int add_mount(const char *source, const char *dest)
             fail("%s: two images at one mount point", dest);
             return -1;
         }
-    char json[PATH_MAX * 4] = "{\"version\":1,\"images\":[{\"source\":";
-    if (json_str(json, sizeof json, source) < 0) {
-        fail("%s: name too long", source);
-        return -1;
-    }
-    strcat(json, ",\"root\":null}],\"mountpoint\":");
     char stage[PATH_MAX];
     snprintf(stage, sizeof stage, "%s/.sheaf-mount", dest);
-    if (json_str(json, sizeof json, stage) < 0 || strlen(json) + 2 >= sizeof json) {
-        fail("%s: name too long", dest);
-        return -1;
-    }
-    /* Proxies travel in the request, never on a command line or in the
-     * environment of the user's processes. */
-    if (cfg_proxy) {
-        if (strlen(json) + 12 >= sizeof json) {
-            fail("%s: name too long", dest);
-            return -1;
-        }
-        strcat(json, ",\"proxy\":");
-        if (json_str(json, sizeof json, cfg_proxy) < 0 || strlen(json) + 2 >= sizeof json) {
-            fail("plugstack.conf: proxy= too long");
-            return -1;
-        }
-    }
-    strcat(json, "}");
     mnts[nmnts].source = strdup(source);
     mnts[nmnts].dest = strdup(dest);
     mnts[nmnts].stage = strdup(stage);
-    mnts[nmnts].json = strdup(json);
+    if (request(&mnts[nmnts], source) < 0)
+        return -1;
     nmnts++;
     return 0;
 }
@@ -395,6 +438,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 /* ---- the holder (runs after fork: system calls only) ---------------------- */
 
 static volatile sig_atomic_t stop;
+static time_t holder_deadline; /* the holder gives up (and says why) by then */
 static void on_stop(int sig) { (void)sig; stop = 1; }
 
 static void put(int fd, const char *a, const char *b)
@@ -415,8 +459,8 @@ struct job {
     gid_t gid;
     int ngids;
     gid_t gids[NGROUPS_MAX > 256 ? 256 : NGROUPS_MAX];
-    char *envp[8];
-    char env[8][PATH_MAX + 32];
+    char *envp[10];
+    char env[9][PATH_MAX + 32];
 };
 
 /* Run sheaf as the job's user with `input` on standard input; its first line
@@ -510,6 +554,163 @@ static void kill_children(void)
         usleep(10000);
 }
 
+/* snprintf that may cut the message short (a line says enough). */
+static void say(char *out, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *out, size_t n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+}
+
+/* Remove NAME below dirfd and everything in it, without following a
+ * symbolic link (what the user put in a directory of theirs). */
+static void remove_tree(int dirfd, const char *name, int depth)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        DIR *d = fdopendir(fd);
+        if (d) {
+            struct dirent *e;
+            while ((e = readdir(d))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                    continue;
+                if (unlinkat(fd, e->d_name, 0) < 0 && errno == EISDIR && depth < 16)
+                    remove_tree(fd, e->d_name, depth + 1);
+            }
+            closedir(d);
+        } else
+            close(fd);
+    }
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno == ENOTDIR)
+        unlinkat(dirfd, name, 0);
+}
+
+/* mode=bcast, the step's first node: write `text` to NAME.src in the step's
+ * directory (the user's: a new file, never through a link) for sbcast to
+ * send as NAME. */
+static int marker(const struct job *j, const char *name, const char *text)
+{
+    char src[80];
+    snprintf(src, sizeof src, "%s.src", name);
+    unlinkat(step_fd, src, 0);
+    int fd = openat(step_fd, src, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    int ok = write(fd, text, n) == (ssize_t)n && fchown(fd, j->uid, j->gid) == 0;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+/* sbcast SRC to DEST on every node of the step, as the user. */
+static int sbcast(const struct job *j, const char *src, const char *dest, char *msg, size_t n)
+{
+    char *argv[] = {cfg_sbcast, "--force", step_arg, (char *)src, (char *)dest, NULL};
+    int rc = as_user(j, argv, NULL, msg, n);
+    if (!strncmp(msg, "sbcast: error: ", 15))
+        memmove(msg, msg + 15, strlen(msg + 15) + 1);
+    return rc;
+}
+
+/* The step's first node sends each image (and its detached signature) to
+ * the step's nodes, then a marker saying OK or why not. Returns 0 or -1
+ * with msg set. */
+static int send_copies(const struct job *j, time_t deadline, char *msg, size_t n)
+{
+    char src[PATH_MAX + 16], dest[PATH_MAX + 16], why[MAX_MSG];
+    int rc = 0;
+    /* Every node makes its directory as its step starts: until all have,
+     * a tiny probe is refused somewhere; nothing of the image is read
+     * before it passes. */
+    snprintf(src, sizeof src, "%s/probe.src", step_dir);
+    snprintf(dest, sizeof dest, "%s/probe", step_dir);
+    if (marker(j, "probe", "sheaf\n") < 0) {
+        say(msg, n, "%s: %s", src, strerror(errno));
+        return -1;
+    }
+    while (sbcast(j, src, dest, why, sizeof why) != 0) {
+        if (stop || time(NULL) >= deadline) {
+            say(msg, n, "sbcast to the step's nodes: %s", why[0] ? why : "failed");
+            rc = -1;
+            break;
+        }
+        usleep(100000);
+    }
+    for (int i = 0; rc == 0 && i < nmnts; i++) {
+        if (!mnts[i].copy)
+            continue;
+        if (sbcast(j, mnts[i].source, mnts[i].copy, why, sizeof why) != 0) {
+            say(msg, n, "%s: sbcast to the step's nodes: %s", mnts[i].source,
+                     why[0] ? why : "failed");
+            rc = -1;
+            break;
+        }
+        if (mnts[i].sig) {
+            snprintf(src, sizeof src, "%s.sig", mnts[i].source);
+            snprintf(dest, sizeof dest, "%s.sig", mnts[i].copy);
+            if (sbcast(j, src, dest, why, sizeof why) != 0) {
+                say(msg, n, "%s: sbcast to the step's nodes: %s", src, why[0] ? why : "failed");
+                rc = -1;
+                break;
+            }
+        }
+    }
+    /* The others wait for this marker: OK, or E and the reason. */
+    char text[MAX_MSG + 8];
+    snprintf(text, sizeof text, "%s%s\n", rc == 0 ? "OK" : "E", rc == 0 ? "" : msg);
+    snprintf(src, sizeof src, "%s/done.src", step_dir);
+    snprintf(dest, sizeof dest, "%s/done", step_dir);
+    if (marker(j, "done", text) < 0 || sbcast(j, src, dest, why, sizeof why) != 0) {
+        if (rc == 0)
+            say(msg, n, "sbcast to the step's nodes: %s", why[0] ? why : "failed");
+        return -1;
+    }
+    return rc;
+}
+
+/* Every node: wait for the first node's marker. Returns 0 (the copies are
+ * here) or -1 with msg set. */
+static int wait_copies(time_t deadline, char *msg, size_t n)
+{
+    char text[MAX_MSG + 8];
+    /* The probe comes within seconds of the step's start when sbcast works
+     * at all; when it does not, the first node's tasks say why and the
+     * others do not wait out the whole timeout. */
+    time_t probe_deadline = time(NULL) + PROBE_WAIT;
+    int probed = 0;
+    for (;;) {
+        if (!probed && faccessat(step_fd, "probe", F_OK, AT_SYMLINK_NOFOLLOW) == 0)
+            probed = 1;
+        if (!probed && time(NULL) >= probe_deadline && time(NULL) < deadline) {
+            say(msg, n, "nothing came from the step's first node within %d s: sbcast from it "
+                "failed (its tasks say why)", PROBE_WAIT);
+            return -1;
+        }
+        int fd = openat(step_fd, "done", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t r = read(fd, text, sizeof text - 1);
+            close(fd);
+            text[r > 0 ? r : 0] = 0;
+            char *nl = strchr(text, '\n');
+            if (nl) {
+                *nl = 0;
+                if (!strcmp(text, "OK"))
+                    return 0;
+                say(msg, n, "%s", text[0] == 'E' ? text + 1 : text);
+                return -1;
+            }
+        }
+        if (stop || time(NULL) >= deadline) {
+            say(msg, n, "the images from the step's first node did not arrive within %d s "
+                     "(mode=bcast, timeout= in plugstack.conf)", cfg_timeout);
+            return -1;
+        }
+        usleep(50000);
+    }
+}
+
 static void teardown(const struct job *j, int done)
 {
     char msg[MAX_MSG];
@@ -521,6 +722,8 @@ static void teardown(const struct job *j, int done)
     for (int i = nmnts - 1; i >= 0; i--)
         umount2(mnts[i].dest, MNT_DETACH);
     kill_children();
+    if (step_fd >= 0)
+        remove_tree(bcast_fd, step_name, 0);
 }
 
 /* mkdir -p, as root (an empty directory may stay on the node: see docs). */
@@ -562,15 +765,19 @@ static void holder_main(struct job *j, int status, int ctl)
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     /* Nothing of slurmstepd's (its sockets, its pipes to srun) stays open
      * in the holder or the serving processes. */
-    if (dup2(status, 3) < 0 || dup2(ctl, 4) < 0) {
-        put(status, "Edup2: ", strerror(errno));
-        _exit(1);
-    }
+    int fds[4] = {status, ctl, bcast_fd, step_fd};
+    for (int k = 0; k < 4; k++)
+        if (fds[k] >= 0 && ((fds[k] = fcntl(fds[k], F_DUPFD_CLOEXEC, 100)) < 0 || dup2(fds[k], 3 + k) < 0)) {
+            put(status, "Edup2: ", strerror(errno));
+            _exit(1);
+        }
     status = 3;
     ctl = 4;
-    fcntl(status, F_SETFD, FD_CLOEXEC);
-    fcntl(ctl, F_SETFD, FD_CLOEXEC);
-    close_range(5, ~0U, 0);
+    bcast_fd = bcast_fd >= 0 ? 5 : -1;
+    step_fd = step_fd >= 0 ? 6 : -1;
+    for (int k = 3; k < 7; k++)
+        fcntl(k, F_SETFD, FD_CLOEXEC);
+    close_range(7, ~0U, 0);
     /* Nor the standard streams (the prolog's may be a pipe someone reads
      * to its end). */
     int null = open("/dev/null", O_RDWR);
@@ -601,15 +808,31 @@ static void holder_main(struct job *j, int status, int ctl)
             _exit(1);
         }
     }
+    if (nbcast) {
+        int rc = node_id == 0 ? send_copies(j, holder_deadline, msg, sizeof msg)
+                              : wait_copies(holder_deadline, msg, sizeof msg);
+        if (rc < 0) {
+            put(status, "E", msg);
+            teardown(j, 0);
+            _exit(1);
+        }
+    }
     for (int i = 0; i < nmnts; i++) {
         char *argv[] = {cfg_sheaf, "mount", "--request", "-", NULL};
         int rc = as_user(j, argv, mnts[i].json, msg, sizeof msg);
         if (rc != 0 || stop) {
             const char *m = msg;
+            char shown[MAX_MSG + PATH_MAX];
             if (!strncmp(m, "sheaf: error: ", 14))
                 m += 14;
             else if (!strncmp(m, "sheaf: ", 7))
                 m += 7;
+            /* A node's copy is named as the user named the image. */
+            size_t c = mnts[i].copy ? strlen(mnts[i].copy) : 0;
+            if (c && !strncmp(m, mnts[i].copy, c)) {
+                snprintf(shown, sizeof shown, "%s%s", mnts[i].source, m + c);
+                m = shown;
+            }
             put(status, "E", m[0] ? m : "sheaf mount failed");
             teardown(j, i);
             _exit(1);
@@ -640,6 +863,64 @@ static void holder_main(struct job *j, int status, int ctl)
 }
 
 /* ---- slurmstepd ----------------------------------------------------------- */
+
+/* mode=bcast, in slurmstepd as root before the holder exists: which images
+ * travel (regular files, in a step of more than one node), this node's
+ * directory for them (bcast_dir/JOB.STEP, the user's, 0700) and each
+ * request naming the node's copy. */
+static int prepare_bcast(spank_t sp, const struct job *j)
+{
+    uint32_t job = 0, step = 0, nnodes = 0;
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_NNODES, &nnodes) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_NODEID, &node_id) != ESPANK_SUCCESS) {
+        fail("mode=bcast: cannot learn the step's id and nodes");
+        return -1;
+    }
+    if (nnodes < 2)
+        return 0; /* one node reads what it needs, lazily */
+    struct stat st;
+    for (int i = 0; i < nmnts; i++)
+        if (!strstr(mnts[i].source, "://") && stat(mnts[i].source, &st) == 0 && S_ISREG(st.st_mode))
+            nbcast++;
+    if (!nbcast)
+        return 0; /* URLs go through the node cache and the site's proxies */
+    /* bcast_dir: root's, written by root alone, never reached through a
+     * symbolic link (another user may have made one there first). */
+    if (mkdir(cfg_bcast_dir, 0711) < 0 && errno != EEXIST) {
+        fail("bcast_dir %s: %s", cfg_bcast_dir, strerror(errno));
+        return -1;
+    }
+    bcast_fd = open(cfg_bcast_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (bcast_fd < 0 || fstat(bcast_fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+        fail("bcast_dir %s: not a directory of root's that only root may write: refused",
+             cfg_bcast_dir);
+        return -1;
+    }
+    snprintf(step_name, sizeof step_name, "%u.%u", (unsigned)job, (unsigned)step);
+    snprintf(step_arg, sizeof step_arg, "--jobid=%u.%u", (unsigned)job, (unsigned)step);
+    snprintf(step_dir, sizeof step_dir, "%s/%s", cfg_bcast_dir, step_name);
+    remove_tree(bcast_fd, step_name, 0); /* a killed step's, if any */
+    if (mkdirat(bcast_fd, step_name, 0700) < 0 ||
+        (step_fd = openat(bcast_fd, step_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        fchown(step_fd, j->uid, j->gid) < 0) {
+        fail("%s: %s", step_dir, strerror(errno));
+        return -1;
+    }
+    for (int i = 0, k = 0; i < nmnts; i++) {
+        if (strstr(mnts[i].source, "://") || stat(mnts[i].source, &st) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        char copy[PATH_MAX + 32], sig[PATH_MAX + 8];
+        snprintf(copy, sizeof copy, "%s/%d.sheaf", step_dir, k++);
+        snprintf(sig, sizeof sig, "%s.sig", mnts[i].source);
+        mnts[i].copy = strdup(copy);
+        mnts[i].sig = stat(sig, &st) == 0 && S_ISREG(st.st_mode);
+        if (request(&mnts[i], copy) < 0)
+            return -1;
+    }
+    return 0;
+}
 
 static int start_holder(spank_t sp)
 {
@@ -693,15 +974,22 @@ static int start_holder(spank_t sp)
         dir[k] = 0;
         snprintf(j.env[e++], sizeof j.env[0], "SHEAF_CACHE_DIR=%s", dir);
     }
+    /* sbcast finds the cluster as slurmstepd did. */
+    const char *conf = getenv("SLURM_CONF");
+    if (cfg_bcast && conf)
+        snprintf(j.env[e++], sizeof j.env[0], "SLURM_CONF=%s", conf);
     for (int i = 0; i < e; i++)
         j.envp[i] = j.env[i];
     j.envp[e] = NULL;
+    if (cfg_bcast && !cfg_job_scope && prepare_bcast(sp, &j) < 0)
+        return -1;
 
     int st[2], ctl[2];
     if (pipe2(st, O_CLOEXEC) < 0 || pipe2(ctl, O_CLOEXEC) < 0) {
         fail("pipe: %s", strerror(errno));
         return -1;
     }
+    holder_deadline = time(NULL) + (cfg_timeout > 4 ? cfg_timeout - 2 : cfg_timeout);
     pid_t p = fork();
     if (p < 0) {
         fail("fork: %s", strerror(errno));
@@ -820,10 +1108,42 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
     return 0;
 }
 
+/* mode=bcast: the job's copies on this node that a step killed before its
+ * end left (a step's own end removes its copies). */
+static void sweep_copies(spank_t sp)
+{
+    uint32_t job = 0;
+    char prefix[32];
+    if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+        return;
+    int fd = open(cfg_bcast_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    snprintf(prefix, sizeof prefix, "%u.", (unsigned)job);
+    int lfd = dup(fd);
+    DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (!strncmp(e->d_name, prefix, strlen(prefix)))
+                remove_tree(fd, e->d_name, 0);
+        closedir(d);
+    }
+    close(fd);
+}
+
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
     char path[PATH_MAX], line[MAX_MSG + 64] = "";
-    if (plugin_args(ac, av) < 0 || !cfg_job_scope || state_path(sp, path, sizeof path) < 0)
+    if (plugin_args(ac, av) < 0)
+        return 0;
+    if (cfg_bcast)
+        sweep_copies(sp);
+    if (!cfg_job_scope || state_path(sp, path, sizeof path) < 0)
         return 0;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)

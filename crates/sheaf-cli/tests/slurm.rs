@@ -16,6 +16,11 @@
 //! - under a signature policy a tampered image fails the step with one line;
 //! - with `scope=job` the batch step and the srun steps share one mount per
 //!   node, and a cancelled job leaves nothing;
+//! - with `mode=bcast` a 4-node step's first node reads the image and
+//!   sbcast sends it once to every node, which mounts its own copy (gone at
+//!   the step's end); an unreadable image fails every node's tasks with one
+//!   line; a signature policy holds for the copies; a bcast_dir another
+//!   user made is refused;
 //! - a URL image whose server goes down mid-job (for less than sheaf's
 //!   --timeout) is a wait, not a failure.
 //!
@@ -457,7 +462,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
                     &format!("--sheaf={}:/data", img.join(format!("{w}.sheaf")).display()),
                     "sh",
                     "-c",
-                    "cat /data/which; echo; grep -c fuse.sheaf /proc/self/mounts; grep NoNewPrivs /proc/self/status; \
+                    "cat /data/which; echo; grep -c ' /data fuse.sheaf ' /proc/self/mounts; grep NoNewPrivs /proc/self/status; \
                      touch started-$SLURM_JOB_ID; while [ $(ls started-* | wc -l) -lt 2 ]; do sleep 0.1; done; \
                      cat /data/which",
                 ],
@@ -766,7 +771,187 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     }
     cl.plugstack(&plain);
 
-    // 5. A URL image whose server goes down mid-job, for less than sheaf's
+    // 5. mode=bcast: a 4-node step's first node reads the image once and
+    // sbcast sends it to each node's bcast_dir; every node mounts its own
+    // copy, and the copies are gone at the step's end.
+    let bcast_dir = cl.work.join("local/sheaf-bcast");
+    let bcast = format!(
+        "required {} sheaf={} mode=bcast bcast_dir={}",
+        so.display(),
+        bin(),
+        bcast_dir.display()
+    );
+    cl.plugstack(&format!("{bcast}\n"));
+    run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun",
+            &format!("-N{NODES}"),
+            &data_arg,
+            "-o",
+            "bcast-%t",
+            "bash",
+            "-c",
+            &format!(
+                "hostname; grep -o ' /data ro.* fuse.sheaf [^ ]*' /proc/self/mountinfo; {}",
+                SUMS
+            ),
+            "sh",
+            "/data",
+        ],
+    ))
+    .ok();
+    for i in 0..NODES {
+        let got = fs::read_to_string(out.join(format!("bcast-{i}"))).unwrap();
+        let mut lines = got.splitn(3, '\n');
+        let host = lines.next().unwrap();
+        let source = lines.next().unwrap();
+        assert_eq!(lines.next().unwrap(), want, "node {host} in mode=bcast");
+        // Each node mounted the copy in its own bcast_dir, not the image
+        // on shared storage.
+        assert!(
+            source.starts_with(" /data ro")
+                && source.contains(&format!("{}/", bcast_dir.display())),
+            "node {host}: {source}"
+        );
+    }
+    // The data went through sbcast, once to each node (slurmd logs each
+    // file's first block).
+    for k in 1..=NODES {
+        let log = fs::read_to_string(cl.work.join(format!("nodes/n{k}/slurmd.log"))).unwrap();
+        let sent = log
+            .lines()
+            .filter(|l| l.contains("sbcast req_uid") && l.contains("/0.sheaf block_no=1"))
+            .count();
+        assert_eq!(sent, 1, "n{k}: {sent} sbcasts of the image");
+    }
+    let copies_left = || -> Vec<PathBuf> {
+        (1..=NODES)
+            .flat_map(|k| {
+                fs::read_dir(cl.work.join(format!("nodes/n{k}/local/sheaf-bcast")))
+                    .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    assert_nothing_left(&img, uid, &late, "the bcast step");
+    assert_eq!(copies_left(), Vec::<PathBuf>::new(), "copies left");
+    // An image the user cannot read: sbcast refuses it on the first node,
+    // and every node's tasks say so in one line, at once.
+    let secret = img.join("secret.sheaf");
+    fs::copy(&data, &secret).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    let t0 = Instant::now();
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun",
+            "-N3",
+            &format!("--sheaf={}:/data", secret.display()),
+            "true",
+        ],
+    ));
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    assert_ne!(o.code, 0, "{}", o.describe());
+    let ours: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("sheaf"))
+        .collect();
+    assert_eq!(ours.len(), 3, "{}", o.describe());
+    for l in &ours {
+        assert_eq!(
+            *l,
+            format!(
+                "sheaf: error: {s}: sbcast to the step's nodes: Can't open `{s}`: Permission denied",
+                s = secret.display()
+            ),
+            "{}",
+            o.describe()
+        );
+    }
+    assert_nothing_left(&img, uid, &late, "the refused bcast step");
+    assert_eq!(copies_left(), Vec::<PathBuf>::new(), "copies left");
+    // Under a signature policy the copies are checked as the image is: the
+    // signed one (and its signature) mounts, the tampered one is refused,
+    // named as the user named it.
+    cl.plugstack(&format!(
+        "{bcast} config={}\n",
+        img.join("policy.toml").display()
+    ));
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun",
+            "-N2",
+            &format!("--sheaf={}:/data", signed.display()),
+            "cat",
+            "/data/which",
+        ],
+    ))
+    .ok();
+    assert_eq!(o.text(), "AA");
+    let o = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "srun",
+            "-N2",
+            &format!("--sheaf={}:/data", img.join("tampered.sheaf").display()),
+            "true",
+        ],
+    ));
+    let ours: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("sheaf"))
+        .collect();
+    assert_eq!(ours.len(), 2, "{}", o.describe());
+    assert!(
+        ours.iter().all(|l| l.starts_with(&format!(
+            "sheaf: error: {}: refused",
+            img.join("tampered.sheaf").display()
+        ))),
+        "{}",
+        o.describe()
+    );
+    // Another user made bcast_dir first (in the nodes' world-writable
+    // local directory): refused, and nothing is written into it.
+    let evil = cl.work.join("local/evil-bcast");
+    for k in 1..=NODES {
+        let d = cl.work.join(format!("nodes/n{k}/local/evil-bcast"));
+        fs::create_dir(&d).unwrap();
+        run_cmd(Command::new("chown").arg("nobody").arg(&d)).ok();
+    }
+    cl.plugstack(&format!(
+        "required {} sheaf={} mode=bcast bcast_dir={}\n",
+        so.display(),
+        bin(),
+        evil.display()
+    ));
+    let o = run_cmd(&mut cl.user(&out, &["srun", "-N2", &data_arg, "true"]));
+    let ours: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("sheaf"))
+        .collect();
+    assert_eq!(ours.len(), 2, "{}", o.describe());
+    assert!(
+        ours.iter().all(|l| *l
+            == format!(
+                "sheaf: error: bcast_dir {}: not a directory of root's that only root may write: refused",
+                evil.display()
+            )),
+        "{}",
+        o.describe()
+    );
+    for k in 1..=NODES {
+        let d = cl.work.join(format!("nodes/n{k}/local/evil-bcast"));
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 0, "{}", d.display());
+    }
+    cl.plugstack(&plain);
+    assert_nothing_left(&img, uid, &late, "the bcast steps");
+
+    // 6. A URL image whose server goes down mid-job, for less than sheaf's
     // --timeout: the tasks' reads wait for it, and their bytes are right.
     let url_src = top.join("src-url");
     fs::create_dir_all(&url_src).unwrap();
@@ -845,7 +1030,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     drop(web);
     assert_nothing_left(&img, uid, &late, "the URL step");
 
-    // 6. The job past its time limit.
+    // 7. The job past its time limit.
     let t0 = Instant::now();
     loop {
         let s = cl.job_state(&timeout_job);
