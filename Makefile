@@ -102,6 +102,7 @@ install-files:
 	$(SHEAF) completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_sheaf
 	$(SHEAF) completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/sheaf.fish
 	if [ -f $(dir $(SHEAF))sheaf_spank.so ]; then install -D -m 644 $(dir $(SHEAF))sheaf_spank.so $(DESTDIR)$(PREFIX)/lib/sheaf/sheaf_spank.so; fi
+	install -D -m 644 slurm/sheaf-slurm.8 $(DESTDIR)$(PREFIX)/share/man/man8/sheaf-slurm.8
 	install -D -m 644 docs/slurm.md $(DESTDIR)$(PREFIX)/share/doc/sheaf/slurm.md
 
 # A fully static build (musl): target/static/sheaf and sheaf-full, then a

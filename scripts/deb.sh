@@ -3,7 +3,8 @@
 # `make install-files` installs with PREFIX=/usr (sheaf, libexec/sheaf/sheaf-full,
 # /sbin/mount.fuse.sheaf, the snapshotter's systemd units as conffiles, man
 # pages, bash/zsh/fish completions, the Slurm plugin /usr/lib/sheaf/sheaf_spank.so
-# when it was built beside sheaf), Depends from dpkg-shlibdeps plus fuse3.
+# when it was built beside sheaf, and its man page sheaf-slurm(8)), Depends from
+# dpkg-shlibdeps plus fuse3.
 # Usage: scripts/deb.sh [OUTDIR]   (default target/debian; prints the .deb's path)
 # SHEAF=path/to/sheaf picks other binaries (sheaf-full beside it).
 set -euo pipefail
@@ -24,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 # debian/sheaf: where dpkg-shlibdeps expects a package's files.
 stage=$work/debian/sheaf
 make --no-print-directory -s install-files DESTDIR="$stage" PREFIX=/usr SHEAF="$sheaf"
-gzip -9n "$stage"/usr/share/man/man1/*.1
+gzip -9n "$stage"/usr/share/man/man1/*.1 "$stage"/usr/share/man/man8/*.8
 install -d "$stage/usr/share/doc/sheaf"
 cat > "$stage/usr/share/doc/sheaf/copyright" <<'EOF'
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/

@@ -148,6 +148,179 @@ fn unemphasised(s: &str) -> String {
     out.into_iter().collect()
 }
 
+/// The plugstack.conf keys `parse_args` in `src` (slurm/sheaf_spank.c)
+/// accepts, each with the whole-argument values it names (`scope=job` gives
+/// `scope` and `job`; `sheaf=` gives `sheaf` and none): every string literal
+/// of parse_args's body that is a lower-case key followed by `=`. Found in
+/// the C source itself, not in the pages under test.
+fn plugstack_keys(src: &str) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let start = src
+        .find("static int parse_args(")
+        .expect("parse_args in slurm/sheaf_spank.c");
+    let body = &src[start..];
+    let body = &body[..body.find("\n}\n").expect("the end of parse_args")];
+    let mut keys = std::collections::BTreeMap::<String, BTreeSet<String>>::new();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            // A character literal ('"' or '\'') is not the start of a string.
+            '\'' => {
+                if chars.next() == Some('\\') {
+                    chars.next();
+                }
+                chars.next();
+            }
+            '"' => {
+                let mut lit = String::new();
+                while let Some(c) = chars.next() {
+                    match c {
+                        '\\' => lit.extend(chars.next()),
+                        '"' => break,
+                        c => lit.push(c),
+                    }
+                }
+                let Some((key, value)) = lit.split_once('=') else {
+                    continue;
+                };
+                if !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                    let values = keys.entry(key.to_string()).or_default();
+                    if !value.is_empty() {
+                        values.insert(value.to_string());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    keys
+}
+
+/// What a page (its text as man renders it, or docs/slurm.md) does not say
+/// of `keys`: a key with no entry of its own, a value never named.
+fn undocumented(
+    keys: &std::collections::BTreeMap<String, BTreeSet<String>>,
+    has_key: impl Fn(&str) -> bool,
+    text: &str,
+) -> Vec<String> {
+    let mut missing = Vec::new();
+    for (key, values) in keys {
+        if !has_key(key) {
+            missing.push(format!("{key}="));
+        }
+        for v in values {
+            if !text.contains(&format!("{key}={v}")) && !text.contains(&format!("|{v}")) {
+                missing.push(format!("{key}={v}"));
+            }
+        }
+    }
+    missing
+}
+
+/// slurm/sheaf-slurm.8, the Slurm plugin's page (installed by `make
+/// install-files` to share/man/man8): man renders it without a complaint,
+/// and it and docs/slurm.md name every plugstack.conf argument the plugin
+/// accepts and both of its options.
+#[test]
+fn the_slurm_plugin_has_a_man_page_that_names_every_plugstack_argument() {
+    let src = fs::read_to_string(repo_root().join("slurm/sheaf_spank.c")).unwrap();
+    let keys = plugstack_keys(&src);
+    for must in ["sheaf", "config", "pools", "scope", "mode", "timeout"] {
+        assert!(
+            keys.contains_key(must),
+            "{must} not found in parse_args: {keys:?}"
+        );
+    }
+    assert!(
+        keys["scope"].contains("job") && keys["mode"].contains("bcast"),
+        "{keys:?}"
+    );
+    // The extraction sees a key added to parse_args (a copy of the source).
+    let added = src.replacen(
+        "if (!strncmp(a, \"sheaf=\", 6))",
+        "if (!strncmp(a, \"not_yet=\", 8))\n            ;\n        else if (!strncmp(a, \"sheaf=\", 6))",
+        1,
+    );
+    let more = plugstack_keys(&added);
+    assert!(
+        more.contains_key("not_yet") && more.len() == keys.len() + 1,
+        "{more:?}"
+    );
+
+    let docs = fs::read_to_string(repo_root().join("docs/slurm.md")).unwrap();
+    let missing = undocumented(&keys, |k| docs.contains(&format!("`{k}=")), &docs);
+    assert!(
+        missing.is_empty(),
+        "docs/slurm.md does not document {missing:?}"
+    );
+    assert!(!undocumented(&more, |k| docs.contains(&format!("`{k}=")), &docs).is_empty());
+
+    if !prerequisite(on_path("man"), "man (Debian package man-db)") {
+        return;
+    }
+    let page = repo_root().join("slurm/sheaf-slurm.8");
+    let o = run_cmd(
+        Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANWIDTH", "100")
+            .env("LANG", "C.UTF-8")
+            .env_remove("MANPAGER")
+            .env_remove("PAGER")
+            .stdin(Stdio::null()),
+    )
+    .ok();
+    let bad: Vec<&str> = o
+        .err_lines()
+        .into_iter()
+        .filter(|l| !harmless_troff_line(l))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "sheaf-slurm.8: man -l complained:\n{}",
+        o.describe()
+    );
+    let text = unemphasised(&o.text());
+    assert!(text.starts_with("SHEAF-SLURM(8)"), "{text}");
+    for section in [
+        "NAME",
+        "SYNOPSIS",
+        "DESCRIPTION",
+        "OPTIONS",
+        "CONFIGURATION",
+        "MODES",
+        "EXIT STATUS",
+        "EXAMPLES",
+        "FILES",
+        "SEE ALSO",
+    ] {
+        assert!(
+            text.lines().any(|l| l == section),
+            "sheaf-slurm.8: no {section} section:\n{text}"
+        );
+    }
+    // Each argument has an entry of its own (a line that begins with it).
+    let has_entry = |k: &str| {
+        text.lines()
+            .any(|l| l.trim_start().starts_with(&format!("{k}=")))
+    };
+    let missing = undocumented(&keys, has_entry, &text);
+    assert!(
+        missing.is_empty(),
+        "sheaf-slurm.8 does not document {missing:?}:\n{text}"
+    );
+    assert!(!undocumented(&more, has_entry, &text).is_empty());
+    for option in ["--sheaf=IMAGE", "--sheaf-pool=NAME/VERSION"] {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(option)),
+            "sheaf-slurm.8: no entry for {option}:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("125") && text.contains("sheaf: error:"),
+        "{text}"
+    );
+}
+
 /// `sheaf help CMD [SUB]` shows the command's manual page without
 /// installing anything: man's rendering into a pipe, through the user's
 /// pager on a terminal, clap's long help where man(1) is missing; a command
@@ -755,6 +928,7 @@ fn make_deb_builds_a_package_that_installs_and_removes_cleanly() {
         "./usr/share/man/man1/sheaf.1.gz",
         "./usr/share/man/man1/sheaf-mount.1.gz",
         "./usr/share/man/man1/sheaf-pool-load.1.gz",
+        "./usr/share/man/man8/sheaf-slurm.8.gz",
         "./usr/share/bash-completion/completions/sheaf",
         "./usr/share/zsh/site-functions/_sheaf",
         "./usr/share/fish/vendor_completions.d/sheaf.fish",
