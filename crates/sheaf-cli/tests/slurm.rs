@@ -222,6 +222,41 @@ fn dataset(root: &Path) {
     write(&root.join("README"), b"the dataset\n");
 }
 
+/// A 2-node batch job whose step reads /data and sleeps, cancelled
+/// (`scancel`) once both nodes have read.
+fn cancel_once_up(cl: &Cluster, out: &Path, data_arg: &str, log: &str) {
+    let o = run_cmd(&mut cl.user(
+        out,
+        &[
+            "sbatch",
+            "--parsable",
+            "-N2",
+            "-w",
+            "n2,n3",
+            data_arg,
+            "-o",
+            log,
+            "--wrap",
+            "srun sh -c 'ls /data >/dev/null && echo up-$(hostname); sleep 600'",
+        ],
+    ))
+    .ok();
+    let id = o.text().trim().to_string();
+    let t0 = Instant::now();
+    loop {
+        let text = fs::read_to_string(out.join(log)).unwrap_or_default();
+        if text.matches("up-").count() == 2 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "job {id}, {log}: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    run_cmd(&mut cl.user(out, &["scancel", &id])).ok();
+}
+
 const SUMS: &str = "cd \"$1\" && find . -type f | LC_ALL=C sort | xargs sha256sum";
 
 #[test]
@@ -579,33 +614,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     }
 
     // 3. scancel mid-job.
-    let o = run_cmd(&mut cl.user(
-        &out,
-        &[
-            "sbatch",
-            "--parsable",
-            "-N2",
-            "-w",
-            "n2,n3",
-            &data_arg,
-            "-o",
-            "cancel.out",
-            "--wrap",
-            "srun sh -c 'ls /data >/dev/null && echo up-$(hostname); sleep 600'",
-        ],
-    ))
-    .ok();
-    let id = o.text().trim().to_string();
-    let t0 = Instant::now();
-    loop {
-        let text = fs::read_to_string(out.join("cancel.out")).unwrap_or_default();
-        if text.matches("up-").count() == 2 {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "cancel.out: {text}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    run_cmd(&mut cl.user(&out, &["scancel", &id])).ok();
+    cancel_once_up(&cl, &out, &data_arg, "cancel.out");
     assert_nothing_left(&img, uid, &late, "the cancelled job");
 
     // A mount point in the system's directories is refused before the job
@@ -731,34 +740,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         );
     }
     assert_nothing_left(&img, uid, &late, "the job-scope job");
-    let o = run_cmd(&mut cl.user(
-        &out,
-        &[
-            "sbatch",
-            "--parsable",
-            "-N2",
-            "-w",
-            "n2,n3",
-            &data_arg,
-            "-o",
-            "cancel-job.out",
-            "--wrap",
-            "srun sh -c 'ls /data >/dev/null && echo up-$(hostname); sleep 600'",
-        ],
-    ))
-    .ok();
-    let id = o.text().trim().to_string();
-    let t0 = Instant::now();
-    while fs::read_to_string(out.join("cancel-job.out"))
-        .unwrap_or_default()
-        .matches("up-")
-        .count()
-        < 2
-    {
-        assert!(t0.elapsed() < Duration::from_secs(30), "job {id} never ran");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    run_cmd(&mut cl.user(&out, &["scancel", &id])).ok();
+    cancel_once_up(&cl, &out, &data_arg, "cancel-job.out");
     assert_nothing_left(&img, uid, &late, "the cancelled job-scope job");
     let t0 = Instant::now();
     while fs::read_dir(&state).map(|d| d.count()).unwrap_or(0) > 0 {
@@ -834,8 +816,23 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
             })
             .collect()
     };
+    let no_copies_left = |what: &str| {
+        let t0 = Instant::now();
+        while !copies_left().is_empty() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{what}: copies left: {:?}",
+                copies_left()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
     assert_nothing_left(&img, uid, &late, "the bcast step");
-    assert_eq!(copies_left(), Vec::<PathBuf>::new(), "copies left");
+    no_copies_left("the bcast step");
+    // A cancelled job leaves no copy either.
+    cancel_once_up(&cl, &out, &data_arg, "cancel-bcast.out");
+    assert_nothing_left(&img, uid, &late, "the cancelled bcast job");
+    no_copies_left("the cancelled bcast job");
     // An image the user cannot read: sbcast refuses it on the first node,
     // and every node's tasks say so in one line, at once.
     let secret = img.join("secret.sheaf");
@@ -871,7 +868,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         );
     }
     assert_nothing_left(&img, uid, &late, "the refused bcast step");
-    assert_eq!(copies_left(), Vec::<PathBuf>::new(), "copies left");
+    no_copies_left("the refused bcast step");
     // Under a signature policy the copies are checked as the image is: the
     // signed one (and its signature) mounts, the tampered one is refused,
     // named as the user named it.
