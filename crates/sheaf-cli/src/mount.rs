@@ -133,6 +133,13 @@ pub struct MountArgs {
     /// directory and the allow_other/suid/dev switches. -o adds options.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["paths", "pins", "upper"])]
     request: Option<PathBuf>,
+    /// The first open of a URL image waits, with the usual backoff, up to
+    /// --timeout for a server that refuses or does not answer, instead of
+    /// failing at once (as for a server lost after it was reached; e.g. a
+    /// job starting while the web server restarts). 404/403, a bad
+    /// certificate or an ssh authentication failure still fail at once.
+    #[arg(long)]
+    wait_for_server: bool,
     #[command(flatten)]
     policy: crate::util::PolicyArgs,
 }
@@ -178,6 +185,10 @@ pub fn run(mut a: MountArgs, remote: &RemoteArgs) -> Result<i32> {
     if let Some(when) = a.kernel.take() {
         a.options.push(format!("kernel={when}"));
     }
+    let remote = &RemoteArgs {
+        wait_for_server: remote.wait_for_server || a.wait_for_server,
+        ..remote.clone()
+    };
     let policy = a.policy.load()?;
     if let Some(file) = &a.request {
         return mount_request(file, &a, &policy, remote);

@@ -182,6 +182,11 @@ pub struct RemoteArgs {
     /// this many seconds.
     #[arg(long, global = true, value_name = "SECS", default_value_t = 300.0)]
     pub failback: f64,
+    /// Wait, with the usual backoff, up to --timeout for a server never
+    /// reached yet (`sheaf mount --wait-for-server`, a request's
+    /// `wait_for_server`); not a flag of every command.
+    #[arg(skip)]
+    pub wait_for_server: bool,
 }
 
 impl RemoteArgs {
@@ -239,6 +244,7 @@ impl RemoteArgs {
     pub fn put_routes(&self, req: &mut sheaf_mount::MountRequest) {
         req.mirrors = self.mirrors.clone();
         req.proxy = self.proxy.clone();
+        req.wait_for_server = self.wait_for_server;
     }
 
     /// These settings with the routes a request carries (which stand for
@@ -251,6 +257,7 @@ impl RemoteArgs {
         if req.proxy.is_some() {
             r.proxy = req.proxy.clone();
         }
+        r.wait_for_server |= req.wait_for_server;
         r
     }
 
@@ -311,8 +318,19 @@ pub fn http_options(a: &RemoteArgs) -> anyhow::Result<sheaf_net::HttpOptions> {
             .filter(|p| !p.is_empty())
             .collect(),
         on_wait: stderr_is_tty().then_some(waiting_line as fn(&str, _, _)),
+        wait_for_server: a.wait_for_server,
+        on_server_wait: Some(waiting_for_server),
         ..Default::default()
     })
+}
+
+/// The line said once when the first open of a URL image starts waiting
+/// for a server never reached (`--wait-for-server`); `server` is redacted.
+fn waiting_for_server(server: &str, why: &str, limit: std::time::Duration) {
+    eprintln!(
+        "sheaf: waiting for {server} ({why}), up to {} s",
+        limit.as_secs_f64().round()
+    );
 }
 
 /// The live line shown on a terminal while a server that failed is waited

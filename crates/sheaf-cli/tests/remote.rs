@@ -893,3 +893,137 @@ fn cache_fetch_fills_the_node_cache_with_the_listed_files_only() {
     .fails_with(1);
     assert!(o.one_err_line().contains("only URLs"), "{}", o.stderr);
 }
+
+/// `sheaf mount ... URL MP`, spawned with its output piped, returning
+/// the output and how long it took.
+fn timed_mount(url: &str, mp: &Path, args: &[&str]) -> (Out, Duration) {
+    let t0 = Instant::now();
+    let o = run_cmd(&mut mount_cmd(&[url], mp, args));
+    (o, t0.elapsed())
+}
+
+#[test]
+fn wait_for_server_waits_for_a_server_never_reached_and_without_it_the_mount_fails_at_once() {
+    let t = tmpdir();
+    let (mut ng, src) = setup(t.path());
+    let url = ng.url("img.sheaf");
+    let mp = t.path().join("m");
+    ng.stop();
+    // Without the switch, as before: nothing listening fails at once.
+    let (o, took) = timed_mount(&url, &mp, &["--timeout", "20", "--no-cache"]);
+    let o = o.fails_with(1);
+    let line = o.one_err_line();
+    assert!(
+        line.contains(&url) && line.contains("connection refused"),
+        "{}",
+        o.describe()
+    );
+    assert!(took < Duration::from_secs(2), "failed after {took:?}");
+    assert!(!is_mounted(&mp));
+    // With it and a server that never comes back: the waiting line once,
+    // then one error line naming the URL once --timeout has passed.
+    let (o, took) = timed_mount(
+        &url,
+        &mp,
+        &["--wait-for-server", "--timeout", "3", "--no-cache"],
+    );
+    let o = o.fails_with(1);
+    let lines = o.err_lines();
+    assert!(
+        lines.len() == 2
+            && lines[0] == format!("sheaf: waiting for {url} (connection refused), up to 3 s")
+            && lines[1].starts_with(&format!("sheaf: error: {url}: "))
+            && lines[1].contains("gave up after"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        took >= Duration::from_millis(2900) && took < Duration::from_secs(6),
+        "gave up after {took:?} with --timeout 3"
+    );
+    assert!(!is_mounted(&mp));
+    // With it and the server back after 3 s: the mount waits, then
+    // serves the source's bytes.
+    let c = mount_cmd(
+        &[&url],
+        &mp,
+        &["--wait-for-server", "--timeout", "20", "--no-cache"],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    ng.restart();
+    let o = c.wait_with_output().unwrap();
+    let m = Mounted::adopt(&mp);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "the mount failed: {err}");
+    assert!(t0.elapsed() < Duration::from_secs(12), "{:?}", t0.elapsed());
+    assert_eq!(
+        err.trim_end(),
+        format!("sheaf: waiting for {url} (connection refused), up to 20 s"),
+    );
+    assert!(is_mounted(&mp));
+    assert!(
+        fs::read(m.mp.join("big.bin")).unwrap() == fs::read(src.join("big.bin")).unwrap(),
+        "wrong bytes"
+    );
+    assert!(fs::read(m.mp.join("text.txt")).unwrap() == fs::read(src.join("text.txt")).unwrap());
+}
+
+#[test]
+fn a_mount_request_with_wait_for_server_waits_for_the_server() {
+    let t = tmpdir();
+    let (mut ng, src) = setup(t.path());
+    let url = ng.url("repo/img");
+    let mp = t.path().join("m");
+    fs::create_dir_all(&mp).unwrap();
+    let req = serde_json::json!({
+        "version": 1,
+        "images": [{"source": url}],
+        "mountpoint": mp,
+        "wait_for_server": true,
+    });
+    ng.stop();
+    let t0 = Instant::now();
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        ng.restart();
+        ng
+    });
+    let o = run_with_stdin(
+        cmd().args(["--timeout", "20", "mount", "--request", "-"]),
+        req.to_string().into_bytes(),
+    );
+    let mut ng = back.join().unwrap();
+    let m = Mounted::adopt(&mp);
+    let o = o.ok();
+    assert!(t0.elapsed() < Duration::from_secs(12), "{:?}", t0.elapsed());
+    assert!(
+        o.stderr
+            .contains(&format!("sheaf: waiting for {url} (connection refused)")),
+        "{}",
+        o.describe()
+    );
+    assert!(fs::read(m.mp.join("big.bin")).unwrap() == fs::read(src.join("big.bin")).unwrap());
+    drop(m);
+    // Without the field (an older asker): fails at once, as before.
+    ng.stop();
+    let mut old = req.clone();
+    old.as_object_mut().unwrap().remove("wait_for_server");
+    let t0 = Instant::now();
+    let o = run_with_stdin(
+        cmd().args(["--timeout", "20", "mount", "--request", "-"]),
+        old.to_string().into_bytes(),
+    )
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("connection refused"),
+        "{}",
+        o.describe()
+    );
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(!is_mounted(&mp));
+}

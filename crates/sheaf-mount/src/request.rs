@@ -64,6 +64,14 @@ pub struct MountRequest {
     /// `mirrors`.
     #[serde(default)]
     pub proxy: Option<String>,
+    /// The first open of a URL image waits, with the usual backoff, up to
+    /// the mount's timeout for a server that refuses connections or does
+    /// not answer, as for one lost after it was reached, instead of
+    /// failing at once (`sheaf mount --wait-for-server`; e.g. a job that
+    /// starts while the site's web server restarts). Refusals waiting
+    /// cannot change (404, 403, a bad certificate, …) still fail at once.
+    #[serde(default)]
+    pub wait_for_server: bool,
 }
 
 /// Why a request could not be read.
@@ -87,6 +95,7 @@ impl MountRequest {
             dev: false,
             mirrors: Vec::new(),
             proxy: None,
+            wait_for_server: false,
         }
     }
 
@@ -187,5 +196,29 @@ mod tests {
             assert!(e.starts_with("mount request: ") && !e.contains('\n'), "{e}");
         }
         assert!(MountRequest::decode(&vec![b' '; MAX_REQUEST_LEN + 1]).is_err());
+    }
+
+    #[test]
+    fn a_request_without_wait_for_server_still_parses_and_the_switch_round_trips() {
+        // A request from an older asker (no `wait_for_server`) is read as
+        // it always was: fail at once for a server never reached.
+        let old = r#"{"version":1,"images":[{"source":"http://h/img.sheaf"}],"mountpoint":"/mnt","mirrors":[],"proxy":null}"#;
+        let r = MountRequest::decode(old.as_bytes()).unwrap();
+        assert!(!r.wait_for_server);
+        assert_eq!(r.images[0].root, None);
+        let on = old.replace("\"proxy\":null", "\"proxy\":null,\"wait_for_server\":true");
+        let mut r = MountRequest::decode(on.as_bytes()).unwrap();
+        assert!(r.wait_for_server);
+        r.wait_for_server = true;
+        assert_eq!(MountRequest::decode(&r.encode()).unwrap(), r);
+        // Not a boolean: refused, in one line.
+        let bad = old.replace(
+            "\"proxy\":null",
+            "\"proxy\":null,\"wait_for_server\":\"yes\"",
+        );
+        let e = MountRequest::decode(bad.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("mount request: ") && !e.contains('\n'), "{e}");
     }
 }

@@ -44,7 +44,21 @@ pub struct HttpOptions {
     /// it has been waited for, and the deadline (the CLI shows a live line
     /// on a terminal; this crate knows nothing of terminals).
     pub on_wait: Option<fn(host: &str, waited: Duration, limit: Duration)>,
+    /// Wait for a server never reached yet as for one lost later: a first
+    /// request that finds nothing listening (or no answer) is retried with
+    /// the same backoff until the deadline, instead of failing at once
+    /// (`sheaf mount --wait-for-server`). With a cached index at hand,
+    /// opening then waits the whole deadline before the index stands in.
+    pub wait_for_server: bool,
+    /// Told once, when a request to a server never reached starts waiting
+    /// for it under `wait_for_server`: the server's URL (redacted), why it
+    /// failed (one short line) and how long it will be waited for.
+    pub on_server_wait: Option<ServerWait>,
 }
+
+/// See [`HttpOptions::on_server_wait`]: the server's redacted URL, why it
+/// failed, how long it will be waited for.
+pub type ServerWait = fn(server: &str, why: &str, limit: Duration);
 
 impl Default for HttpOptions {
     fn default() -> Self {
@@ -58,6 +72,8 @@ impl Default for HttpOptions {
             mirrors: Vec::new(),
             proxies: Vec::new(),
             on_wait: None,
+            wait_for_server: false,
+            on_server_wait: None,
         }
     }
 }
@@ -109,6 +125,8 @@ pub struct Http {
     last_error: Mutex<String>,
     /// Whether any route has answered yet (with any status).
     reached: std::sync::atomic::AtomicBool,
+    /// The first URL, redacted: who is waited for (`on_server_wait`).
+    shown: String,
     /// HOST[:PORT] of the first URL: who is waited for (`on_wait`).
     host: String,
 }
@@ -142,6 +160,9 @@ pub(crate) struct Backoff<'a> {
     delay: Duration,
     max: Duration,
     stats: &'a NetStats,
+    /// Said before the first wait: a server never reached is waited for
+    /// (`wait_for_server`), its redacted URL and whom to tell.
+    announce: Option<(&'a str, ServerWait)>,
 }
 
 impl<'a> Backoff<'a> {
@@ -160,7 +181,23 @@ impl<'a> Backoff<'a> {
             delay: opts.backoff,
             max: opts.max_backoff,
             stats,
+            announce: None,
         }
+    }
+
+    /// Say once, before the first wait, that `server` (its redacted URL),
+    /// never reached yet, is waited for (when `never_reached` and the
+    /// options ask to wait for such a server and name whom to tell).
+    pub(crate) fn announcing(
+        mut self,
+        opts: &HttpOptions,
+        server: &'a str,
+        never_reached: bool,
+    ) -> Self {
+        if opts.wait_for_server && never_reached {
+            self.announce = opts.on_server_wait.map(|f| (server, f));
+        }
+        self
     }
 
     /// Sleep before the next try, or give `e` back if the deadline passed.
@@ -176,6 +213,9 @@ impl<'a> Backoff<'a> {
             ));
         }
         let wait = self.delay.min(self.deadline - now);
+        if let Some((server, f)) = self.announce.take() {
+            f(server, &why(&e), self.deadline - self.start);
+        }
         if let Some(f) = self.on_wait {
             f(self.label, now - self.start, self.deadline - self.start);
         }
@@ -186,6 +226,21 @@ impl<'a> Backoff<'a> {
         std::thread::sleep(wait);
         self.delay = (self.delay * 2).min(self.max);
         Ok(())
+    }
+}
+
+/// Why a server is being waited for, in a few words ("connection
+/// refused", "timed out", "HTTP 503 Service Unavailable"), credentials
+/// redacted.
+fn why(e: &io::Error) -> String {
+    let t = e.to_string();
+    let l = t.to_ascii_lowercase();
+    if e.kind() == io::ErrorKind::ConnectionRefused || l.contains("connection refused") {
+        "connection refused".into()
+    } else if e.kind() == io::ErrorKind::TimedOut || l.contains("timed out") {
+        "no answer: timed out".into()
+    } else {
+        crate::redact_text(&t.replace(['\n', '\r'], " "))
     }
 }
 
@@ -307,6 +362,7 @@ impl Http {
             stats: NetStats::default(),
             last_error: Mutex::new(String::new()),
             reached: std::sync::atomic::AtomicBool::new(false),
+            shown: crate::redact(url),
             host: reqwest::Url::parse(url)
                 .ok()
                 .and_then(|u| {
@@ -399,7 +455,11 @@ impl Http {
 
     /// [`Http::get`] with a deadline of its own (at most the configured one).
     pub fn get_within(&self, want: Want<'_>, limit: Duration) -> io::Result<(Vec<u8>, u64)> {
-        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.host);
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.host).announcing(
+            &self.opts,
+            &self.shown,
+            !self.reached.load(Relaxed),
+        );
         let deadline = backoff.deadline;
         let mut failed_in_round = 0;
         loop {
@@ -426,14 +486,16 @@ impl Http {
                     failed_in_round += 1;
                     // Nothing listening, on every route, and nothing ever
                     // answered: a wrong address or port, not an outage to
-                    // wait out (a server that was reached is waited for).
+                    // wait out (a server that was reached is waited for),
+                    // unless asked to wait for one never reached too.
                     if e.kind() == io::ErrorKind::ConnectionRefused
                         && failed_in_round >= self.routes()
                         && !self.reached.load(Relaxed)
+                        && !self.opts.wait_for_server
                     {
                         return Err(io::Error::new(
                             e.kind(),
-                            "connection refused (nothing is listening there; sheaf waits only for a server it has reached)",
+                            "connection refused (nothing is listening there; sheaf waits only for a server it has reached, or with --wait-for-server)",
                         ));
                     }
                     if failed_in_round < self.routes() {

@@ -141,12 +141,16 @@ impl RemoteSource {
     /// Open the image at `url`; with a `cache`, fall back to the index it
     /// holds for `url` when the network is down.
     pub fn open(url: &str, opts: HttpOptions, cache: Option<&DiskCache>) -> io::Result<Self> {
+        let wait = opts.wait_for_server;
         let http = Transport::new(url, opts)?;
         // With an index in the cache, an unreachable server need not be
         // waited for up to the whole timeout: the cached index stands in.
-        // Read once: it decides the wait and is what stands in.
+        // Read once: it decides the wait and is what stands in. Asked to
+        // wait for the server (`wait_for_server`), opening waits the whole
+        // timeout first: an offline image reads only what the cache holds,
+        // for as long as it is mounted.
         let cached = cache.and_then(|c| c.load_index(url));
-        let limit = if cached.is_some() {
+        let limit = if cached.is_some() && !wait {
             OFFLINE_PROBE
         } else {
             Duration::MAX

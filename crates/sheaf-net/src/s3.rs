@@ -591,7 +591,11 @@ impl S3 {
         f: impl Fn(&Try<'_>, &ObjPath) -> io::Result<Result<T, object_store::Error>>,
     ) -> io::Result<T> {
         let path = ObjPath::from(key);
-        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.host);
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.host).announcing(
+            &self.opts,
+            &self.url,
+            !self.reached.load(Relaxed),
+        );
         loop {
             self.stats.requests.fetch_add(1, Relaxed);
             let c = self.client()?;
@@ -623,10 +627,12 @@ impl S3 {
                     self.reached.store(true, Relaxed);
                     return Err(e);
                 }
-                io::ErrorKind::ConnectionRefused if !self.reached.load(Relaxed) => {
+                io::ErrorKind::ConnectionRefused
+                    if !self.reached.load(Relaxed) && !self.opts.wait_for_server =>
+                {
                     return Err(io::Error::new(
                         e.kind(),
-                        format!("{e} (nothing is listening there; sheaf waits only for a server it has reached)"),
+                        format!("{e} (nothing is listening there; sheaf waits only for a server it has reached, or with --wait-for-server)"),
                     ));
                 }
                 _ => backoff.wait(e)?,

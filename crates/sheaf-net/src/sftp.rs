@@ -683,6 +683,8 @@ pub struct Sftp {
     /// Length and header seen by the first session, checked on reconnects.
     identity: Mutex<Option<(u64, Vec<u8>)>>,
     connected_once: std::sync::atomic::AtomicBool,
+    /// `url`, redacted: who is waited for (`on_server_wait`).
+    shown: String,
     stats: NetStats,
     /// New connections after the first.
     reconnects: AtomicU64,
@@ -704,6 +706,7 @@ impl Sftp {
             session: Mutex::new(None),
             identity: Mutex::new(None),
             connected_once: Default::default(),
+            shown: crate::redact(url),
             stats: NetStats::default(),
             reconnects: AtomicU64::new(0),
             last_error: Mutex::new(String::new()),
@@ -758,7 +761,8 @@ impl Sftp {
     /// Run `f` on a live session; a dead connection is replaced, with
     /// backoff, until the deadline.
     fn retrying<T>(&self, limit: Duration, f: impl Fn(&Session) -> io::Result<T>) -> io::Result<T> {
-        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.target.host);
+        let mut backoff = Backoff::new(&self.opts, limit, &self.stats, &self.target.host)
+            .announcing(&self.opts, &self.shown, !self.connected_once.load(Relaxed));
         loop {
             self.stats.requests.fetch_add(1, Relaxed);
             let r = self.session().and_then(|s| {
