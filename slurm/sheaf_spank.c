@@ -277,7 +277,9 @@ static int request(struct mnt *m, const char *image)
         fail("%s: name too long", image);
         return -1;
     }
-    strcat(json, ",\"root\":null}],\"mountpoint\":");
+    /* A server not reached yet (restarting as the job starts) is waited
+     * for, up to sheaf's --timeout, as one lost later is. */
+    strcat(json, ",\"root\":null}],\"wait_for_server\":true,\"mountpoint\":");
     if (json_str(json, sizeof json, m->stage) < 0 || strlen(json) + 2 >= sizeof json) {
         fail("%s: name too long", m->dest);
         return -1;

@@ -21,8 +21,8 @@
 //!   the step's end); an unreadable image fails every node's tasks with one
 //!   line; a signature policy holds for the copies; a bcast_dir another
 //!   user made is refused;
-//! - a URL image whose server goes down mid-job (for less than sheaf's
-//!   --timeout) is a wait, not a failure.
+//! - a URL image whose server is down when the step starts, or goes down
+//!   mid-job (for less than sheaf's --timeout), is a wait, not a failure.
 //!
 //! About 100 s, most of it waiting for Slurm to end the job past its (one
 //! minute, the least) time limit while the rest runs.
@@ -961,6 +961,38 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         .text();
     let mut web = servers::Nginx::start_also_on(&top.join("nginx"), &img, "10.78.0.254");
     let url = format!("http://10.78.0.254:{}/url.sheaf", web.port);
+    // Down when the step starts (never reached yet), back 3 s later: the
+    // mount waits for it and the step reads the right bytes.
+    web.stop();
+    let early = cl
+        .user(
+            &out,
+            &[
+                "srun",
+                "-N1",
+                "-w",
+                "n1",
+                &format!("--sheaf={url}:/data"),
+                "cat",
+                "/data/README",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let down = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    web.restart();
+    let o = early.wait_with_output().unwrap();
+    assert!(
+        o.status.success(),
+        "the step started with its server down: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "served over HTTP\n");
+    assert!(down.elapsed() >= Duration::from_secs(3));
+    assert_nothing_left(&img, uid, &late, "the step that waited for its server");
     let step = cl
         .user(
             &out,
