@@ -197,12 +197,13 @@ for n in 1 $NODES; do
     printf '| %s | %s | %s | %s |\n' "$n" "$bytes" "$(awk -v a="$bytes" -v b="$one" 'BEGIN {printf "%.3f", a / b}')" \
         "$(stat -c %s "$WORK/shared/data.sheaf")" >> "$OUT.tmp"
 done
+echo -e "\nTarget: <= 1.1x what one node reads." >> "$OUT.tmp"
 # mode=bcast: the step's first node reads the image on shared storage once
 # and sbcast sends it to the others; bytes read from the loop device (cold
 # page cache), and the job's wall time against mode=lazy's.
 log "mode=bcast"
 IMG_BYTES=$(stat -c %s "$WORK/lshared/data.sheaf")
-dev_read() { awk '{print $3 * 512}' "/sys/block/$LOOPDEV/stat"; }
+dev_read() { awk '{printf "%.0f", $3 * 512}' "/sys/block/$LOOPDEV/stat"; }
 bcast_job() {
     local n=$1 mode=$2 b0 b1 t0 t1
     printf 'required %s sheaf=%s mode=%s bcast_dir=%s\n' "$SO" "$SHEAF" "$mode" \
@@ -243,10 +244,11 @@ left=$(find "$WORK"/cluster/nodes/*/local/sheaf-bcast -mindepth 1 2>/dev/null | 
 {
     echo
     echo "Target: 1.0x the image with bcast. Copies left in the nodes' bcast_dir after the jobs: $left."
+    echo "The bcast job's time includes sbcast writing N copies of the image to this one"
+    echo "machine's disk and N mounts on two cores; on a cluster the nodes write their"
+    echo "copies in parallel, each to its own disk, down slurmd's tree."
 } >> "$OUT.tmp"
 {
-    echo
-    echo "Target: <= 1.1x what one node reads."
     echo
     echo "All nodes share one disk, one page cache and two cores here: after the first"
     echo "node, the shared directory and the copy are read from memory, and --sheaf's"
