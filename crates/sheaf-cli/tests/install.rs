@@ -55,6 +55,34 @@ fn harmless_troff_line(l: &str) -> bool {
     l.contains("warning") && (l.contains("cannot adjust line") || l.contains("can't break line"))
 }
 
+/// The page as `man -l` renders it, 100 columns wide; man (troff) said
+/// nothing but harmless lines on its standard error.
+fn man_l(page: &Path) -> String {
+    let o = run_cmd(
+        Command::new("man")
+            .arg("-l")
+            .arg(page)
+            .env("MANWIDTH", "100")
+            .env("LANG", "C.UTF-8")
+            .env_remove("MANPAGER")
+            .env_remove("PAGER")
+            .stdin(Stdio::null()),
+    )
+    .ok();
+    let bad: Vec<&str> = o
+        .err_lines()
+        .into_iter()
+        .filter(|l| !harmless_troff_line(l))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{}: man -l complained:\n{}",
+        page.display(),
+        o.describe()
+    );
+    o.text()
+}
+
 #[test]
 fn every_command_has_a_man_page_that_man_renders() {
     if !prerequisite(on_path("man"), "man (Debian package man-db)") {
@@ -92,28 +120,7 @@ fn every_command_has_a_man_page_that_man_renders() {
 
     for page in &written {
         let name = page.trim_end_matches(".1");
-        let o = run_cmd(
-            Command::new("man")
-                .arg("-l")
-                .arg(dir.join(page))
-                .env("MANWIDTH", "100")
-                .env("LANG", "C.UTF-8")
-                .env_remove("MANPAGER")
-                .env_remove("PAGER")
-                .stdin(Stdio::null()),
-        )
-        .ok();
-        let text = o.text();
-        let bad: Vec<&str> = o
-            .err_lines()
-            .into_iter()
-            .filter(|l| !harmless_troff_line(l))
-            .collect();
-        assert!(
-            bad.is_empty(),
-            "{page}: man -l complained:\n{}",
-            o.describe()
-        );
+        let text = man_l(&dir.join(page));
         assert!(text.len() > 200, "{page}: rendered nearly empty:\n{text}");
         assert!(text.contains(name), "{page}: does not name {name}:\n{text}");
         for section in ["NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS"] {
@@ -257,29 +264,7 @@ fn the_slurm_plugin_has_a_man_page_that_names_every_plugstack_argument() {
     if !prerequisite(on_path("man"), "man (Debian package man-db)") {
         return;
     }
-    let page = repo_root().join("slurm/sheaf-slurm.8");
-    let o = run_cmd(
-        Command::new("man")
-            .arg("-l")
-            .arg(&page)
-            .env("MANWIDTH", "100")
-            .env("LANG", "C.UTF-8")
-            .env_remove("MANPAGER")
-            .env_remove("PAGER")
-            .stdin(Stdio::null()),
-    )
-    .ok();
-    let bad: Vec<&str> = o
-        .err_lines()
-        .into_iter()
-        .filter(|l| !harmless_troff_line(l))
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "sheaf-slurm.8: man -l complained:\n{}",
-        o.describe()
-    );
-    let text = unemphasised(&o.text());
+    let text = unemphasised(&man_l(&repo_root().join("slurm/sheaf-slurm.8")));
     assert!(text.starts_with("SHEAF-SLURM(8)"), "{text}");
     for section in [
         "NAME",

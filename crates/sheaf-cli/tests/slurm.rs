@@ -73,6 +73,16 @@ impl Cluster {
         c
     }
 
+    /// A Slurm command as the job's user, from `dir`, started with its
+    /// output piped.
+    fn spawn(&self, dir: &Path, args: &[&str]) -> std::process::Child {
+        self.user(dir, args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// A Slurm command as the job's user, from `dir`.
     fn user(&self, dir: &Path, args: &[&str]) -> Command {
         let mut c = Command::new("runuser");
@@ -486,7 +496,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     let two: Vec<_> = ["A", "B"]
         .iter()
         .map(|w| {
-            cl.user(
+            cl.spawn(
                 &out,
                 &[
                     "srun",
@@ -502,10 +512,6 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
                      cat /data/which",
                 ],
             )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
         })
         .collect();
     // While both run: neither mount is in the host's namespace or n1's slurmd's.
@@ -964,23 +970,18 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     // Down when the step starts (never reached yet), back 3 s later: the
     // mount waits for it and the step reads the right bytes.
     web.stop();
-    let early = cl
-        .user(
-            &out,
-            &[
-                "srun",
-                "-N1",
-                "-w",
-                "n1",
-                &format!("--sheaf={url}:/data"),
-                "cat",
-                "/data/README",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let early = cl.spawn(
+        &out,
+        &[
+            "srun",
+            "-N1",
+            "-w",
+            "n1",
+            &format!("--sheaf={url}:/data"),
+            "cat",
+            "/data/README",
+        ],
+    );
     let down = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
     web.restart();
@@ -993,32 +994,27 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "served over HTTP\n");
     assert!(down.elapsed() >= Duration::from_secs(3));
     assert_nothing_left(&img, uid, &late, "the step that waited for its server");
-    let step = cl
-        .user(
-            &out,
-            &[
-                "srun",
-                "-N2",
-                "-w",
-                "n2,n3",
-                &format!("--sheaf={url}:/data"),
-                "-o",
-                "url-%t",
-                "bash",
-                "-c",
-                &format!(
-                    "cat /data/README >/dev/null && touch mounted-$SLURM_PROCID && \
+    let step = cl.spawn(
+        &out,
+        &[
+            "srun",
+            "-N2",
+            "-w",
+            "n2,n3",
+            &format!("--sheaf={url}:/data"),
+            "-o",
+            "url-%t",
+            "bash",
+            "-c",
+            &format!(
+                "cat /data/README >/dev/null && touch mounted-$SLURM_PROCID && \
                      while [ ! -e go ]; do sleep 0.05; done; s=$(date +%s%N); \
                      ({SUMS}) && echo $(( ($(date +%s%N) - s) / 1000000 )) > read-ms-$SLURM_PROCID"
-                ),
-                "sh",
-                "/data",
-            ],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+            ),
+            "sh",
+            "/data",
+        ],
+    );
     let t0 = Instant::now();
     while !(out.join("mounted-0").exists() && out.join("mounted-1").exists()) {
         let url_out = fs::read_to_string(out.join("url-0")).unwrap_or_default();
