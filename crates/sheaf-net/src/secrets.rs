@@ -76,8 +76,11 @@ pub fn redact_text(text: &str) -> String {
         let end = rest[i..]
             .find(|c: char| c.is_whitespace() || matches!(c, '\'' | '"' | '`' | '<' | '>' | ')'))
             .map_or(rest.len(), |e| i + e);
+        // Punctuation that ends the sentence ("URL: why") is not the URL's.
+        let url = rest[start..end].trim_end_matches([':', ',', ';', '.']);
         out.push_str(&rest[..start]);
-        out.push_str(&redact(&rest[start..end]));
+        out.push_str(&redact(url));
+        out.push_str(&rest[start + url.len()..end]);
         rest = &rest[end..];
     }
     out.push_str(rest);
@@ -175,6 +178,13 @@ mod tests {
             r,
             "fetching 'http://u:***@h/i?sig=***' via proxy http://p:***@proxy:3128 failed"
         );
+        // The colon after a URL stays (a presigned query's last value ends
+        // before it).
+        assert_eq!(
+            redact_text("https://h/x?X-Amz-Signature=abc: error sending request"),
+            "https://h/x?X-Amz-Signature=***: error sending request"
+        );
+        assert_eq!(redact_text("see http://u:pw@h/a."), "see http://u:***@h/a.");
         // A scheme after a character of several bytes (found by fuzzing).
         assert_eq!(redact_text("é€http://u:pw@h/"), "é€http://u:***@h/");
         assert_eq!(redact_text("\u{fffd}://x"), "\u{fffd}://x");
