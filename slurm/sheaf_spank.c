@@ -10,7 +10,7 @@
  *       proxy=http://squid.site:3128 \
  *       mode=lazy timeout=300
  *
- * (mode=bcast bcast_dir=/var/tmp/sheaf-bcast: a multi-node step's first node
+ * (mode=bcast bcast_dir=/var/lib/sheaf/bcast: a multi-node step's first node
  * reads each image file once and sbcast sends it to the step's nodes, which
  * mount their own copies.)
  *
@@ -38,8 +38,10 @@
  * one line on the task's standard error, "sheaf: error: ...", and the task
  * exits with status 125 (docs/slurm.md); nothing runs.
  *
- * Only system calls run between fork and exec (slurmstepd is threaded):
- * everything the children need is prepared before fork.
+ * slurmstepd is threaded: everything the children need is prepared before
+ * fork, and the holder uses system calls and what glibc's fork makes safe in
+ * the child (its malloc and stdio locks are reset there): formatting,
+ * directory listing.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,6 +58,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <sys/fsuid.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -98,7 +105,7 @@ static char *cfg_state_dir = "/run/sheaf-slurm";
  * bcast_dir/JOB.STEP (the user's, 0700, in a directory only root writes);
  * every node mounts its own copy, removed at the step's end. */
 static int cfg_bcast;
-static char *cfg_bcast_dir = "/var/tmp/sheaf-bcast", *cfg_sbcast = "/usr/bin/sbcast";
+static char *cfg_bcast_dir = "/var/lib/sheaf/bcast", *cfg_sbcast = "/usr/bin/sbcast";
 static int bcast_fd = -1;   /* bcast_dir, opened as root-owned and checked */
 static int step_fd = -1;    /* bcast_dir/JOB.STEP */
 static char step_name[64];  /* JOB.STEP */
@@ -437,7 +444,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     return plugin_args(ac, av);
 }
 
-/* ---- the holder (runs after fork: system calls only) ---------------------- */
+/* ---- the holder (runs after fork: see the top of this file) ------------------ */
 
 static volatile sig_atomic_t stop;
 static time_t holder_deadline; /* the holder gives up (and says why) by then */
@@ -466,8 +473,12 @@ struct job {
 };
 
 /* Run sheaf as the job's user with `input` on standard input; its first line
- * of standard error into msg. Returns its exit status (or -1). */
-static int as_user(const struct job *j, char *const argv[], const char *input, char *msg, size_t n)
+ * of standard error into msg. Returns its exit status (or -1). A program
+ * still running at `until` (or, when `stoppable`, when the holder is told to
+ * stop) is killed: a user's program (sbcast reading a file of theirs that
+ * never answers) cannot keep the holder past its deadline. */
+static int as_user_until(const struct job *j, char *const argv[], const char *input, char *msg,
+                         size_t n, time_t until, int stoppable)
 {
     int in[2], err[2];
     if (pipe2(in, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
@@ -502,8 +513,18 @@ static int as_user(const struct job *j, char *const argv[], const char *input, c
     }
     close(in[1]);
     int st = 0;
-    while (waitpid(p, &st, 0) < 0 && errno == EINTR)
-        ;
+    for (;;) {
+        pid_t w = waitpid(p, &st, WNOHANG);
+        if (w == p || (w < 0 && errno != EINTR))
+            break;
+        if ((stoppable && stop) || time(NULL) >= until) {
+            kill(p, SIGKILL);
+            while (waitpid(p, &st, 0) < 0 && errno == EINTR)
+                ;
+            break;
+        }
+        usleep(10000);
+    }
     /* The serving process may keep the pipe open: read what is there. */
     fcntl(err[0], F_SETFL, O_NONBLOCK);
     ssize_t r = read(err[0], msg, n - 1);
@@ -520,6 +541,12 @@ static int as_user(const struct job *j, char *const argv[], const char *input, c
         strncat(msg, ": cannot be run", n - k - 1);
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* As the user, until the holder's deadline or its stop. */
+static int as_user(const struct job *j, char *const argv[], const char *input, char *msg, size_t n)
+{
+    return as_user_until(j, argv, input, msg, n, holder_deadline, 1);
 }
 
 /* Kill and reap every child left (we are their subreaper). */
@@ -566,20 +593,42 @@ static void say(char *out, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-/* Remove NAME below dirfd and everything in it, without following a
- * symbolic link (what the user put in a directory of theirs). */
-static void remove_tree(int dirfd, const char *name, int depth)
+/* Open NAME below dirfd as a directory, never through a symbolic link nor
+ * into another file system (a FUSE mount of the user's in their directory:
+ * root would wait on its server), where the kernel can say so (openat2,
+ * Linux 5.6). */
+static int open_below(int dirfd, const char *name)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+#ifdef SYS_openat2
+    struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_NO_XDEV | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, dirfd, name, &how, sizeof how);
+    if (fd >= 0 || (errno != ENOSYS && errno != EINVAL))
+        return fd;
+#endif
+    return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* Remove NAME below dirfd and everything in it (what the user put in a
+ * directory of theirs), never following a link out of it. Each directory is
+ * made root's, 0700, before it is listed, so a process of the user's still
+ * holding it cannot add to it while it empties; `budget` bounds the
+ * entries removed (what is left, the epilog's sweep tries again). */
+static void remove_tree(int dirfd, const char *name, int depth, long *budget)
+{
+    int fd = open_below(dirfd, name);
     if (fd >= 0) {
+        if (fchown(fd, 0, 0) < 0 || fchmod(fd, 0700) < 0) {
+            /* Removed all the same, as far as root may. */
+        }
         DIR *d = fdopendir(fd);
         if (d) {
             struct dirent *e;
-            while ((e = readdir(d))) {
+            while ((e = readdir(d)) && --*budget > 0) {
                 if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
                     continue;
-                if (unlinkat(fd, e->d_name, 0) < 0 && errno == EISDIR && depth < 16)
-                    remove_tree(fd, e->d_name, depth + 1);
+                if (unlinkat(fd, e->d_name, 0) < 0 && errno == EISDIR && depth < 64)
+                    remove_tree(fd, e->d_name, depth + 1, budget);
             }
             closedir(d);
         } else
@@ -587,6 +636,13 @@ static void remove_tree(int dirfd, const char *name, int depth)
     }
     if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno == ENOTDIR)
         unlinkat(dirfd, name, 0);
+}
+
+/* remove_tree with the budget one step's directory gets. */
+static void remove_step_dir(int dirfd, const char *name)
+{
+    long budget = 1000000;
+    remove_tree(dirfd, name, 0, &budget);
 }
 
 /* mode=bcast, the step's first node: write `text` to NAME.src in the step's
@@ -674,7 +730,7 @@ static int send_copies(const struct job *j, time_t deadline, char *msg, size_t n
 
 /* Every node: wait for the first node's marker. Returns 0 (the copies are
  * here) or -1 with msg set. */
-static int wait_copies(time_t deadline, char *msg, size_t n)
+static int wait_copies(const struct job *j, time_t deadline, char *msg, size_t n)
 {
     char text[MAX_MSG + 8];
     /* The probe comes within seconds of the step's start when sbcast works
@@ -690,7 +746,17 @@ static int wait_copies(time_t deadline, char *msg, size_t n)
                 "failed (its tasks say why)", PROBE_WAIT);
             return -1;
         }
-        int fd = openat(step_fd, "done", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        /* Root reads it only as what sbcast makes: a plain file of the
+         * user's with one link (never a FIFO to block on, nor a link to a
+         * file the user may not read). */
+        int fd = openat(step_fd, "done", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != j->uid ||
+                        st.st_nlink != 1)) {
+            close(fd);
+            say(msg, n, "%s/done: not a file sbcast made: refused", step_dir);
+            return -1;
+        }
         if (fd >= 0) {
             ssize_t r = read(fd, text, sizeof text - 1);
             close(fd);
@@ -713,42 +779,137 @@ static int wait_copies(time_t deadline, char *msg, size_t n)
     }
 }
 
-static void teardown(const struct job *j, int done)
+/* The tmpfs root at each DEST, by descriptor (-1: not mounted). */
+static int dest_fd[MAX_MOUNTS];
+
+static void fd_path(char *out, size_t n, int fd)
 {
-    char msg[MAX_MSG];
-    for (int i = done - 1; i >= 0; i--) {
-        char *argv[] = {cfg_sheaf, "umount", mnts[i].dest, NULL};
-        if (as_user(j, argv, NULL, msg, sizeof msg) != 0)
-            umount2(mnts[i].dest, MNT_DETACH);
-    }
-    for (int i = nmnts - 1; i >= 0; i--)
-        umount2(mnts[i].dest, MNT_DETACH);
-    kill_children();
-    if (step_fd >= 0)
-        remove_tree(bcast_fd, step_name, 0);
+    snprintf(out, n, "/proc/self/fd/%d", fd);
 }
 
-/* mkdir -p, as root (an empty directory may stay on the node: see docs). */
-static int make_dirs(const char *path)
+static void teardown(const struct job *j, int done)
 {
-    char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s", path);
-    for (char *s = p + 1;; s++) {
-        if (*s == '/' || *s == 0) {
-            char c = *s;
-            *s = 0;
-            if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                return -1;
+    char msg[MAX_MSG], path[64];
+    for (int i = done - 1; i >= 0; i--) {
+        char *argv[] = {cfg_sheaf, "umount", mnts[i].dest, NULL};
+        as_user_until(j, argv, NULL, msg, sizeof msg, time(NULL) + 30, 0);
+    }
+    /* What is left (a serving process that would not end, the tmpfs), by
+     * descriptor: never a mount a path the user controls leads to. */
+    for (int i = nmnts - 1; i >= 0; i--)
+        if (dest_fd[i] >= 0) {
+            fd_path(path, sizeof path, dest_fd[i]);
+            umount2(path, MNT_DETACH);
+        }
+    kill_children();
+    if (step_fd >= 0)
+        remove_step_dir(bcast_fd, step_name);
+}
+
+/* DEST, walked from "/" one name at a time by descriptor, never through a
+ * symbolic link (ELOOP), so no path the user swaps under us leads root
+ * elsewhere; a missing directory is made (root's, 0755: it may stay on the
+ * node, see docs) only in a directory of root's or the job user's. */
+static int open_dest(const struct job *j, const char *dest)
+{
+    int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const char *p = dest;
+    while (fd >= 0 && *p) {
+        while (*p == '/')
+            p++;
+        if (!*p)
+            break;
+        const char *q = strchrnul(p, '/');
+        char name[NAME_MAX + 1];
+        if ((size_t)(q - p) > NAME_MAX) {
+            close(fd);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(name, p, (size_t)(q - p));
+        name[q - p] = 0;
+        int next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT) {
             struct stat st;
-            if (lstat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                errno = ENOTDIR;
+            if (fstat(fd, &st) < 0 || (st.st_uid != 0 && st.st_uid != j->uid)) {
+                close(fd);
+                errno = EACCES;
                 return -1;
             }
-            *s = c;
-            if (!c)
-                return 0;
+            if (mkdirat(fd, name, 0755) == 0 || errno == EEXIST)
+                next = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         }
+        int e = errno;
+        close(fd);
+        errno = e;
+        fd = next;
+        p = q;
     }
+    return fd;
+}
+
+/* A tmpfs of the user's at DEST (mounted on the directory open_dest found,
+ * by descriptor) with DEST/.sheaf-mount in it, the user's: where sheaf
+ * mounts (fusermount3 mounts only on a directory of the user's) before the
+ * mount moves onto DEST. Sets dest_fd[i] to the tmpfs's root. */
+static int make_dest(const struct job *j, int i, const char *opts)
+{
+    char path[64];
+    int d = open_dest(j, mnts[i].dest);
+    if (d < 0)
+        return -1;
+    struct stat under;
+    fd_path(path, sizeof path, d);
+    if (fstat(d, &under) < 0 || mount("sheaf-slurm", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
+        int e = errno;
+        close(d);
+        errno = e;
+        return -1;
+    }
+    close(d);
+    /* The tmpfs's root: DEST walked again crosses into it. Anything else
+     * (the user swapped a directory meanwhile) is refused: a new file
+     * system, a tmpfs, the user's. */
+    int t = open_dest(j, mnts[i].dest);
+    struct stat st;
+    struct statfs sf;
+    if (t < 0)
+        return -1;
+    dest_fd[i] = t;
+    if (fstat(t, &st) < 0 || fstatfs(t, &sf) < 0 || sf.f_type != TMPFS_MAGIC ||
+        st.st_dev == under.st_dev || st.st_uid != j->uid) {
+        errno = EXDEV;
+        return -1;
+    }
+    int s = -1;
+    if (mkdirat(t, ".sheaf-mount", 0755) < 0 ||
+        (s = openat(t, ".sheaf-mount", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        fchown(s, j->uid, j->gid) < 0) {
+        int e = errno;
+        if (s >= 0)
+            close(s);
+        errno = e;
+        return -1;
+    }
+    close(s);
+    return 0;
+}
+
+/* The mount sheaf made at DEST/.sheaf-mount moved onto the tmpfs at DEST,
+ * both by descriptor. */
+static int move_to_dest(int i)
+{
+    char from[64], to[64];
+    int m = openat(dest_fd[i], ".sheaf-mount", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (m < 0)
+        return -1;
+    fd_path(from, sizeof from, m);
+    fd_path(to, sizeof to, dest_fd[i]);
+    int rc = mount(from, to, NULL, MS_MOVE, NULL);
+    int e = errno;
+    close(m);
+    errno = e;
+    return rc;
 }
 
 static void holder_main(struct job *j, int status, int ctl)
@@ -795,13 +956,13 @@ static void holder_main(struct job *j, int status, int ctl)
         _exit(1);
     }
     snprintf(opts, sizeof opts, "size=64k,mode=0755,uid=%u,gid=%u", (unsigned)j->uid, (unsigned)j->gid);
+    for (int i = 0; i < nmnts; i++)
+        dest_fd[i] = -1;
     for (int i = 0; i < nmnts; i++) {
         /* sheaf mounts on a directory of the user's (fusermount3's rule)
          * that is not a mount point (sheaf's): DEST/.sheaf-mount on a tmpfs
          * of the user's at DEST; then the mount moves onto DEST. */
-        if (make_dirs(mnts[i].dest) < 0 ||
-            mount("sheaf-slurm", mnts[i].dest, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
-            mkdir(mnts[i].stage, 0755) < 0 || chown(mnts[i].stage, j->uid, j->gid) < 0) {
+        if (make_dest(j, i, opts) < 0) {
             char why[PATH_MAX + 128];
             snprintf(why, sizeof why, "E%s: %s (a directory, no symbolic link on the way)",
                      mnts[i].dest, strerror(errno));
@@ -812,7 +973,7 @@ static void holder_main(struct job *j, int status, int ctl)
     }
     if (nbcast) {
         int rc = node_id == 0 ? send_copies(j, holder_deadline, msg, sizeof msg)
-                              : wait_copies(holder_deadline, msg, sizeof msg);
+                              : wait_copies(j, holder_deadline, msg, sizeof msg);
         if (rc < 0) {
             put(status, "E", msg);
             teardown(j, 0);
@@ -839,10 +1000,9 @@ static void holder_main(struct job *j, int status, int ctl)
             teardown(j, i);
             _exit(1);
         }
-        if (mount(mnts[i].stage, mnts[i].dest, NULL, MS_MOVE, NULL) < 0) {
+        if (move_to_dest(i) < 0) {
             put(status, "Emoving the mount onto ", mnts[i].dest);
-            umount2(mnts[i].stage, MNT_DETACH);
-            teardown(j, i);
+            teardown(j, i + 1);
             _exit(1);
         }
     }
@@ -882,14 +1042,38 @@ static int prepare_bcast(spank_t sp, const struct job *j)
     }
     if (nnodes < 2)
         return 0; /* one node reads what it needs, lazily */
+    /* Which images are files, and which have a detached signature: looked
+     * at with the user's file-system identity (this thread's alone), so
+     * root's view of files the user may not see tells them nothing. */
     struct stat st;
-    for (int i = 0; i < nmnts; i++)
-        if (!strstr(mnts[i].source, "://") && stat(mnts[i].source, &st) == 0 && S_ISREG(st.st_mode))
-            nbcast++;
+    int travels[MAX_MOUNTS] = {0}, sig[MAX_MOUNTS] = {0};
+    setfsgid(j->gid);
+    setfsuid(j->uid);
+    for (int i = 0; i < nmnts; i++) {
+        char path[PATH_MAX + 8];
+        travels[i] = !strstr(mnts[i].source, "://") && stat(mnts[i].source, &st) == 0 &&
+                     S_ISREG(st.st_mode);
+        snprintf(path, sizeof path, "%s.sig", mnts[i].source);
+        sig[i] = travels[i] && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+        nbcast += travels[i];
+    }
+    setfsuid(0);
+    setfsgid(0);
     if (!nbcast)
         return 0; /* URLs go through the node cache and the site's proxies */
     /* bcast_dir: root's, written by root alone, never reached through a
-     * symbolic link (another user may have made one there first). */
+     * symbolic link (another user may have made one there first). Its
+     * parent is made if missing (/var/lib/sheaf on a new node). */
+    char parent[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", cfg_bcast_dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = 0;
+        if (mkdir(parent, 0755) < 0 && errno != EEXIST) {
+            fail("bcast_dir %s: %s", cfg_bcast_dir, strerror(errno));
+            return -1;
+        }
+    }
     if (mkdir(cfg_bcast_dir, 0711) < 0 && errno != EEXIST) {
         fail("bcast_dir %s: %s", cfg_bcast_dir, strerror(errno));
         return -1;
@@ -903,21 +1087,22 @@ static int prepare_bcast(spank_t sp, const struct job *j)
     snprintf(step_name, sizeof step_name, "%u.%u", (unsigned)job, (unsigned)step);
     snprintf(step_arg, sizeof step_arg, "--jobid=%u.%u", (unsigned)job, (unsigned)step);
     snprintf(step_dir, sizeof step_dir, "%s/%s", cfg_bcast_dir, step_name);
-    remove_tree(bcast_fd, step_name, 0); /* a killed step's, if any */
+    remove_step_dir(bcast_fd, step_name); /* a killed step's, if any */
     if (mkdirat(bcast_fd, step_name, 0700) < 0 ||
         (step_fd = openat(bcast_fd, step_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
         fchown(step_fd, j->uid, j->gid) < 0) {
         fail("%s: %s", step_dir, strerror(errno));
         return -1;
     }
-    for (int i = 0, k = 0; i < nmnts; i++) {
-        if (strstr(mnts[i].source, "://") || stat(mnts[i].source, &st) < 0 || !S_ISREG(st.st_mode))
+    /* Named by the image's place in the option: a node that judged an
+     * image otherwise never mounts another image's copy. */
+    for (int i = 0; i < nmnts; i++) {
+        if (!travels[i])
             continue;
-        char copy[PATH_MAX + 32], sig[PATH_MAX + 8];
-        snprintf(copy, sizeof copy, "%s/%d.sheaf", step_dir, k++);
-        snprintf(sig, sizeof sig, "%s.sig", mnts[i].source);
+        char copy[PATH_MAX + 32];
+        snprintf(copy, sizeof copy, "%s/%d.sheaf", step_dir, i);
         mnts[i].copy = strdup(copy);
-        mnts[i].sig = stat(sig, &st) == 0 && S_ISREG(st.st_mode);
+        mnts[i].sig = sig[i];
         if (request(&mnts[i], copy) < 0)
             return -1;
     }
@@ -1132,7 +1317,7 @@ static void sweep_copies(spank_t sp)
         struct dirent *e;
         while ((e = readdir(d)))
             if (!strncmp(e->d_name, prefix, strlen(prefix)))
-                remove_tree(fd, e->d_name, 0);
+                remove_step_dir(fd, e->d_name);
         closedir(d);
     }
     close(fd);

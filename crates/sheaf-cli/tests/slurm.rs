@@ -12,7 +12,9 @@
 //!   no_new_privs; the tasks of a step on one node share one mount;
 //! - a cancelled job, a job whose node is set DOWN and a job past its time
 //!   limit leave no mount, no process and no namespace;
-//! - a mount point in the system's directories is refused before submission;
+//! - a mount point in the system's directories is refused before submission,
+//!   one reached through a symbolic link or in another user's directory on
+//!   the node, and root makes nothing there;
 //! - under a signature policy a tampered image fails the step with one line;
 //! - with `scope=job` the batch step and the srun steps share one mount per
 //!   node, and a cancelled job leaves nothing;
@@ -644,6 +646,51 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         o.describe()
     );
 
+    // A DEST reached through a symbolic link the user made, or in another
+    // user's directory: refused on the node in one line, and root made
+    // nothing there (the holder walks DEST by descriptor, never following a
+    // link, and makes directories only in root's or the user's).
+    std::os::unix::fs::symlink(&img, out.join("ln")).unwrap();
+    let others = top.join("others");
+    fs::create_dir(&others).unwrap();
+    fs::set_permissions(&others, fs::Permissions::from_mode(0o777)).unwrap();
+    run_cmd(Command::new("chown").arg("nobody").arg(&others)).ok();
+    for dest in [out.join("ln/planted"), others.join("planted")] {
+        let o = run_cmd(&mut cl.user(
+            &out,
+            &[
+                "srun",
+                "-N1",
+                "-w",
+                "n1",
+                &format!("--sheaf={}:{}", data.display(), dest.display()),
+                "true",
+            ],
+        ));
+        let ours: Vec<&str> = o
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("sheaf"))
+            .collect();
+        assert!(
+            o.code != 0
+                && ours.len() == 1
+                && ours[0].starts_with(&format!("sheaf: error: {}: ", dest.display())),
+            "{}",
+            o.describe()
+        );
+        assert!(o.stderr.contains("exit code 125"), "{}", o.describe());
+    }
+    assert!(
+        !img.join("planted").exists(),
+        "root made a directory through the link"
+    );
+    assert!(
+        !others.join("planted").exists(),
+        "root made a directory in another user's"
+    );
+    fs::remove_file(out.join("ln")).unwrap();
+
     // 4. A tampered image under a signature policy: one line, a failed step.
     cl.plugstack(&format!(
         "required {} sheaf={} config={}\n",
@@ -917,6 +964,60 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         "{}",
         o.describe()
     );
+    // The user plants a FIFO where the first node's marker will arrive (their
+    // own step directory, from another job on the node): root never blocks
+    // on it nor reads it; the node's tasks say so in one line, at once.
+    cl.plugstack(&format!("{bcast} timeout=120\n"));
+    let racer = run_cmd(&mut cl.user(
+        &out,
+        &[
+            "sbatch",
+            "--parsable",
+            "-N1",
+            "-w",
+            "n2",
+            "-o",
+            "racer.out",
+            "--wrap",
+            &format!(
+                "d={}/$((SLURM_JOB_ID + 1)).0; echo ready; for i in $(seq 3000); do \
+                 [ -d $d ] && mkfifo $d/done 2>/dev/null && echo planted && exit 0; sleep 0.01; done",
+                bcast_dir.display()
+            ),
+        ],
+    ))
+    .ok();
+    let racer = racer.text().trim().to_string();
+    let t0 = Instant::now();
+    while !fs::read_to_string(out.join("racer.out"))
+        .unwrap_or_default()
+        .contains("ready")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "racer {racer} never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let t0 = Instant::now();
+    let o = run_cmd(&mut cl.user(&out, &["srun", "-N2", "-w", "n1,n2", &data_arg, "true"]));
+    let took = t0.elapsed();
+    let racer_out = fs::read_to_string(out.join("racer.out")).unwrap_or_default();
+    assert!(
+        racer_out.contains("planted"),
+        "the FIFO was not planted: {racer_out}"
+    );
+    assert_ne!(o.code, 0, "{}", o.describe());
+    assert!(took < Duration::from_secs(30), "{took:?}: {}", o.describe());
+    assert!(
+        o.stderr.lines().any(|l| l.starts_with("sheaf: error: ")
+            && l.ends_with("/done: not a file sbcast made: refused")),
+        "{}",
+        o.describe()
+    );
+    assert_nothing_left(&img, uid, &late, "the step with a planted FIFO");
+    no_copies_left("the step with a planted FIFO");
+
     // Another user made bcast_dir first (in the nodes' world-writable
     // local directory): refused, and nothing is written into it.
     let evil = cl.work.join("local/evil-bcast");
