@@ -123,10 +123,27 @@ enum CacheCmd {
         json: bool,
     },
     /// Evict least recently used objects down to the quota (--cache-size or
-    /// SIZE) and remove files left by killed writers.
+    /// SIZE) and remove files left by killed writers. With --kernel: remove
+    /// the kernel path's metadata images no mount has used for --older-than
+    /// (root's cache, not the node cache).
     Gc {
         /// Target size (default: the quota).
         size: Option<String>,
+        /// The kernel path's cache of metadata images (`sheaf mount
+        /// --kernel`) instead of the node cache.
+        #[arg(long, conflicts_with = "size")]
+        kernel: bool,
+        /// With --kernel: remove what no mount has used for this long
+        /// (`30d`, `12h`, `90m`, `0` for everything not being written).
+        #[arg(long, value_name = "AGE", default_value = "30d", requires = "kernel")]
+        older_than: String,
+        /// With --kernel: the cache's directory (default: the site's
+        /// `[mount] kernel_cache`, else /var/cache/sheaf/kernel).
+        #[arg(long, value_name = "DIR", requires = "kernel")]
+        kernel_cache: Option<PathBuf>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove everything from the node cache.
     Clear,
@@ -152,6 +169,16 @@ enum CacheCmd {
 
 /// `sheaf cache`.
 pub fn cache(a: CacheArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Result<i32> {
+    if let CacheCmd::Gc {
+        kernel: true,
+        older_than,
+        kernel_cache,
+        json,
+        ..
+    } = &a.cmd
+    {
+        return kernel_gc(older_than, kernel_cache.as_deref(), *json, io);
+    }
     let Some(c) = disk_cache(remote)? else {
         bail!("no node cache (--no-cache given, or no --cache-dir and no HOME)");
     };
@@ -186,13 +213,17 @@ pub fn cache(a: CacheArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) -> Resul
                 }
             }
         }
-        CacheCmd::Gc { size } => {
+        CacheCmd::Gc { size, json, .. } => {
             let target = match size {
                 Some(s) => crate::util::parse_size64(&s).map_err(anyhow::Error::msg)?,
                 None => c.quota(),
             };
             let (n, left) = c.gc(target)?;
-            writeln!(io.stdout, "evicted {n} objects; {} held", human(left))?;
+            if json {
+                writeln!(io.stdout, "{}", json!({"evicted": n, "bytes_held": left}))?;
+            } else {
+                writeln!(io.stdout, "evicted {n} objects; {} held", human(left))?;
+            }
         }
         CacheCmd::Clear => {
             let n = c.clear()?;
@@ -345,4 +376,76 @@ pub fn optimize(a: OptimizeArgs, remote: &RemoteArgs, io: &mut crate::Io<'_>) ->
         sb.block_count
     )?;
     Ok(0)
+}
+
+/// `sheaf cache gc --kernel`: the kernel path's metadata images no mount
+/// has used for `older_than`.
+fn kernel_gc(
+    older_than: &str,
+    dir: Option<&std::path::Path>,
+    json: bool,
+    io: &mut crate::Io<'_>,
+) -> Result<i32> {
+    let age = parse_age(older_than).ok_or_else(|| {
+        anyhow::anyhow!("--older-than {older_than}: not an age such as 30d, 12h, 90m, 45s or 0")
+    })?;
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None => {
+            let site = crate::options::site_mount_options(&sheaf_trust::policy::site_config()?)?;
+            site.iter()
+                .find_map(|o| o.strip_prefix("kernel_cache="))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(crate::options::KERNEL_CACHE))
+        }
+    };
+    let r = sheaf_mount::erofs::gc(&dir, age)?;
+    if json {
+        let mut v = serde_json::to_value(&r)?;
+        v["dir"] = json!(dir.display().to_string());
+        writeln!(io.stdout, "{v}")?;
+    } else {
+        writeln!(
+            io.stdout,
+            "{}: removed {} metadata images unused for {older_than} and {} leftovers ({}); kept {}",
+            dir.display(),
+            r.removed,
+            r.leftovers,
+            human(r.bytes_freed),
+            r.kept
+        )?;
+    }
+    Ok(0)
+}
+
+/// `30d`, `12h`, `90m`, `45s`, `0` (a bare number is seconds).
+fn parse_age(s: &str) -> Option<std::time::Duration> {
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().ok()?;
+    let secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs(n.checked_mul(secs)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_age;
+    use std::time::Duration;
+
+    #[test]
+    fn ages() {
+        assert_eq!(parse_age("30d"), Some(Duration::from_secs(30 * 86400)));
+        assert_eq!(parse_age("12h"), Some(Duration::from_secs(43200)));
+        assert_eq!(parse_age("90m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_age("0"), Some(Duration::ZERO));
+        assert_eq!(parse_age("45s"), Some(Duration::from_secs(45)));
+        for bad in ["", "d", "3w", "-1d", "1.5h", "99999999999999999999d"] {
+            assert_eq!(parse_age(bad), None, "{bad}");
+        }
+    }
 }

@@ -333,3 +333,151 @@ fn tree_k_compares_exact_through_the_kernel_mount() {
     assert_tree_eq(&sc.mp, &src);
     assert_diff_r(&src, &sc.mp);
 }
+
+/// `sheaf cache gc --kernel`'s JSON report.
+fn kernel_gc(cache: &Path, older_than: &str) -> serde_json::Value {
+    let o = sheaf([
+        "cache".as_ref(),
+        "gc".as_ref(),
+        "--kernel".as_ref(),
+        "--kernel-cache".as_ref(),
+        cache.as_os_str(),
+        "--older-than".as_ref(),
+        older_than.as_ref(),
+        "--json".as_ref(),
+    ])
+    .ok();
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Set `path`'s modification time `secs` seconds into the past (touch(1),
+/// not sheaf).
+fn age_by(path: &Path, secs: u64) {
+    run_cmd(
+        std::process::Command::new("touch")
+            .arg("-m")
+            .arg("-d")
+            .arg(format!("@{}", now_secs() - secs))
+            .arg(path),
+    )
+    .ok();
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_kernel_cache_keeps_what_mounts_use_and_collects_the_rest() {
+    if !prerequisite(is_root(), "root (the kernel path mounts EROFS)") || !mounts_allowed() {
+        return;
+    }
+    let sc = Scenario::new(|root| {
+        write(&root.join("a"), &patterned(300_000));
+        write(&root.join("b"), &patterned(70_000));
+    })
+    .build(&[]);
+    let cache = sc.dir().join("kcache");
+    let args = kernel_args(&cache, "require");
+    let m = sc.mount(&refs(&args));
+    let meta: Vec<String> = names_in(&cache)
+        .into_iter()
+        .filter(|n| n.ends_with(".erofs"))
+        .collect();
+    assert_eq!(meta.len(), 1, "{:?}", names_in(&cache));
+    let meta = cache.join(&meta[0]);
+    let map = meta.with_extension("map");
+    assert!(map.exists());
+    // Recently used: kept by the default age (30 days).
+    let r = kernel_gc(&cache, "30d");
+    assert_eq!(
+        (r["removed"].as_u64(), r["kept"].as_u64()),
+        (Some(0), Some(1)),
+        "{r}"
+    );
+    // Leftovers: a killed writer's temporary over an hour old and a blob
+    // map without its image go; a temporary being written now stays.
+    let old_tmp = cache.join(".meta0123456789abcdef.tmp");
+    let new_tmp = cache.join(".sheaf-tmp-0123456789abcdef");
+    let orphan = cache.join(format!("{}.v1.map", "ab".repeat(32)));
+    for p in [&old_tmp, &new_tmp, &orphan] {
+        write(p, b"left");
+    }
+    age_by(&old_tmp, 7200);
+    age_by(&orphan, 7200);
+    // Everything, while the mount uses it: the mount keeps its bytes (the
+    // kernel holds the metadata image open until it is unmounted).
+    let r = kernel_gc(&cache, "0");
+    assert_eq!(
+        (
+            r["removed"].as_u64(),
+            r["leftovers"].as_u64(),
+            r["kept"].as_u64()
+        ),
+        (Some(1), Some(2), Some(0)),
+        "{r}"
+    );
+    assert_eq!(
+        names_in(&cache),
+        [".sheaf-tmp-0123456789abcdef"],
+        "only the fresh temporary left"
+    );
+    assert_eq!(
+        fs::read(sc.mp.join("b")).unwrap(),
+        fs::read(sc.src.join("b")).unwrap()
+    );
+    assert_tree_eq(&sc.mp, &sc.src);
+    m.umount();
+    // The next mount writes it again.
+    let m = sc.mount(&refs(&args));
+    assert!(meta.exists() && map.exists());
+    assert_tree_eq(&sc.mp, &sc.src);
+    m.umount();
+    // Unused for 40 days: collected by the default age; but a mount that
+    // reuses it first refreshes its time, and it is kept.
+    age_by(&meta, 40 * 86400);
+    let m = sc.mount(&refs(&args));
+    m.umount();
+    let r = kernel_gc(&cache, "30d");
+    assert_eq!(
+        (r["removed"].as_u64(), r["kept"].as_u64()),
+        (Some(0), Some(1)),
+        "{r}"
+    );
+    age_by(&meta, 40 * 86400);
+    let r = kernel_gc(&cache, "30d");
+    assert_eq!(
+        (r["removed"].as_u64(), r["kept"].as_u64()),
+        (Some(1), Some(0)),
+        "{r}"
+    );
+    assert!(!meta.exists() && !map.exists());
+    // A bad age is one line.
+    let o = sheaf([
+        "cache".as_ref(),
+        "gc".as_ref(),
+        "--kernel".as_ref(),
+        "--kernel-cache".as_ref(),
+        cache.as_os_str(),
+        "--older-than".as_ref(),
+        "3w".as_ref(),
+    ])
+    .fails_with(1);
+    assert!(
+        o.one_err_line().contains("--older-than 3w: not an age"),
+        "{}",
+        o.describe()
+    );
+}

@@ -91,10 +91,12 @@ pub fn prepare(layers: &[Arc<Image>], dir: &Path) -> Result<Prepared, PrepareErr
         let path = dir.join(name);
         move |source| PrepareError::Io { path, source }
     };
-    if let (Ok(_), Ok(mut m)) = (d.open_regular(&meta_name), d.open_regular(&map_name)) {
+    if let (Ok(meta), Ok(mut m)) = (d.open_regular(&meta_name), d.open_regular(&map_name)) {
         let mut bytes = Vec::new();
         m.read_to_end(&mut bytes).map_err(io_err(&map_name))?;
         if let Some(map) = BlobMap::decode(&bytes) {
+            // Used now: `gc` keeps what mounts use.
+            let _ = meta.set_modified(std::time::SystemTime::now());
             return Ok(Prepared {
                 meta: dir.join(&meta_name),
                 map,
@@ -131,4 +133,80 @@ pub fn prepare(layers: &[Arc<Image>], dir: &Path) -> Result<Prepared, PrepareErr
         map: w.map,
         made: true,
     })
+}
+
+/// What [`gc`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GcReport {
+    /// Metadata images removed (with their blob maps).
+    pub removed: u64,
+    /// Metadata images kept (used more recently than the threshold).
+    pub kept: u64,
+    /// Temporary files of killed writers removed, and blob maps left
+    /// without their metadata image.
+    pub leftovers: u64,
+    /// Bytes the removed files held.
+    pub bytes_freed: u64,
+}
+
+/// A writer's temporary file older than this was left by a killed one.
+const TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Remove from `dir` the metadata images (and their blob maps) no mount
+/// has prepared for `older_than` (a mount that reuses one refreshes its
+/// time), temporary files of killed writers (over an hour old) and blob
+/// maps left without their image. Removing an image a mount is using harms
+/// no one: the kernel holds the file open until it is unmounted, and the
+/// next mount of that image writes it again. A missing `dir` holds nothing.
+pub fn gc(dir: &Path, older_than: std::time::Duration) -> Result<GcReport, PrepareError> {
+    let mut r = GcReport::default();
+    if matches!(std::fs::symlink_metadata(dir), Err(e) if e.kind() == io::ErrorKind::NotFound) {
+        return Ok(r);
+    }
+    let d = private_dir(dir)?;
+    let io_err = |name: &std::ffi::OsStr| {
+        let path = dir.join(name);
+        move |source| PrepareError::Io { path, source }
+    };
+    let now = std::time::SystemTime::now();
+    let age = |mtime: i64| {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime.max(0) as u64);
+        now.duration_since(t).unwrap_or_default()
+    };
+    let names = d.entries().map_err(io_err(std::ffi::OsStr::new(".")))?;
+    // Images first, so a map is removed only after its image: an image
+    // present means its map is too (what `prepare` relies on).
+    for name in &names {
+        let Some(n) = name.to_str() else { continue };
+        let Ok(st) = d.stat(name) else { continue };
+        if is_metadata_image(&dir.join(n)) {
+            let map = format!("{}.map", n.trim_end_matches(".erofs"));
+            if age(st.st_mtime) < older_than {
+                r.kept += 1;
+                continue;
+            }
+            d.remove_file(name).map_err(io_err(name))?;
+            r.removed += 1;
+            r.bytes_freed += st.st_size as u64;
+            if let Ok(ms) = d.stat(&map) {
+                d.remove_file(&map)
+                    .map_err(io_err(std::ffi::OsStr::new(&map)))?;
+                r.bytes_freed += ms.st_size as u64;
+            }
+        }
+    }
+    for name in &names {
+        let Some(n) = name.to_str() else { continue };
+        let Ok(st) = d.stat(name) else { continue };
+        let orphan_map = n.ends_with(".map")
+            && d.stat(format!("{}.erofs", n.trim_end_matches(".map")))
+                .is_err();
+        let temp = n.ends_with(".tmp") || n.starts_with(".sheaf-tmp-");
+        if (orphan_map || temp) && age(st.st_mtime) >= TEMP_AGE {
+            d.remove_file(name).map_err(io_err(name))?;
+            r.leftovers += 1;
+            r.bytes_freed += st.st_size as u64;
+        }
+    }
+    Ok(r)
 }

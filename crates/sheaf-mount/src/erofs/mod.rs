@@ -19,7 +19,7 @@ mod cache;
 mod fuse;
 
 pub use blob::BlobFs;
-pub use cache::{is_metadata_image, prepare, PrepareError, Prepared};
+pub use cache::{gc, is_metadata_image, prepare, GcReport, PrepareError, Prepared};
 pub use fuse::BLOB_NAME;
 pub use sheaf_erofs::ErofsError;
 
