@@ -334,9 +334,9 @@ fn tree_k_compares_exact_through_the_kernel_mount() {
     assert_diff_r(&src, &sc.mp);
 }
 
-/// `sheaf cache gc --kernel`'s JSON report.
-fn kernel_gc(cache: &Path, older_than: &str) -> serde_json::Value {
-    let o = sheaf([
+/// `sheaf cache gc --kernel --kernel-cache CACHE --older-than AGE [--json]`.
+fn kernel_gc_run(cache: &Path, older_than: &str, json: bool) -> Out {
+    let mut args: Vec<&std::ffi::OsStr> = vec![
         "cache".as_ref(),
         "gc".as_ref(),
         "--kernel".as_ref(),
@@ -344,9 +344,16 @@ fn kernel_gc(cache: &Path, older_than: &str) -> serde_json::Value {
         cache.as_os_str(),
         "--older-than".as_ref(),
         older_than.as_ref(),
-        "--json".as_ref(),
-    ])
-    .ok();
+    ];
+    if json {
+        args.push("--json".as_ref());
+    }
+    sheaf(args)
+}
+
+/// `sheaf cache gc --kernel`'s JSON report.
+fn kernel_gc(cache: &Path, older_than: &str) -> serde_json::Value {
+    let o = kernel_gc_run(cache, older_than, true).ok();
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
@@ -465,16 +472,7 @@ fn the_kernel_cache_keeps_what_mounts_use_and_collects_the_rest() {
     );
     assert!(!meta.exists() && !map.exists());
     // A bad age is one line.
-    let o = sheaf([
-        "cache".as_ref(),
-        "gc".as_ref(),
-        "--kernel".as_ref(),
-        "--kernel-cache".as_ref(),
-        cache.as_os_str(),
-        "--older-than".as_ref(),
-        "3w".as_ref(),
-    ])
-    .fails_with(1);
+    let o = kernel_gc_run(&cache, "3w", false).fails_with(1);
     assert!(
         o.one_err_line().contains("--older-than 3w: not an age"),
         "{}",

@@ -269,6 +269,14 @@ fn cancel_once_up(cl: &Cluster, out: &Path, data_arg: &str, log: &str) {
     run_cmd(&mut cl.user(out, &["scancel", &id])).ok();
 }
 
+/// The lines of a step's standard error that are sheaf's (not srun's).
+fn sheaf_lines(o: &Out) -> Vec<&str> {
+    o.stderr
+        .lines()
+        .filter(|l| l.starts_with("sheaf"))
+        .collect()
+}
+
 const SUMS: &str = "cd \"$1\" && find . -type f | LC_ALL=C sort | xargs sha256sum";
 
 #[test]
@@ -667,11 +675,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
                 "true",
             ],
         ));
-        let ours: Vec<&str> = o
-            .stderr
-            .lines()
-            .filter(|l| l.starts_with("sheaf"))
-            .collect();
+        let ours = sheaf_lines(&o);
         assert!(
             o.code != 0
                 && ours.len() == 1
@@ -712,11 +716,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     ));
     assert_ne!(o.code, 0, "{}", o.describe());
     assert!(o.stdout.is_empty(), "{}", o.describe());
-    let ours: Vec<&str> = o
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("sheaf"))
-        .collect();
+    let ours = sheaf_lines(&o);
     assert_eq!(ours.len(), 1, "{}", o.describe());
     assert!(
         ours[0].starts_with("sheaf: error: ") && ours[0].contains("tampered.sheaf: refused"),
@@ -903,11 +903,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
     ));
     assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
     assert_ne!(o.code, 0, "{}", o.describe());
-    let ours: Vec<&str> = o
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("sheaf"))
-        .collect();
+    let ours = sheaf_lines(&o);
     assert_eq!(ours.len(), 3, "{}", o.describe());
     for l in &ours {
         assert_eq!(
@@ -950,11 +946,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
             "true",
         ],
     ));
-    let ours: Vec<&str> = o
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("sheaf"))
-        .collect();
+    let ours = sheaf_lines(&o);
     assert_eq!(ours.len(), 2, "{}", o.describe());
     assert!(
         ours.iter().all(|l| l.starts_with(&format!(
@@ -1033,11 +1025,7 @@ fn jobs_see_their_images_and_leave_nothing_behind() {
         evil.display()
     ));
     let o = run_cmd(&mut cl.user(&out, &["srun", "-N2", &data_arg, "true"]));
-    let ours: Vec<&str> = o
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("sheaf"))
-        .collect();
+    let ours = sheaf_lines(&o);
     assert_eq!(ours.len(), 2, "{}", o.describe());
     assert!(
         ours.iter().all(|l| *l
