@@ -401,9 +401,7 @@ fn kernel_gc(
     };
     let r = sheaf_mount::erofs::gc(&dir, age)?;
     if json {
-        let mut v = serde_json::to_value(&r)?;
-        v["dir"] = json!(dir.display().to_string());
-        writeln!(io.stdout, "{v}")?;
+        writeln!(io.stdout, "{}", serde_json::to_string(&r)?)?;
     } else {
         writeln!(
             io.stdout,

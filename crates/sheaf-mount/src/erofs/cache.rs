@@ -138,6 +138,8 @@ pub fn prepare(layers: &[Arc<Image>], dir: &Path) -> Result<Prepared, PrepareErr
 /// What [`gc`] did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct GcReport {
+    /// The cache's directory.
+    pub dir: PathBuf,
     /// Metadata images removed (with their blob maps).
     pub removed: u64,
     /// Metadata images kept (used more recently than the threshold).
@@ -159,7 +161,10 @@ const TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 /// no one: the kernel holds the file open until it is unmounted, and the
 /// next mount of that image writes it again. A missing `dir` holds nothing.
 pub fn gc(dir: &Path, older_than: std::time::Duration) -> Result<GcReport, PrepareError> {
-    let mut r = GcReport::default();
+    let mut r = GcReport {
+        dir: dir.to_path_buf(),
+        ..GcReport::default()
+    };
     if matches!(std::fs::symlink_metadata(dir), Err(e) if e.kind() == io::ErrorKind::NotFound) {
         return Ok(r);
     }
