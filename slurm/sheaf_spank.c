@@ -662,13 +662,21 @@ static int marker(const struct job *j, const char *name, const char *text)
     return ok ? 0 : -1;
 }
 
-/* sbcast SRC to DEST on every node of the step, as the user. */
-static int sbcast(const struct job *j, const char *src, const char *dest, char *msg, size_t n)
+/* sbcast SRC to DEST on every node of the step, as the user. On failure msg
+ * says why, in one line: "[SUBJECT: ]sbcast to the step's nodes: WHY". */
+static int sbcast(const struct job *j, const char *subject, const char *src, const char *dest,
+                  char *msg, size_t n)
 {
     char *argv[] = {cfg_sbcast, "--force", step_arg, (char *)src, (char *)dest, NULL};
-    int rc = as_user(j, argv, NULL, msg, n);
-    if (!strncmp(msg, "sbcast: error: ", 15))
-        memmove(msg, msg + 15, strlen(msg + 15) + 1);
+    char why[MAX_MSG];
+    int rc = as_user(j, argv, NULL, why, sizeof why);
+    if (rc != 0) {
+        const char *w = why;
+        if (!strncmp(w, "sbcast: error: ", 15))
+            w += 15;
+        say(msg, n, "%s%ssbcast to the step's nodes: %s", subject ? subject : "",
+            subject ? ": " : "", w[0] ? w : "failed");
+    }
     return rc;
 }
 
@@ -677,7 +685,7 @@ static int sbcast(const struct job *j, const char *src, const char *dest, char *
  * with msg set. */
 static int send_copies(const struct job *j, time_t deadline, char *msg, size_t n)
 {
-    char src[PATH_MAX + 16], dest[PATH_MAX + 16], why[MAX_MSG];
+    char src[PATH_MAX + 16], dest[PATH_MAX + 16];
     int rc = 0;
     /* Every node makes its directory as its step starts: until all have,
      * a tiny probe is refused somewhere; nothing of the image is read
@@ -688,9 +696,8 @@ static int send_copies(const struct job *j, time_t deadline, char *msg, size_t n
         say(msg, n, "%s: %s", src, strerror(errno));
         return -1;
     }
-    while (sbcast(j, src, dest, why, sizeof why) != 0) {
+    while (sbcast(j, NULL, src, dest, msg, n) != 0) {
         if (stop || time(NULL) >= deadline) {
-            say(msg, n, "sbcast to the step's nodes: %s", why[0] ? why : "failed");
             rc = -1;
             break;
         }
@@ -699,30 +706,27 @@ static int send_copies(const struct job *j, time_t deadline, char *msg, size_t n
     for (int i = 0; rc == 0 && i < nmnts; i++) {
         if (!mnts[i].copy)
             continue;
-        if (sbcast(j, mnts[i].source, mnts[i].copy, why, sizeof why) != 0) {
-            say(msg, n, "%s: sbcast to the step's nodes: %s", mnts[i].source,
-                     why[0] ? why : "failed");
+        if (sbcast(j, mnts[i].source, mnts[i].source, mnts[i].copy, msg, n) != 0) {
             rc = -1;
             break;
         }
         if (mnts[i].sig) {
             snprintf(src, sizeof src, "%s.sig", mnts[i].source);
             snprintf(dest, sizeof dest, "%s.sig", mnts[i].copy);
-            if (sbcast(j, src, dest, why, sizeof why) != 0) {
-                say(msg, n, "%s: sbcast to the step's nodes: %s", src, why[0] ? why : "failed");
+            if (sbcast(j, src, src, dest, msg, n) != 0) {
                 rc = -1;
                 break;
             }
         }
     }
     /* The others wait for this marker: OK, or E and the reason. */
-    char text[MAX_MSG + 8];
+    char text[MAX_MSG + 8], why[MAX_MSG];
     snprintf(text, sizeof text, "%s%s\n", rc == 0 ? "OK" : "E", rc == 0 ? "" : msg);
     snprintf(src, sizeof src, "%s/done.src", step_dir);
     snprintf(dest, sizeof dest, "%s/done", step_dir);
-    if (marker(j, "done", text) < 0 || sbcast(j, src, dest, why, sizeof why) != 0) {
+    if (marker(j, "done", text) < 0 || sbcast(j, NULL, src, dest, why, sizeof why) != 0) {
         if (rc == 0)
-            say(msg, n, "sbcast to the step's nodes: %s", why[0] ? why : "failed");
+            say(msg, n, "%s", why);
         return -1;
     }
     return rc;
@@ -807,9 +811,10 @@ static void teardown(const struct job *j, int done)
 }
 
 /* DEST, walked from "/" one name at a time by descriptor, never through a
- * symbolic link (ELOOP), so no path the user swaps under us leads root
- * elsewhere; a missing directory is made (root's, 0755: it may stay on the
- * node, see docs) only in a directory of root's or the job user's. */
+ * symbolic link (O_NOFOLLOW with O_DIRECTORY refuses one), so no path the
+ * user swaps under us leads root elsewhere; a missing directory is made
+ * (root's, 0755: it may stay on the node, see docs) only in a directory of
+ * root's or the job user's. */
 static int open_dest(const struct job *j, const char *dest)
 {
     int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1026,6 +1031,19 @@ static void holder_main(struct job *j, int status, int ctl)
 
 /* ---- slurmstepd ----------------------------------------------------------- */
 
+/* bcast_dir, opened: root's, written by root alone, never reached through a
+ * symbolic link (another user may have made one there first). -1 if not. */
+static int open_bcast_dir(void)
+{
+    struct stat st;
+    int fd = open(cfg_bcast_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022))) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
 /* mode=bcast, in slurmstepd as root before the holder exists: which images
  * travel (regular files, in a step of more than one node), this node's
  * directory for them (bcast_dir/JOB.STEP, the user's, 0700) and each
@@ -1061,9 +1079,8 @@ static int prepare_bcast(spank_t sp, const struct job *j)
     setfsgid(0);
     if (!nbcast)
         return 0; /* URLs go through the node cache and the site's proxies */
-    /* bcast_dir: root's, written by root alone, never reached through a
-     * symbolic link (another user may have made one there first). Its
-     * parent is made if missing (/var/lib/sheaf on a new node). */
+    /* bcast_dir and its parent are made if missing (/var/lib/sheaf on a
+     * new node). */
     char parent[PATH_MAX];
     snprintf(parent, sizeof parent, "%s", cfg_bcast_dir);
     char *slash = strrchr(parent, '/');
@@ -1078,8 +1095,7 @@ static int prepare_bcast(spank_t sp, const struct job *j)
         fail("bcast_dir %s: %s", cfg_bcast_dir, strerror(errno));
         return -1;
     }
-    bcast_fd = open(cfg_bcast_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (bcast_fd < 0 || fstat(bcast_fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+    if ((bcast_fd = open_bcast_dir()) < 0) {
         fail("bcast_dir %s: not a directory of root's that only root may write: refused",
              cfg_bcast_dir);
         return -1;
@@ -1303,13 +1319,9 @@ static void sweep_copies(spank_t sp)
     char prefix[32];
     if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
         return;
-    int fd = open(cfg_bcast_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
-        if (fd >= 0)
-            close(fd);
+    int fd = open_bcast_dir();
+    if (fd < 0)
         return;
-    }
     snprintf(prefix, sizeof prefix, "%u.", (unsigned)job);
     int lfd = dup(fd);
     DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
